@@ -1,0 +1,124 @@
+// bulwark/breaker_events.h — states, transitions and the listeners that hear them.
+//
+// A listener is called once per state change, on the thread that made the change,
+// after the change is visible and while no lock is held:
+//
+//   policy.on_transition([](const bulwark::TransitionEvent& e) {
+//     log("breaker {} {} -> {} ({})", e.name, to_string(e.from), to_string(e.to),
+//         to_string(e.reason));
+//   });
+//
+// Ordering: the events of one breaker are delivered one at a time and in order. While
+// a listener runs, further transitions of that breaker are recorded and applied (and
+// announced) by the same thread as soon as the listener returns, so keep listeners
+// short: a listener that blocks delays the breaker's next transition by as long.
+// A listener may call back into the breaker (even to force a transition), and one
+// that throws is ignored: neither can break the breaker.
+
+#ifndef BULWARK_BREAKER_EVENTS_H_
+#define BULWARK_BREAKER_EVENTS_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string_view>
+#include <vector>
+
+#include "bulwark/clock.h"
+
+namespace bulwark {
+
+enum class State : std::uint8_t {
+  closed = 0,        // calls pass; outcomes are counted
+  open = 1,          // calls are rejected until the open period ends
+  half_open = 2,     // a few probes test the dependency
+  forced_open = 3,   // manual: rejects everything until told otherwise
+  disabled = 4,      // manual: admits everything, records nothing
+  metrics_only = 5,  // manual: records outcomes, never rejects
+};
+
+constexpr std::string_view to_string(State s) noexcept {
+  switch (s) {
+    case State::closed: return "closed";
+    case State::open: return "open";
+    case State::half_open: return "half_open";
+    case State::forced_open: return "forced_open";
+    case State::disabled: return "disabled";
+    case State::metrics_only: return "metrics_only";
+  }
+  return "unknown";
+}
+
+// Why a transition happened.
+enum class TransitionReason : std::uint8_t {
+  consecutive_failures,  // CLOSED -> OPEN: the consecutive-failure rule fired
+  failure_rate,          // CLOSED -> OPEN: the failure rate reached its threshold
+  slow_call_rate,        // CLOSED -> OPEN: the slow-call rate reached its threshold
+  open_period_elapsed,   // OPEN -> HALF_OPEN: the first request after the period
+  probes_succeeded,      // HALF_OPEN -> CLOSED
+  probe_failed,          // HALF_OPEN -> OPEN
+  manual,                // transition_to() or reset()
+};
+
+constexpr std::string_view to_string(TransitionReason r) noexcept {
+  switch (r) {
+    case TransitionReason::consecutive_failures: return "consecutive_failures";
+    case TransitionReason::failure_rate: return "failure_rate";
+    case TransitionReason::slow_call_rate: return "slow_call_rate";
+    case TransitionReason::open_period_elapsed: return "open_period_elapsed";
+    case TransitionReason::probes_succeeded: return "probes_succeeded";
+    case TransitionReason::probe_failed: return "probe_failed";
+    case TransitionReason::manual: return "manual";
+  }
+  return "unknown";
+}
+
+struct TransitionEvent {
+  std::string_view name;    // the breaker's configured name
+  const void* breaker;      // identity of the breaker that changed (for registries)
+  State from;
+  State to;
+  TransitionReason reason;
+  Ticks at;                 // clock time of the transition
+  // The breaker's generation after the transition: +1 per transition, including the
+  // silent ones (a reset while CLOSED, a fresh half-open round); wraps at 2^19.
+  std::uint32_t generation;
+};
+
+using TransitionListener = std::function<void(const TransitionEvent&)>;
+
+// A handle to remove a listener again.
+using ListenerId = std::uint64_t;
+
+namespace detail {
+
+// Copy-on-write list of listeners. Emitting takes a brief mutex only to copy the
+// list's shared_ptr (never while a listener runs), and only when a transition
+// happens — never on the call path of a permitted or rejected call. With no listener
+// registered, emitting is one relaxed load.
+class ListenerList {
+ public:
+  ListenerId add(TransitionListener listener);
+  bool remove(ListenerId id);
+  void emit(const TransitionEvent& event) const noexcept;
+  bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
+
+ private:
+  struct Entry {
+    ListenerId id;
+    TransitionListener fn;
+  };
+  using List = std::vector<Entry>;
+
+  mutable std::mutex mu_;
+  std::shared_ptr<const List> list_ = std::make_shared<const List>();
+  std::atomic<std::size_t> count_{0};
+  ListenerId next_id_ = 1;
+};
+
+}  // namespace detail
+}  // namespace bulwark
+
+#endif  // BULWARK_BREAKER_EVENTS_H_

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs dependencies, builds, and runs every test: the release build (unit tests,
+# packaging consumers, tools) and the same tests under ASan+UBSan and TSan.
+# Usage: bash scripts/test.sh [preset...]   (default: release asan tsan)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/install-deps.sh
+
+presets=("$@")
+((${#presets[@]})) || presets=(release asan tsan)
+jobs=$(nproc)
+
+for preset in "${presets[@]}"; do
+  echo "=== ${preset}: configure and build"
+  cmake --preset "$preset" >/dev/null
+  cmake --build --preset "$preset" -j "$jobs"
+  echo "=== ${preset}: test"
+  ctest --preset "$preset" -j "$jobs"
+done
+echo "=== all tests passed (${presets[*]})"
