@@ -1,0 +1,252 @@
+// bulwark/bulkhead.h — a cap on concurrent calls to one dependency.
+//
+// A slow dependency holds every thread that calls it. A bulkhead lets at most
+// `max_concurrent` calls be in flight, so a slow dependency can only take its own
+// slice of the caller's resources (seed 004's semaphore; Resilience4j's
+// SemaphoreBulkhead). When it is full a call is rejected at once, or waits up to
+// `max_wait` — never past its context's deadline, and never after cancellation.
+//
+//   bulwark::Bulkhead pool({.name = "reviews", .max_concurrent = 80});
+//
+//   if (auto slot = pool.try_acquire()) {      // one CAS
+//     call_reviews();
+//   } else {                                    // slot.error().reason == full
+//     respond_503();
+//   }                                           // the slot goes back here, exactly once
+//
+//   auto slot = pool.acquire(ctx);              // may wait up to min(max_wait, ctx.remaining())
+//
+// Acquiring is one atomic step that returns a move-only RAII Permit: a permit cannot
+// leak on an exception, cannot be released twice, and a waiter that times out holds
+// nothing (it never had a slot). There is no check-then-increment window (Envoy's
+// canCreate()/inc() can overshoot): the count never exceeds max_concurrent.
+//
+// Cost: try_acquire() is a load and a CAS; releasing is one atomic subtract and one
+// load (plus a mutex and a notify only when a thread is waiting). No allocation.
+// Waiting is the slow path: a mutex, a condition variable, and a stop_callback so that
+// cancellation wakes the waiter at once. Waits are measured in real time (a steady
+// condition variable): with a ManualClock, the time a waiter may wait is read once from
+// that clock when it starts waiting.
+//
+// Thread-safety: every member function may be called concurrently from any thread. A
+// Permit belongs to one call; move it, don't share it.
+
+#ifndef BULWARK_BULKHEAD_H_
+#define BULWARK_BULKHEAD_H_
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <stop_token>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+#include "bulwark/clock.h"
+#include "bulwark/config_error.h"
+#include "bulwark/context.h"
+#include "bulwark/expected.h"
+
+namespace bulwark {
+
+struct BulkheadConfig {
+  // Identifies the bulkhead in errors and metrics.
+  std::string name = "default";
+  // Calls allowed in flight at once. >= 1. (Resilience4j's maxConcurrentCalls.)
+  std::uint32_t max_concurrent = 25;
+  // How long acquire() may wait for a slot when full; zero rejects at once.
+  // (Resilience4j's maxWaitDuration.) >= 0.
+  Nanos max_wait = Nanos::zero();
+};
+
+// Checks every field; the error names the first one that is wrong.
+Expected<void, ConfigError> validate(const BulkheadConfig& config);
+
+enum class BulkheadRejectReason : std::uint8_t {
+  full,               // no slot, and max_wait is zero or ran out
+  deadline_exceeded,  // the context's deadline ended the wait (or had passed)
+  cancelled,          // the context was cancelled before a slot came free
+};
+
+constexpr std::string_view to_string(BulkheadRejectReason r) noexcept {
+  switch (r) {
+    case BulkheadRejectReason::full:
+      return "full";
+    case BulkheadRejectReason::deadline_exceeded:
+      return "deadline_exceeded";
+    case BulkheadRejectReason::cancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+struct BulkheadRejection {
+  BulkheadRejectReason reason;
+};
+
+// Each field is read atomically, not all at once.
+struct BulkheadSnapshot {
+  std::uint32_t in_use;          // slots held now
+  std::uint32_t max_concurrent;  // the limit
+  std::uint32_t waiting;         // threads waiting in acquire()
+  std::uint64_t rejected;        // total rejections since construction
+};
+
+template <Clock C = SteadyClock>
+class BasicBulkhead {
+ public:
+  using clock_type = C;
+
+  // One slot. Move-only; the slot goes back when the permit is destroyed or
+  // release()d, whichever comes first.
+  class [[nodiscard]] Permit {
+   public:
+    Permit(Permit&& o) noexcept : bulkhead_(std::exchange(o.bulkhead_, nullptr)) {}
+    Permit& operator=(Permit&& o) noexcept {
+      if (this != &o) {
+        release();
+        bulkhead_ = std::exchange(o.bulkhead_, nullptr);
+      }
+      return *this;
+    }
+    Permit(const Permit&) = delete;
+    Permit& operator=(const Permit&) = delete;
+    ~Permit() { release(); }
+
+    // Gives the slot back now. Idempotent.
+    void release() noexcept {
+      if (bulkhead_ != nullptr) std::exchange(bulkhead_, nullptr)->give_back();
+    }
+    bool active() const noexcept { return bulkhead_ != nullptr; }
+
+   private:
+    friend class BasicBulkhead;
+    explicit Permit(BasicBulkhead* b) noexcept : bulkhead_(b) {}
+    BasicBulkhead* bulkhead_;
+  };
+
+  // Validates `config` (throws InvalidConfig naming the field). A stateful clock must
+  // outlive the bulkhead.
+  explicit BasicBulkhead(BulkheadConfig config) requires std::is_empty_v<C>
+      : config_(checked(std::move(config))), clock_(), max_(config_.max_concurrent) {}
+  BasicBulkhead(BulkheadConfig config, const C& clock)
+      : config_(checked(std::move(config))), clock_(clock), max_(config_.max_concurrent) {}
+  BasicBulkhead(BulkheadConfig, const C&&) = delete;
+  BasicBulkhead(const BasicBulkhead&) = delete;
+  BasicBulkhead& operator=(const BasicBulkhead&) = delete;
+  // Destroying a bulkhead while permits are out is a precondition violation.
+  ~BasicBulkhead() = default;
+
+  // Takes a slot if one is free. Never blocks, never allocates. Non-blocking callers
+  // (event loops, the simulator) use only this.
+  Expected<Permit, BulkheadRejection> try_acquire() noexcept {
+    if (take()) return Permit(this);
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return Unexpected(BulkheadRejection{BulkheadRejectReason::full});
+  }
+
+  // Takes a slot, waiting for one up to min(max_wait, ctx.remaining()) when full.
+  // Returns at once when a slot is free or max_wait is zero, and as soon as ctx is
+  // cancelled. A rejected caller holds nothing.
+  Expected<Permit, BulkheadRejection> acquire(const BasicContext<C>& ctx) {
+    if (take()) return Permit(this);
+    if (config_.max_wait <= Nanos::zero()) return reject(BulkheadRejectReason::full);
+    if (ctx.stop_requested()) return reject(BulkheadRejectReason::cancelled);
+    const Nanos remaining = ctx.remaining();
+    const bool deadline_bound = remaining < config_.max_wait;
+    const Nanos budget = std::min(config_.max_wait, remaining);
+    if (budget <= Nanos::zero()) return reject(BulkheadRejectReason::deadline_exceeded);
+    return wait(
+        ctx.stop_token(), budget,
+        deadline_bound ? BulkheadRejectReason::deadline_exceeded : BulkheadRejectReason::full);
+  }
+  // acquire() with no deadline and no cancellation: waits up to max_wait.
+  Expected<Permit, BulkheadRejection> acquire() { return acquire(BasicContext<C>(clock_.get())); }
+
+  BulkheadSnapshot snapshot() const noexcept {
+    return {in_use_.load(std::memory_order_relaxed), max_, waiting_.load(std::memory_order_relaxed),
+            rejected_.load(std::memory_order_relaxed)};
+  }
+  std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+  const BulkheadConfig& config() const noexcept { return config_; }
+
+ private:
+  static BulkheadConfig checked(BulkheadConfig config) {
+    if (auto ok = validate(config); !ok) detail::raise_config_error(std::move(ok).error());
+    return config;
+  }
+
+  // The one atomic step: increment only below the limit, so the count can never
+  // overshoot. seq_cst pairs with give_back(): a waiter publishes waiting_ and then
+  // looks at in_use_; a releaser lowers in_use_ and then looks at waiting_. At least
+  // one of them sees the other, so no wake-up is lost.
+  bool take() noexcept {
+    std::uint32_t cur = in_use_.load(std::memory_order_seq_cst);
+    while (cur < max_) {
+      if (in_use_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
+    }
+    return false;
+  }
+
+  void give_back() noexcept {
+    in_use_.fetch_sub(1, std::memory_order_seq_cst);
+    if (waiting_.load(std::memory_order_seq_cst) != 0) {
+      // Taking the mutex orders the notify after a waiter's last check. notify_all: a
+      // notified waiter that times out at the same moment must not swallow the wake-up
+      // another waiter needed.
+      std::lock_guard lock(mu_);
+      cv_.notify_all();
+    }
+  }
+
+  Unexpected<BulkheadRejection> reject(BulkheadRejectReason reason) noexcept {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    return Unexpected(BulkheadRejection{reason});
+  }
+
+  Expected<Permit, BulkheadRejection> wait(const std::stop_token& stop, Nanos budget,
+                                           BulkheadRejectReason on_timeout) {
+    using SteadyTime = std::chrono::steady_clock::time_point;
+    const SteadyTime now = std::chrono::steady_clock::now();
+    const SteadyTime until = budget >= SteadyTime::max() - now ? SteadyTime::max() : now + budget;
+    // Declared before the lock: its destructor may wait for a running callback, which
+    // needs the mutex, so the lock must be gone by then.
+    std::stop_callback wake(stop, [this] {
+      std::lock_guard lock(mu_);
+      cv_.notify_all();
+    });
+    std::unique_lock lock(mu_);
+    waiting_.fetch_add(1, std::memory_order_seq_cst);
+    struct Leave {
+      std::atomic<std::uint32_t>& w;
+      ~Leave() { w.fetch_sub(1, std::memory_order_seq_cst); }
+    } leave{waiting_};
+    for (;;) {
+      if (take()) return Permit(this);
+      if (stop.stop_requested()) return reject(BulkheadRejectReason::cancelled);
+      if (cv_.wait_until(lock, until) == std::cv_status::timeout) {
+        if (take()) return Permit(this);
+        return reject(on_timeout);
+      }
+    }
+  }
+
+  const BulkheadConfig config_;
+  [[no_unique_address]] const detail::ClockRef<C> clock_;
+  const std::uint32_t max_;
+  alignas(64) std::atomic<std::uint32_t> in_use_{0};
+  std::atomic<std::uint32_t> waiting_{0};
+  std::atomic<std::uint64_t> rejected_{0};
+  std::mutex mu_;
+  std::condition_variable cv_;
+};
+
+using Bulkhead = BasicBulkhead<SteadyClock>;
+
+}  // namespace bulwark
+
+#endif  // BULWARK_BULKHEAD_H_

@@ -1,0 +1,572 @@
+// bulwark/pipeline.h — the resilience stages composed around one dependency call.
+//
+// Seed 004 composes four patterns around every call, from the inside out: a
+// per-attempt timeout, retry with backoff and jitter, a bulkhead, a circuit breaker;
+// seed 002 adds the fallback and the retry budget. A pipeline composes any subset of
+// them in that one order, written outermost first where it is composed:
+//
+//   fallback ∘ breaker ∘ bulkhead ∘ retry ∘ timeout ∘ call
+//
+//   auto call_payments = bulwark::pipeline(
+//       bulwark::fallback([](const bulwark::Failure<HttpError>&) { return Receipt::pending(); }),
+//       bulwark::breaker(payments_breaker),        // sees the whole retry sequence
+//       bulwark::bulkhead(payments_pool),          // one slot for the whole sequence
+//       bulwark::retry(payments_retry),            // backoff, deadline, budget
+//       bulwark::timeout(2s));                     // each attempt: min(deadline, now + 2 s)
+//
+//   bulwark::Expected<Receipt, bulwark::Failure<HttpError>> r =
+//       call_payments.execute(ctx, [&](const bulwark::Context& c) -> bulwark::Expected<Receipt,
+//       HttpError> {
+//         return client.post(url, body, c.remaining(), c.idempotency_key());
+//       });
+//
+// The stages must be given in that order (a compile-time error otherwise), each at
+// most once. The pipeline holds references to the breaker, bulkhead and retry (they
+// are shared by every call to the dependency and must outlive it) and copies of the
+// fallback and timeout. Everything is resolved at compile time: no virtual call, no
+// type erasure, no allocation — a stage that is absent costs nothing.
+//
+// The call. `call(const BasicContext<C>&)` (or `call()`) returns Expected<T, E>. A
+// value is a success. An error is classified by ErrorTraits<E> (below): failure (the
+// default), or ignored — the caller's own fault, such as a 4xx: never retried, and
+// neither a success nor a failure for the breaker. An exception thrown by the call is
+// not retried: it releases every permit, counts as a failure for the breaker, and
+// propagates unchanged.
+//
+// The result is Expected<T, Failure<E>>: the value, or which stage stopped the call,
+// why, after how many attempts, and the last attempt's error (fallback.h).
+//
+// The breaker sees, by default, the outcome of the whole retry sequence (seed 004:
+// the breaker wraps the retry). `breaker(b, BreakerScope::attempt)` makes it see every
+// attempt instead: each retry asks the breaker again, so an opening breaker stops the
+// retries. Either way a breaker permit is given back as cancelled (neither success nor
+// failure) when an inner stage stops the call before it runs — a half-open probe
+// turned away by a full bulkhead frees its probe slot instead of wedging HALF_OPEN.
+//
+// Cost of a call that succeeds first time, with every stage: the breaker's admission
+// load and its outcome report, one CAS and one subtract for the bulkhead, one CAS for
+// the budget deposit, two coarse clock reads to time the call for the breaker (none
+// without a breaker), and one precise clock read for a per-attempt timeout. See
+// bench/pipeline_bench.cc.
+//
+// Thread-safety: execute() may be called concurrently; it is as thread-safe as its
+// stages, which all are.
+
+#ifndef BULWARK_PIPELINE_H_
+#define BULWARK_PIPELINE_H_
+
+#include <chrono>
+#include <concepts>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "bulwark/bulkhead.h"
+#include "bulwark/circuit_breaker.h"
+#include "bulwark/clock.h"
+#include "bulwark/context.h"
+#include "bulwark/expected.h"
+#include "bulwark/fallback.h"
+#include "bulwark/outcome.h"
+#include "bulwark/retry.h"
+
+namespace bulwark {
+
+// How the pipeline reads a call's error. By default it uses members of E when they
+// exist — `Outcome outcome() const` and `std::optional<Nanos> retry_after() const` —
+// and otherwise treats every error as a failure with no retry-after hint. Specialize
+// it for error types you cannot change:
+//
+//   template <> struct bulwark::ErrorTraits<std::error_code> {
+//     static bulwark::Outcome outcome(const std::error_code& e) { ... }
+//     static std::optional<bulwark::Nanos> retry_after(const std::error_code&) { return {}; }
+//   };
+template <class E>
+struct ErrorTraits {
+  static Outcome outcome(const E& e) {
+    if constexpr (requires {
+                    { e.outcome() } -> std::convertible_to<Outcome>;
+                  }) {
+      return e.outcome();
+    } else {
+      return Outcome::failure;
+    }
+  }
+  static std::optional<Nanos> retry_after(const E& e) {
+    if constexpr (requires {
+                    { e.retry_after() } -> std::convertible_to<std::optional<Nanos>>;
+                  }) {
+      return e.retry_after();
+    } else {
+      return std::nullopt;
+    }
+  }
+};
+
+// What the breaker stage reports to the breaker.
+enum class BreakerScope : std::uint8_t {
+  call,     // one outcome per call: the outcome of its last attempt (seed 004)
+  attempt,  // one outcome per attempt; every retry asks the breaker for a new permit
+};
+
+// Anything with try_acquire() -> Expected<typename B::Permit, Rejection>, whose
+// Permit has record(Outcome, Nanos) and cancels itself when destroyed unrecorded.
+template <class B>
+concept BreakerLike = requires(B& b, typename B::Permit& p) {
+  { b.try_acquire() } -> std::same_as<Expected<typename B::Permit, Rejection>>;
+  p.record(Outcome::success, Nanos::zero());
+};
+
+template <class B>
+struct BreakerStage {
+  static constexpr int kOrder = 1;
+  B* breaker;
+  BreakerScope scope;
+};
+template <BreakerLike B>
+constexpr BreakerStage<B> breaker(B& b, BreakerScope scope = BreakerScope::call) noexcept {
+  return {&b, scope};
+}
+
+template <class H>
+struct BulkheadStage {
+  static constexpr int kOrder = 2;
+  H* bulkhead;
+};
+template <class C>
+constexpr BulkheadStage<BasicBulkhead<C>> bulkhead(BasicBulkhead<C>& b) noexcept {
+  return {&b};
+}
+
+// The default retry-on predicate: failures only, never ignored outcomes.
+struct RetryFailures {
+  template <class E>
+  bool operator()(const E& e) const {
+    return ErrorTraits<E>::outcome(e) == Outcome::failure;
+  }
+};
+
+template <class R, class Pred>
+struct RetryStage {
+  static constexpr int kOrder = 3;
+  R* retry;
+  Pred retry_on;
+};
+// Retries failures (ErrorTraits<E>::outcome(e) == failure).
+template <class C, class S>
+constexpr RetryStage<BasicRetry<C, S>, RetryFailures> retry(BasicRetry<C, S>& r) noexcept {
+  return {&r, {}};
+}
+// Retries the errors for which `retry_on(const E&)` is true (Polly's ShouldHandle),
+// replacing the default. It runs on the calling thread, after a failed attempt.
+template <class C, class S, class Pred>
+constexpr RetryStage<BasicRetry<C, S>, std::decay_t<Pred>> retry(BasicRetry<C, S>& r,
+                                                                 Pred&& retry_on) {
+  return {&r, std::forward<Pred>(retry_on)};
+}
+
+struct TimeoutStage {
+  static constexpr int kOrder = 4;
+  Nanos timeout;
+};
+// Each attempt gets a child context expiring `d` after it starts (or at the request's
+// deadline, if that comes first). The call is expected to honour ctx.remaining(): a
+// timeout does not interrupt a call (nothing can, safely, in C++); it bounds the time
+// the call is told it has. A failure after the timeout ran out is reported as a
+// timeout; a success that came late is still a success.
+template <class Rep, class Period>
+constexpr TimeoutStage timeout(std::chrono::duration<Rep, Period> d) noexcept {
+  return {Nanos(to_ticks(d))};
+}
+
+namespace detail {
+
+template <class T>
+struct IsExpected : std::false_type {};
+template <class T, class E>
+struct IsExpected<Expected<T, E>> : std::true_type {};
+
+template <int K, class... S>
+constexpr int stage_index() {
+  constexpr int orders[] = {S::kOrder..., -1};
+  for (int i = 0; i < static_cast<int>(sizeof...(S)); ++i) {
+    if (orders[i] == K) return i;
+  }
+  return -1;
+}
+
+template <class... S>
+constexpr bool strictly_ordered() {
+  constexpr int orders[] = {S::kOrder..., 99};
+  for (int i = 0; i + 1 < static_cast<int>(sizeof...(S)); ++i) {
+    if (orders[i] >= orders[i + 1]) return false;
+  }
+  return true;
+}
+
+// Tracks what the whole-call breaker needs to know after the inner stages ran.
+struct Trace {
+  std::uint32_t attempts = 0;
+  Outcome last = Outcome::success;
+};
+
+// Per-attempt hooks for the breaker. The "none" version makes everything vanish.
+struct NoAttemptHook {
+  static constexpr bool kActive = false;
+  std::optional<Rejection> before(std::uint32_t) noexcept { return std::nullopt; }
+  void after(Outcome, Nanos) noexcept {}
+};
+
+template <class B>
+struct BreakerAttemptHook {
+  static constexpr bool kActive = true;
+  B* breaker;
+  std::optional<typename B::Permit> current;  // attempt 1: the permit taken by the stage
+
+  std::optional<Rejection> before(std::uint32_t attempt) noexcept {
+    if (attempt == 1 && current) return std::nullopt;
+    auto p = breaker->try_acquire();
+    if (!p) return p.error();
+    current.emplace(std::move(*p));
+    return std::nullopt;
+  }
+  void after(Outcome o, Nanos d) noexcept {
+    if (current) {
+      current->record(o, d);
+      current.reset();
+    }
+  }
+};
+
+constexpr Reason reason_of(RejectReason r) noexcept {
+  switch (r) {
+    case RejectReason::open:
+      return Reason::breaker_open;
+    case RejectReason::half_open_full:
+      return Reason::breaker_half_open_full;
+    case RejectReason::forced_open:
+      return Reason::breaker_forced_open;
+  }
+  return Reason::breaker_open;
+}
+
+constexpr Reason reason_of(BulkheadRejectReason r) noexcept {
+  switch (r) {
+    case BulkheadRejectReason::full:
+      return Reason::bulkhead_full;
+    case BulkheadRejectReason::deadline_exceeded:
+      return Reason::deadline_exceeded;
+    case BulkheadRejectReason::cancelled:
+      return Reason::cancelled;
+  }
+  return Reason::bulkhead_full;
+}
+
+}  // namespace detail
+
+template <class... S>
+class Pipeline {
+  static_assert(detail::strictly_ordered<S...>(),
+                "pipeline stages go outermost first, each at most once: "
+                "fallback, breaker, bulkhead, retry, timeout");
+
+  static constexpr int kFallback = detail::stage_index<0, S...>();
+  static constexpr int kBreaker = detail::stage_index<1, S...>();
+  static constexpr int kBulkhead = detail::stage_index<2, S...>();
+  static constexpr int kRetry = detail::stage_index<3, S...>();
+  static constexpr int kTimeout = detail::stage_index<4, S...>();
+
+ public:
+  constexpr explicit Pipeline(S... stages) : stages_(std::move(stages)...) {}
+
+  // Runs `call` through the stages. Blocks only to wait out a retry's backoff (through
+  // the retry's sleeper) or for a bulkhead slot (up to its max_wait); both end early
+  // at the context's deadline and on its cancellation.
+  template <Clock C, class F>
+  auto execute(const BasicContext<C>& ctx, F&& call) const {
+    using Ctx = BasicContext<C>;
+    using R = std::remove_cvref_t<call_result_t<F, Ctx>>;
+    static_assert(detail::IsExpected<R>::value, "the call must return bulwark::Expected<T, E>");
+    using T = typename R::value_type;
+    using E = typename R::error_type;
+    using Out = Expected<T, Failure<E>>;
+
+    detail::Trace trace;
+    Out out = run_breaker<Out, E>(ctx, call, trace);
+    if constexpr (kFallback >= 0) {
+      if (!out) return std::get<kFallback>(stages_).template apply<Out>(std::move(out).error());
+    }
+    return out;
+  }
+
+  // execute(), so a pipeline reads as the function it wraps.
+  template <Clock C, class F>
+  auto operator()(const BasicContext<C>& ctx, F&& call) const {
+    return execute(ctx, std::forward<F>(call));
+  }
+
+ private:
+  template <class F, class Ctx>
+  using call_result_t =
+      std::conditional_t<std::is_invocable_v<F&, const Ctx&>, std::invoke_result<F&, const Ctx&>,
+                         std::invoke_result<F&>>::type;
+
+  template <class E>
+  static Unexpected<Failure<E>> fail(Reason reason, Stage stage, std::uint32_t attempts,
+                                     std::optional<E>&& error, Nanos retry_after = Nanos::zero(),
+                                     bool timed_out = false) {
+    Failure<E> f;
+    f.reason = reason;
+    f.stage = stage;
+    f.attempts = attempts;
+    f.retry_after = retry_after;
+    f.error = std::move(error);
+    f.timed_out = timed_out;
+    return Unexpected(std::move(f));
+  }
+
+  template <class Out, class E, class Ctx, class F>
+  Out run_breaker(const Ctx& ctx, F& call, detail::Trace& trace) const {
+    if constexpr (kBreaker < 0) {
+      detail::NoAttemptHook hook;
+      return run_bulkhead<Out, E>(ctx, call, trace, hook);
+    } else {
+      const auto& stage = std::get<kBreaker>(stages_);
+      using B = std::remove_pointer_t<decltype(stage.breaker)>;
+      auto permit = stage.breaker->try_acquire();
+      if (!permit) {
+        return fail<E>(detail::reason_of(permit.error().reason), Stage::breaker, 0, std::nullopt,
+                       permit.error().retry_after);
+      }
+      if (stage.scope == BreakerScope::attempt) {
+        detail::BreakerAttemptHook<B> hook{stage.breaker, std::move(*permit)};
+        return run_bulkhead<Out, E>(ctx, call, trace, hook);
+      }
+      detail::NoAttemptHook hook;
+      const Ticks start = coarse_now_ticks(ctx.clock());
+#if defined(__cpp_exceptions)
+      try {
+#endif
+        Out out = run_bulkhead<Out, E>(ctx, call, trace, hook);
+        // No attempt ran (an inner stage said no): the permit is dropped unrecorded,
+        // which cancels it and frees a half-open probe slot.
+        if (trace.attempts > 0) {
+          permit->record(trace.last,
+                         Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - start)));
+        }
+        return out;
+#if defined(__cpp_exceptions)
+      } catch (...) {
+        permit->record(Outcome::failure,
+                       Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - start)));
+        throw;
+      }
+#endif
+    }
+  }
+
+  template <class Out, class E, class Ctx, class F, class Hook>
+  Out run_bulkhead(const Ctx& ctx, F& call, detail::Trace& trace, Hook& hook) const {
+    if constexpr (kBulkhead < 0) {
+      return run_attempts<Out, E>(ctx, call, trace, hook);
+    } else {
+      auto slot = std::get<kBulkhead>(stages_).bulkhead->acquire(ctx);
+      if (!slot)
+        return fail<E>(detail::reason_of(slot.error().reason), Stage::bulkhead, 0, std::nullopt);
+      return run_attempts<Out, E>(ctx, call, trace, hook);
+    }  // the slot goes back here, whatever happened inside
+  }
+
+  template <class Ctx, class F>
+  static decltype(auto) invoke_call(F& call, const Ctx& ctx) {
+    if constexpr (std::is_invocable_v<F&, const Ctx&>) {
+      return std::invoke(call, ctx);
+    } else {
+      return std::invoke(call);
+    }
+  }
+
+  // The retry loop (a single attempt without a retry stage). See retry.h for the
+  // order of the rules it applies.
+  template <class Out, class E, class Ctx, class F, class Hook>
+  Out run_attempts(const Ctx& ctx, F& call, detail::Trace& trace, Hook& hook) const {
+    constexpr bool kHasRetry = kRetry >= 0;
+    constexpr bool kHasTimeout = kTimeout >= 0;
+    using T = typename Out::value_type;
+
+    AttemptInfo info;
+    [[maybe_unused]] std::string key;
+    [[maybe_unused]] auto* retry = [&] {
+      if constexpr (kHasRetry) {
+        return std::get<kRetry>(stages_).retry;
+      } else {
+        return static_cast<void*>(nullptr);
+      }
+    }();
+    using Ticket = decltype([] {
+      if constexpr (kHasRetry) {
+        using RetryT = std::remove_pointer_t<
+            decltype(std::get<kRetry>(std::declval<std::tuple<S...>&>()).retry)>;
+        return std::optional<typename RetryT::budget_type::Ticket>();
+      } else {
+        return 0;
+      }
+    }());
+    [[maybe_unused]] Ticket ticket{};
+    if constexpr (kHasRetry) {
+      if (retry->config().idempotency_key) {
+        key = retry->config().idempotency_key();
+        info.idempotency_key = key;
+      }
+      if (auto* budget = retry->budget()) budget->deposit();
+    }
+
+    std::optional<E> last_error;
+    Nanos previous_delay = Nanos::zero();
+    for (std::uint32_t n = 1;; ++n) {
+      const Stage checker = n == 1 ? Stage::call : Stage::retry;
+      if (ctx.stop_requested())
+        return fail<E>(Reason::cancelled, checker, n - 1, std::move(last_error));
+      if (ctx.expired())
+        return fail<E>(Reason::deadline_exceeded, checker, n - 1, std::move(last_error));
+      if (auto rejected = hook.before(n)) {
+        return fail<E>(detail::reason_of(rejected->reason), Stage::breaker, n - 1,
+                       std::move(last_error), rejected->retry_after);
+      }
+      if constexpr (kHasRetry) {
+        if (ticket) ticket->commit();
+        if (n > 1) retry->note_retry();
+      }
+      info.number = n;
+
+      auto attempt = [&] {
+        if constexpr (kHasTimeout) {
+          return ctx.with_timeout(std::get<kTimeout>(stages_).timeout).with_attempt(&info);
+        } else if constexpr (kHasRetry) {
+          return ctx.with_attempt(&info);
+        } else {
+          return std::cref(ctx);
+        }
+      }();
+      const Ctx& actx = attempt;
+
+      [[maybe_unused]] Ticks started = 0;
+      if constexpr (Hook::kActive) started = coarse_now_ticks(ctx.clock());
+      auto elapsed = [&] {
+        if constexpr (Hook::kActive) {
+          return Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - started));
+        } else {
+          return Nanos::zero();
+        }
+      };
+
+#if defined(__cpp_exceptions)
+      auto result = [&] {
+        try {
+          return invoke_call(call, actx);
+        } catch (...) {
+          trace.attempts = n;
+          trace.last = Outcome::failure;
+          hook.after(Outcome::failure, elapsed());
+          throw;
+        }
+      }();
+#else
+      auto result = invoke_call(call, actx);
+#endif
+      trace.attempts = n;
+      if (result) {
+        trace.last = Outcome::success;
+        hook.after(Outcome::success, elapsed());
+        if constexpr (std::is_void_v<T>) {
+          return Out();
+        } else {
+          return Out(std::move(*result));
+        }
+      }
+
+      auto&& error = result.error();  // E& (const E& for Expected<void, E>)
+      const Outcome outcome = ErrorTraits<E>::outcome(error);
+      trace.last = outcome;
+      hook.after(outcome, elapsed());
+      const std::optional<Nanos> hint = ErrorTraits<E>::retry_after(error);
+      const Nanos hint_or_zero = hint ? *hint : Nanos::zero();
+      bool timed_out = false;
+      if constexpr (kHasTimeout) timed_out = actx.deadline() < ctx.deadline() && actx.expired();
+      const Reason own = timed_out ? Reason::timeout : Reason::call_error;
+      const Stage own_stage = timed_out ? Stage::timeout : Stage::call;
+
+      if constexpr (!kHasRetry) {
+        return fail<E>(own, own_stage, n, std::optional<E>(std::move(error)), hint_or_zero,
+                       timed_out);
+      } else {
+        const auto& stage = std::get<kRetry>(stages_);
+        auto stop = [&](Reason reason) {
+          return fail<E>(reason, Stage::retry, n, std::optional<E>(std::move(error)), hint_or_zero,
+                         timed_out);
+        };
+        if (!stage.retry_on(std::as_const(error))) {
+          return fail<E>(own, own_stage, n, std::optional<E>(std::move(error)), hint_or_zero,
+                         timed_out);
+        }
+        if (ctx.stop_requested()) {
+          retry->note_cancelled();
+          return stop(Reason::cancelled);
+        }
+        const RetryPolicy& policy = retry->policy();
+        const Ticks now = ctx.has_deadline() ? ctx.now() : 0;
+        if (ctx.deadline().passed(now)) {
+          retry->note_deadline_stop();
+          return stop(Reason::deadline_exceeded);
+        }
+        const bool use_hint = hint && policy.config().honor_retry_after;
+        const std::uint64_t bits = policy.needs_random() && !use_hint ? policy.random_bits() : 0;
+        const RetryDecision decision =
+            policy.decide(n, previous_delay, hint, now, ctx.deadline(), bits);
+        switch (decision.verdict) {
+          case RetryDecision::Verdict::exhausted:
+            retry->note_exhausted();
+            return stop(Reason::retries_exhausted);
+          case RetryDecision::Verdict::deadline_exceeded:
+            retry->note_deadline_stop();
+            return stop(Reason::deadline_exceeded);
+          case RetryDecision::Verdict::retry:
+            break;
+        }
+        if (auto* budget = retry->budget()) {
+          auto granted = budget->try_withdraw();
+          if (!granted) {
+            retry->note_budget_stop();
+            return stop(Reason::budget_exhausted);
+          }
+          ticket.emplace(std::move(*granted));  // spent while we wait; refunded if no retry follows
+        }
+        last_error.emplace(std::move(error));
+        if (!retry->sleeper().sleep_for(decision.delay, ctx.stop_token())) {
+          retry->note_cancelled();
+          return fail<E>(Reason::cancelled, Stage::retry, n, std::move(last_error), hint_or_zero,
+                         timed_out);
+        }
+        previous_delay = decision.delay;
+      }
+    }
+  }
+
+  std::tuple<S...> stages_;
+};
+
+// Composes stages, outermost first: fallback, breaker, bulkhead, retry, timeout (any
+// subset, in that order).
+template <class... S>
+constexpr Pipeline<std::decay_t<S>...> pipeline(S&&... stages) {
+  return Pipeline<std::decay_t<S>...>(std::forward<S>(stages)...);
+}
+
+}  // namespace bulwark
+
+#endif  // BULWARK_PIPELINE_H_
