@@ -56,9 +56,11 @@ int main() {
   }
 
   const bulwark::BreakerSnapshot s = breaker.snapshot();
-  std::printf("\nserved %d, failed %d, rejected fast %d (of 120 requests)\n", served, failed, rejected);
-  std::printf("final state %s; opened %llu times; %llu calls reached the dependency while it was down\n",
-              std::string(to_string(s.state)).c_str(), static_cast<unsigned long long>(s.opens),
-              static_cast<unsigned long long>(s.failures));
+  std::printf("\nserved %d, failed %d, rejected fast %d (of 120 requests)\n", served, failed,
+              rejected);
+  std::printf(
+      "final state %s; opened %llu times; %llu calls reached the dependency while it was down\n",
+      std::string(to_string(s.state)).c_str(), static_cast<unsigned long long>(s.opens),
+      static_cast<unsigned long long>(s.failures));
   return s.state == bulwark::State::closed ? 0 : 1;
 }

@@ -10,12 +10,6 @@
 namespace bulwark {
 namespace {
 
-std::string describe(Nanos d) {
-  std::ostringstream out;
-  out << d.count() << "ns";
-  return out.str();
-}
-
 ConfigError breaker_error(const BreakerConfig& c, std::string field, std::string message) {
   return ConfigError{"circuit breaker '" + c.name + "'", std::move(field), std::move(message)};
 }
@@ -29,18 +23,25 @@ Expected<void, ConfigError> validate(const BreakerConfig& c) {
   };
   if (c.name.empty()) return fail("name", "must not be empty");
   if (c.consecutive_failures > kMaxCount) {
-    return fail("consecutive_failures", "must be at most 65535 (got " + std::to_string(c.consecutive_failures) + ")");
+    return fail("consecutive_failures",
+                "must be at most 65535 (got " + std::to_string(c.consecutive_failures) + ")");
   }
   if (c.open_duration <= Nanos::zero()) {
-    return fail("open_duration", "must be positive (got " + describe(c.open_duration) + ")");
+    return fail("open_duration",
+                "must be positive (got " + detail::format_duration(c.open_duration) + ")");
   }
   if (!std::isfinite(c.open_duration_multiplier) || c.open_duration_multiplier < 1.0) {
-    return fail("open_duration_multiplier",
-                "must be a finite number >= 1 (got " + std::to_string(c.open_duration_multiplier) + ")");
+    return fail("open_duration_multiplier", "must be a finite number >= 1 (got " +
+                                                std::to_string(c.open_duration_multiplier) + ")");
   }
-  if (c.max_open_duration < c.open_duration) {
-    return fail("max_open_duration", "must be at least open_duration (got " + describe(c.max_open_duration) +
-                                         " < " + describe(c.open_duration) + ")");
+  if (c.max_open_duration != Nanos::zero() && c.max_open_duration < c.open_duration) {
+    return fail("max_open_duration", "must be at least open_duration (got " +
+                                         detail::format_duration(c.max_open_duration) + " < " +
+                                         detail::format_duration(c.open_duration) + ")");
+  }
+  if (c.max_open_duration == Nanos::zero() && c.open_duration_multiplier > 1.0) {
+    return fail("max_open_duration",
+                "must be set when open_duration_multiplier is above 1 (it caps the growth)");
   }
   if (c.half_open_max_calls < 1 || c.half_open_max_calls > kMaxCount) {
     return fail("half_open_max_calls",
@@ -51,12 +52,38 @@ Expected<void, ConfigError> validate(const BreakerConfig& c) {
                 "must be between 1 and 65535 (got " + std::to_string(c.half_open_successes) + ")");
   }
   if (c.half_open_max_wait < Nanos::zero()) {
-    return fail("half_open_max_wait", "must not be negative (got " + describe(c.half_open_max_wait) + ")");
+    return fail("half_open_max_wait",
+                "must not be negative (got " + detail::format_duration(c.half_open_max_wait) + ")");
   }
   return {};
 }
 
 namespace detail {
+
+std::string format_duration(Nanos d) {
+  if (d == Nanos::max()) return "forever";
+  struct Unit {
+    Ticks ns;
+    const char* name;
+  };
+  static constexpr Unit kUnits[] = {
+      {3'600'000'000'000, "h"}, {60'000'000'000, "min"}, {1'000'000'000, "s"},
+      {1'000'000, "ms"},        {1'000, "us"},           {1, "ns"}};
+  const Ticks n = d.count();
+  const Ticks magnitude = n < 0 ? (n == kTicksMin ? kTicksMax : -n) : n;
+  for (const Unit& u : kUnits) {
+    if (magnitude >= u.ns || u.ns == 1) {
+      std::ostringstream out;
+      if (n % u.ns == 0) {
+        out << n / u.ns << u.name;
+      } else {
+        out << static_cast<double>(n) / static_cast<double>(u.ns) << u.name;
+      }
+      return out.str();
+    }
+  }
+  return std::to_string(n) + "ns";
+}
 
 [[noreturn]] void raise_config_error(ConfigError error) {
 #if defined(__cpp_exceptions)
@@ -83,7 +110,9 @@ PolicyCore::PolicyCore(BreakerConfig config_in)
   // The r-th consecutive opening lasts base * multiplier^(r-1), capped. Computed once
   // in long double and clamped, so no later arithmetic can overflow or go negative.
   const long double base = static_cast<long double>(config.open_duration.count());
-  const long double cap = static_cast<long double>(config.max_open_duration.count());
+  const Nanos max =
+      config.max_open_duration == Nanos::zero() ? config.open_duration : config.max_open_duration;
+  const long double cap = static_cast<long double>(max.count());
   long double period = base;
   for (std::uint32_t r = 1; r <= Word::kReopenMax; ++r) {
     open_periods_[r] = static_cast<Ticks>(std::min(period, cap));
@@ -105,7 +134,8 @@ ListenerId ListenerList::add(TransitionListener listener) {
 bool ListenerList::remove(ListenerId id) {
   std::lock_guard lock(mu_);
   auto next = std::make_shared<List>(*list_);
-  const auto it = std::find_if(next->begin(), next->end(), [id](const Entry& e) { return e.id == id; });
+  const auto it =
+      std::find_if(next->begin(), next->end(), [id](const Entry& e) { return e.id == id; });
   if (it == next->end()) return false;
   next->erase(it);
   list_ = std::move(next);

@@ -40,7 +40,9 @@ struct BreakerConfig {
   // Each consecutive reopening (a probe failed) multiplies the open period by this,
   // up to max_open_duration; a successful close returns it to open_duration. >= 1.
   double open_duration_multiplier = 1.0;
-  Nanos max_open_duration = std::chrono::minutes(10);
+  // The cap on that growth; required (>= open_duration) when the multiplier is > 1.
+  // Zero means unset: with a multiplier of 1 the period simply never grows.
+  Nanos max_open_duration = Nanos::zero();
 
   // HALF_OPEN admits at most this many probes at once (K)...
   std::uint32_t half_open_max_calls = 1;

@@ -41,12 +41,18 @@ enum class State : std::uint8_t {
 
 constexpr std::string_view to_string(State s) noexcept {
   switch (s) {
-    case State::closed: return "closed";
-    case State::open: return "open";
-    case State::half_open: return "half_open";
-    case State::forced_open: return "forced_open";
-    case State::disabled: return "disabled";
-    case State::metrics_only: return "metrics_only";
+    case State::closed:
+      return "closed";
+    case State::open:
+      return "open";
+    case State::half_open:
+      return "half_open";
+    case State::forced_open:
+      return "forced_open";
+    case State::disabled:
+      return "disabled";
+    case State::metrics_only:
+      return "metrics_only";
   }
   return "unknown";
 }
@@ -64,24 +70,31 @@ enum class TransitionReason : std::uint8_t {
 
 constexpr std::string_view to_string(TransitionReason r) noexcept {
   switch (r) {
-    case TransitionReason::consecutive_failures: return "consecutive_failures";
-    case TransitionReason::failure_rate: return "failure_rate";
-    case TransitionReason::slow_call_rate: return "slow_call_rate";
-    case TransitionReason::open_period_elapsed: return "open_period_elapsed";
-    case TransitionReason::probes_succeeded: return "probes_succeeded";
-    case TransitionReason::probe_failed: return "probe_failed";
-    case TransitionReason::manual: return "manual";
+    case TransitionReason::consecutive_failures:
+      return "consecutive_failures";
+    case TransitionReason::failure_rate:
+      return "failure_rate";
+    case TransitionReason::slow_call_rate:
+      return "slow_call_rate";
+    case TransitionReason::open_period_elapsed:
+      return "open_period_elapsed";
+    case TransitionReason::probes_succeeded:
+      return "probes_succeeded";
+    case TransitionReason::probe_failed:
+      return "probe_failed";
+    case TransitionReason::manual:
+      return "manual";
   }
   return "unknown";
 }
 
 struct TransitionEvent {
-  std::string_view name;    // the breaker's configured name
-  const void* breaker;      // identity of the breaker that changed (for registries)
+  std::string_view name;  // the breaker's configured name
+  const void* breaker;    // identity of the breaker that changed (for registries)
   State from;
   State to;
   TransitionReason reason;
-  Ticks at;                 // clock time of the transition
+  Ticks at;  // clock time of the transition
   // The breaker's generation after the transition: +1 per transition, including the
   // silent ones (a reset while CLOSED, a fresh half-open round); wraps at 2^19.
   std::uint32_t generation;

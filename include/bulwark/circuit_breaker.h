@@ -65,9 +65,12 @@ enum class RejectReason : std::uint8_t {
 
 constexpr std::string_view to_string(RejectReason r) noexcept {
   switch (r) {
-    case RejectReason::open: return "open";
-    case RejectReason::half_open_full: return "half_open_full";
-    case RejectReason::forced_open: return "forced_open";
+    case RejectReason::open:
+      return "open";
+    case RejectReason::half_open_full:
+      return "half_open_full";
+    case RejectReason::forced_open:
+      return "forced_open";
   }
   return "unknown";
 }
@@ -155,8 +158,7 @@ class BreakerPolicy {
  public:
   // Validates `config` (throws InvalidConfig naming the field). Clocks with state
   // (ManualClock) must be passed and must outlive every breaker using the policy.
-  explicit BreakerPolicy(BreakerConfig config)
-    requires std::is_empty_v<C>
+  explicit BreakerPolicy(BreakerConfig config) requires std::is_empty_v<C>
       : data_(new detail::PolicyData<C>(std::move(config), detail::ClockRef<C>())) {}
   BreakerPolicy(BreakerConfig config, const C& clock)
       : data_(new detail::PolicyData<C>(std::move(config), detail::ClockRef<C>(clock))) {}
@@ -228,20 +230,29 @@ class alignas(64) BasicCircuitBreaker {
       (void)duration;
       resolve(static_cast<Resolution>(outcome));
     }
-    void record_success(Nanos duration = Nanos::zero()) noexcept { record(Outcome::success, duration); }
-    void record_failure(Nanos duration = Nanos::zero()) noexcept { record(Outcome::failure, duration); }
+    void record_success(Nanos duration = Nanos::zero()) noexcept {
+      record(Outcome::success, duration);
+    }
+    void record_failure(Nanos duration = Nanos::zero()) noexcept {
+      record(Outcome::failure, duration);
+    }
     void ignore() noexcept { record(Outcome::ignored); }
 
     // True while the permit has not reported.
     bool active() const noexcept { return breaker_ != nullptr; }
     // True if this call is a HALF_OPEN probe.
-    bool is_probe() const noexcept { return static_cast<State>(Word(word_).state()) == State::half_open; }
+    bool is_probe() const noexcept {
+      return static_cast<State>(Word(word_).state()) == State::half_open;
+    }
     // The state the call was admitted in.
     State admitted_in() const noexcept { return static_cast<State>(Word(word_).state()); }
+    // The breaker generation it was admitted in (see BreakerSnapshot::generation).
+    std::uint32_t generation() const noexcept { return Word(word_).gen(); }
 
    private:
     friend class BasicCircuitBreaker;
-    Permit(BasicCircuitBreaker* breaker, Word word) noexcept : breaker_(breaker), word_(word.raw()) {}
+    Permit(BasicCircuitBreaker* breaker, Word word) noexcept
+        : breaker_(breaker), word_(word.raw()) {}
 
     void resolve(typename BasicCircuitBreaker::Resolution r) noexcept {
       if (breaker_ != nullptr) std::exchange(breaker_, nullptr)->release(Word(word_), r);
@@ -252,8 +263,7 @@ class alignas(64) BasicCircuitBreaker {
   };
 
   // Builds a breaker with its own policy. Throws InvalidConfig if `config` is invalid.
-  explicit BasicCircuitBreaker(BreakerConfig config)
-    requires std::is_empty_v<C>
+  explicit BasicCircuitBreaker(BreakerConfig config) requires std::is_empty_v<C>
       : BasicCircuitBreaker(BreakerPolicy<C>(std::move(config))) {}
   BasicCircuitBreaker(BreakerConfig config, const C& clock)
       : BasicCircuitBreaker(BreakerPolicy<C>(std::move(config), clock)) {}
@@ -293,7 +303,8 @@ class alignas(64) BasicCircuitBreaker {
           const Ticks t = now();
           const Ticks until = saturating_add(since_.load(std::memory_order_relaxed), period);
           if (t < until) return reject(RejectReason::open, until - t);
-          const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
+          const Word next =
+              w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
           if (cas(w, next)) {
             publish(next, State::open, TransitionReason::open_period_elapsed, t);
             return Permit(this, next);
@@ -309,14 +320,16 @@ class alignas(64) BasicCircuitBreaker {
           }
           // Every slot is taken. A probe whose permit leaked would hold its slot
           // forever; after half_open_max_wait we start a fresh round instead.
-          if (p.half_open_max_wait <= 0) return reject(RejectReason::half_open_full, p.open_period(w.reopens()));
+          if (p.half_open_max_wait <= 0)
+            return reject(RejectReason::half_open_full, p.open_period(w.reopens()));
           if (w.pending()) return reject(RejectReason::half_open_full, p.half_open_max_wait);
           const Ticks t = now();
           const Ticks waited = saturating_sub(t, since_.load(std::memory_order_relaxed));
           if (waited < p.half_open_max_wait) {
             return reject(RejectReason::half_open_full, p.half_open_max_wait - waited);
           }
-          const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
+          const Word next =
+              w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
           if (cas(w, next)) {
             publish(next, State::half_open, TransitionReason::open_period_elapsed, t);
             return Permit(this, next);
@@ -355,7 +368,9 @@ class alignas(64) BasicCircuitBreaker {
   }
 
   // The current state. One atomic load.
-  State state() const noexcept { return static_cast<State>(Word(word_.load(std::memory_order_acquire)).state()); }
+  State state() const noexcept {
+    return static_cast<State>(Word(word_.load(std::memory_order_acquire)).state());
+  }
 
   std::string_view name() const noexcept { return policy_->config.name; }
   const BreakerConfig& config() const noexcept { return policy_->config; }
@@ -385,12 +400,19 @@ class alignas(64) BasicCircuitBreaker {
     const detail::PolicyCore& p = *policy_;
     BreakerSnapshot snap{};
     snap.state = s;
-    snap.time_in_state = Nanos(std::max<Ticks>(0, saturating_sub(now(), since_.load(std::memory_order_relaxed))));
+    snap.time_in_state =
+        Nanos(std::max<Ticks>(0, saturating_sub(now(), since_.load(std::memory_order_relaxed))));
     snap.consecutive_failures = (s == State::closed || s == State::metrics_only) ? w.a() : 0;
     switch (s) {
-      case State::open: snap.open_duration = Nanos(p.open_period(w.reopens())); break;
-      case State::half_open: snap.open_duration = Nanos(p.open_period(std::min(w.reopens() + 1, Word::kReopenMax))); break;
-      default: snap.open_duration = Nanos(p.open_period(1)); break;
+      case State::open:
+        snap.open_duration = Nanos(p.open_period(w.reopens()));
+        break;
+      case State::half_open:
+        snap.open_duration = Nanos(p.open_period(std::min(w.reopens() + 1, Word::kReopenMax)));
+        break;
+      default:
+        snap.open_duration = Nanos(p.open_period(1));
+        break;
     }
     snap.half_open_in_flight = s == State::half_open ? w.a() : 0;
     snap.half_open_successes = s == State::half_open ? w.b() : 0;
@@ -402,7 +424,8 @@ class alignas(64) BasicCircuitBreaker {
     const std::uint64_t cold = cold_.load(std::memory_order_relaxed);
     snap.cancelled = cold & kCancelledMax;
     snap.opens = cold >> kCancelledBits;
-    snap.permitted = snap.successes + snap.failures + snap.ignored + snap.cancelled + snap.half_open_in_flight;
+    snap.permitted =
+        snap.successes + snap.failures + snap.ignored + snap.cancelled + snap.half_open_in_flight;
     return snap;
   }
 
@@ -438,15 +461,24 @@ class alignas(64) BasicCircuitBreaker {
   // Adds a request to a word whose transition is still being published, unless a
   // request that takes precedence is already there.
   static Word with_request(Word w, Request r) noexcept {
-    return detail::request_priority(r) >= detail::request_priority(w.request()) ? w.with_request(r) : w;
+    return detail::request_priority(r) >= detail::request_priority(w.request()) ? w.with_request(r)
+                                                                                : w;
   }
 
   void release(Word admitted, Resolution r) noexcept {
     switch (r) {
-      case Resolution::success: successes_.fetch_add(1, std::memory_order_relaxed); break;
-      case Resolution::failure: failures_.fetch_add(1, std::memory_order_relaxed); break;
-      case Resolution::ignored: ignored_.fetch_add(1, std::memory_order_relaxed); break;
-      case Resolution::cancelled: add_cold(1, 0); break;
+      case Resolution::success:
+        successes_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Resolution::failure:
+        failures_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Resolution::ignored:
+        ignored_.fetch_add(1, std::memory_order_relaxed);
+        break;
+      case Resolution::cancelled:
+        add_cold(1, 0);
+        break;
     }
     switch (static_cast<State>(admitted.state())) {
       case State::closed:
@@ -481,14 +513,15 @@ class alignas(64) BasicCircuitBreaker {
       if (w.gen() != admitted.gen()) return;  // the breaker moved on: stale outcome
       const std::uint32_t failures = std::min(w.a() + 1, Word::kCountMax);
       Word next = w.with_a(failures);
-      const bool trip = static_cast<State>(w.state()) == State::closed && p.consecutive_failures != 0 &&
-                        failures >= p.consecutive_failures;
+      const bool trip = static_cast<State>(w.state()) == State::closed &&
+                        p.consecutive_failures != 0 && failures >= p.consecutive_failures;
       if (trip) {
         next = w.pending() ? with_request(next, Request::open)
                            : w.next_phase(static_cast<std::uint8_t>(State::open), 1);
       }
       if (cas(w, next)) {
-        if (trip && !w.pending()) publish(next, State::closed, TransitionReason::consecutive_failures, now());
+        if (trip && !w.pending())
+          publish(next, State::closed, TransitionReason::consecutive_failures, now());
         return;
       }
     }
@@ -519,7 +552,8 @@ class alignas(64) BasicCircuitBreaker {
       if (cas(w, next)) {
         if (wanted != Request::none && !w.pending()) {
           publish(next, State::half_open,
-                  wanted == Request::close ? TransitionReason::probes_succeeded : TransitionReason::probe_failed,
+                  wanted == Request::close ? TransitionReason::probes_succeeded
+                                           : TransitionReason::probe_failed,
                   now());
         }
         return;
@@ -529,12 +563,18 @@ class alignas(64) BasicCircuitBreaker {
 
   static constexpr Request request_for(State target) noexcept {
     switch (target) {
-      case State::closed: return Request::manual_reset;
-      case State::open: return Request::manual_open;
-      case State::half_open: return Request::manual_half_open;
-      case State::forced_open: return Request::manual_forced_open;
-      case State::disabled: return Request::manual_disabled;
-      case State::metrics_only: return Request::manual_metrics_only;
+      case State::closed:
+        return Request::manual_reset;
+      case State::open:
+        return Request::manual_open;
+      case State::half_open:
+        return Request::manual_half_open;
+      case State::forced_open:
+        return Request::manual_forced_open;
+      case State::disabled:
+        return Request::manual_disabled;
+      case State::metrics_only:
+        return Request::manual_metrics_only;
     }
     return Request::none;
   }
@@ -545,7 +585,8 @@ class alignas(64) BasicCircuitBreaker {
                               std::uint32_t& next_reopens, TransitionReason& reason) noexcept {
     reason = TransitionReason::manual;
     switch (r) {
-      case Request::none: return false;
+      case Request::none:
+        return false;
       case Request::close:
         if (from != State::half_open) return false;
         to = State::closed, next_reopens = 0, reason = TransitionReason::probes_succeeded;
@@ -566,7 +607,8 @@ class alignas(64) BasicCircuitBreaker {
       case Request::manual_open:
         if (from == State::open) return false;
         to = State::open;
-        next_reopens = (from == State::half_open || from == State::forced_open) ? std::max(reopens, 1u) : 1;
+        next_reopens =
+            (from == State::half_open || from == State::forced_open) ? std::max(reopens, 1u) : 1;
         return true;
       case Request::manual_half_open:
         if (from != State::open && from != State::forced_open) return false;
@@ -589,7 +631,8 @@ class alignas(64) BasicCircuitBreaker {
   }
 
   static bool manual_allowed(State from, State to) noexcept {
-    return to != State::half_open || from == State::open || from == State::forced_open || from == State::half_open;
+    return to != State::half_open || from == State::open || from == State::forced_open ||
+           from == State::half_open;
   }
 
   Expected<void, TransitionError> manual(State target, Request req) noexcept {
@@ -624,8 +667,8 @@ class alignas(64) BasicCircuitBreaker {
     for (;;) {
       const State to = static_cast<State>(w.state());
       since_.store(at, std::memory_order_relaxed);
-      const bool opened = (to == State::open || to == State::forced_open) &&
-                          from != State::open && from != State::forced_open;
+      const bool opened = (to == State::open || to == State::forced_open) && from != State::open &&
+                          from != State::forced_open;
       if (opened) add_cold(0, 1);
       if (from != to && !policy_->listeners.empty()) {
         policy_->listeners.emit(TransitionEvent{name(), this, from, to, reason, at, w.gen()});
@@ -640,7 +683,8 @@ class alignas(64) BasicCircuitBreaker {
         }
         State next_state{};
         std::uint32_t reopens = 0;
-        if (!resolve_request(static_cast<State>(cur.state()), req, cur.reopens(), next_state, reopens, reason)) {
+        if (!resolve_request(static_cast<State>(cur.state()), req, cur.reopens(), next_state,
+                             reopens, reason)) {
           cas(cur, cur.with_request(Request::none));
           continue;
         }
@@ -661,11 +705,13 @@ class alignas(64) BasicCircuitBreaker {
     for (;;) {
       const std::uint64_t c = std::min(kCancelledMax, (cur & kCancelledMax) + cancelled);
       const std::uint64_t o = std::min(kOpensMax, (cur >> kCancelledBits) + opens);
-      if (cold_.compare_exchange_weak(cur, c | (o << kCancelledBits), std::memory_order_relaxed)) return;
+      if (cold_.compare_exchange_weak(cur, c | (o << kCancelledBits), std::memory_order_relaxed))
+        return;
     }
   }
 
-  std::atomic<std::uint64_t> word_{Word().with_state(static_cast<std::uint8_t>(State::closed)).raw()};
+  std::atomic<std::uint64_t> word_{
+      Word().with_state(static_cast<std::uint8_t>(State::closed)).raw()};
   std::atomic<Ticks> since_{0};  // when the current state began; written only while pending
   detail::PolicyData<C>* policy_;
   std::atomic<std::uint64_t> successes_{0};

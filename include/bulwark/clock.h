@@ -17,14 +17,14 @@
 #ifndef BULWARK_CLOCK_H_
 #define BULWARK_CLOCK_H_
 
+#include <time.h>
+
 #include <atomic>
 #include <chrono>
 #include <concepts>
 #include <cstdint>
 #include <limits>
 #include <type_traits>
-
-#include <time.h>
 
 namespace bulwark {
 
@@ -111,8 +111,8 @@ struct SteadyClock {
 #if defined(CLOCK_MONOTONIC_COARSE)
     timespec ts;
     clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-    return time_point(std::chrono::duration_cast<duration>(std::chrono::seconds(ts.tv_sec) +
-                                                           Nanos(ts.tv_nsec)));
+    return time_point(
+        std::chrono::duration_cast<duration>(std::chrono::seconds(ts.tv_sec) + Nanos(ts.tv_nsec)));
 #else
     return now();
 #endif
@@ -139,7 +139,9 @@ class ManualClock {
   ManualClock(const ManualClock&) = delete;
   ManualClock& operator=(const ManualClock&) = delete;
 
-  time_point now() const noexcept { return time_point(Nanos(ticks_.load(std::memory_order_acquire))); }
+  time_point now() const noexcept {
+    return time_point(Nanos(ticks_.load(std::memory_order_acquire)));
+  }
 
   // Moves time forward by `d` (saturating at the largest representable time).
   template <class Rep, class Period>
@@ -152,7 +154,9 @@ class ManualClock {
   }
 
   // Sets the time, forwards or backwards.
-  void set(time_point t) noexcept { ticks_.store(t.time_since_epoch().count(), std::memory_order_release); }
+  void set(time_point t) noexcept {
+    ticks_.store(t.time_since_epoch().count(), std::memory_order_release);
+  }
   template <class Rep, class Period>
   void set(std::chrono::duration<Rep, Period> since_epoch) noexcept {
     ticks_.store(to_ticks(since_epoch), std::memory_order_release);
@@ -178,7 +182,7 @@ class ClockRef {
 };
 
 template <Clock C>
-  requires std::is_empty_v<C> && std::is_default_constructible_v<C>
+requires std::is_empty_v<C> && std::is_default_constructible_v<C>
 class ClockRef<C> {
  public:
   ClockRef() noexcept = default;

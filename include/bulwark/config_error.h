@@ -14,6 +14,7 @@
 #ifndef BULWARK_CONFIG_ERROR_H_
 #define BULWARK_CONFIG_ERROR_H_
 
+#include <chrono>
 #include <stdexcept>
 #include <string>
 
@@ -30,7 +31,8 @@ struct ConfigError {
 #if defined(__cpp_exceptions)
 class InvalidConfig : public std::invalid_argument {
  public:
-  explicit InvalidConfig(ConfigError e) : std::invalid_argument(e.to_string()), error_(std::move(e)) {}
+  explicit InvalidConfig(ConfigError e)
+      : std::invalid_argument(e.to_string()), error_(std::move(e)) {}
   const ConfigError& error() const noexcept { return error_; }
 
  private:
@@ -41,6 +43,8 @@ class InvalidConfig : public std::invalid_argument {
 namespace detail {
 // Throws InvalidConfig, or prints the error and aborts without exceptions.
 [[noreturn]] void raise_config_error(ConfigError error);
+// A duration as a person writes it in a configuration: "30s", "1.5s", "250ms", "2h".
+std::string format_duration(std::chrono::nanoseconds d);
 }  // namespace detail
 
 }  // namespace bulwark

@@ -52,10 +52,12 @@ class [[nodiscard]] Expected {
   using error_type = E;
 
   template <class U = T>
-    requires std::is_constructible_v<T, U&&> &&
-             (!std::is_same_v<std::remove_cvref_t<U>, Expected>) &&
-             (!std::is_same_v<std::remove_cvref_t<U>, std::in_place_t>)
-  constexpr Expected(U&& value) noexcept(std::is_nothrow_constructible_v<T, U&&>)  // NOLINT
+  requires std::is_constructible_v<T, U&&> &&(!std::is_same_v<std::remove_cvref_t<U>, Expected>)&&(
+      !std::is_same_v<
+          std::remove_cvref_t<U>,
+          std::in_place_t>)constexpr Expected(U&& value) noexcept(std::
+                                                                      is_nothrow_constructible_v<
+                                                                          T, U&&>)  // NOLINT
       : has_value_(true) {
     std::construct_at(&value_, std::forward<U>(value));
   }
@@ -66,14 +68,14 @@ class [[nodiscard]] Expected {
   }
 
   template <class G>
-    requires std::is_constructible_v<E, G&&>
+  requires std::is_constructible_v<E, G&&>
   constexpr Expected(Unexpected<G> u) noexcept(std::is_nothrow_constructible_v<E, G&&>)  // NOLINT
       : has_value_(false) {
     std::construct_at(&error_, std::move(u).error());
   }
 
-  constexpr Expected(Expected&& other) noexcept(std::is_nothrow_move_constructible_v<T> &&
-                                                std::is_nothrow_move_constructible_v<E>)
+  constexpr Expected(Expected&& other) noexcept(
+      std::is_nothrow_move_constructible_v<T>&& std::is_nothrow_move_constructible_v<E>)
       : has_value_(other.has_value_) {
     if (has_value_) {
       std::construct_at(&value_, std::move(other.value_));
@@ -82,9 +84,8 @@ class [[nodiscard]] Expected {
     }
   }
 
-  constexpr Expected(const Expected& other)
-    requires std::is_copy_constructible_v<T> && std::is_copy_constructible_v<E>
-      : has_value_(other.has_value_) {
+  constexpr Expected(const Expected& other) requires std::is_copy_constructible_v<T> &&
+      std::is_copy_constructible_v<E> : has_value_(other.has_value_) {
     if (has_value_) {
       std::construct_at(&value_, other.value_);
     } else {
@@ -92,8 +93,8 @@ class [[nodiscard]] Expected {
     }
   }
 
-  Expected& operator=(Expected&& other) noexcept(std::is_nothrow_move_constructible_v<T> &&
-                                                 std::is_nothrow_move_constructible_v<E>) {
+  Expected& operator=(Expected&& other) noexcept(
+      std::is_nothrow_move_constructible_v<T>&& std::is_nothrow_move_constructible_v<E>) {
     if (this != &other) {
       destroy();
       has_value_ = other.has_value_;
@@ -106,9 +107,8 @@ class [[nodiscard]] Expected {
     return *this;
   }
 
-  Expected& operator=(const Expected& other)
-    requires std::is_copy_constructible_v<T> && std::is_copy_constructible_v<E>
-  {
+  Expected& operator=(const Expected& other) requires std::is_copy_constructible_v<T> &&
+      std::is_copy_constructible_v<E> {
     if (this != &other) {
       destroy();
       has_value_ = other.has_value_;
@@ -169,7 +169,7 @@ class [[nodiscard]] Expected<void, E> {
 
   constexpr Expected() noexcept = default;
   template <class G>
-    requires std::is_constructible_v<E, G&&>
+  requires std::is_constructible_v<E, G&&>
   constexpr Expected(Unexpected<G> u)  // NOLINT
       : error_(std::move(u).error()), has_value_(false) {}
 

@@ -19,9 +19,12 @@ enum class Outcome : std::uint8_t { success, failure, ignored };
 
 constexpr std::string_view to_string(Outcome o) noexcept {
   switch (o) {
-    case Outcome::success: return "success";
-    case Outcome::failure: return "failure";
-    case Outcome::ignored: return "ignored";
+    case Outcome::success:
+      return "success";
+    case Outcome::failure:
+      return "failure";
+    case Outcome::ignored:
+      return "ignored";
   }
   return "unknown";
 }

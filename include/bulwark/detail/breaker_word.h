@@ -42,10 +42,14 @@ enum class Request : std::uint8_t {
 // beats a close ("any probe failure reopens").
 constexpr int request_priority(Request r) noexcept {
   switch (r) {
-    case Request::none: return 0;
-    case Request::close: return 1;
-    case Request::open: return 2;
-    default: return 3;
+    case Request::none:
+      return 0;
+    case Request::close:
+      return 1;
+    case Request::open:
+      return 2;
+    default:
+      return 3;
   }
 }
 
@@ -68,15 +72,21 @@ class Word {
   constexpr explicit Word(std::uint64_t raw) noexcept : raw_(raw) {}
   constexpr std::uint64_t raw() const noexcept { return raw_; }
 
-  constexpr std::uint8_t state() const noexcept { return static_cast<std::uint8_t>(get(kStateShift, kStateBits)); }
+  constexpr std::uint8_t state() const noexcept {
+    return static_cast<std::uint8_t>(get(kStateShift, kStateBits));
+  }
   constexpr bool pending() const noexcept { return get(kPendingShift, 1) != 0; }
-  constexpr Request request() const noexcept { return static_cast<Request>(get(kRequestShift, kRequestBits)); }
+  constexpr Request request() const noexcept {
+    return static_cast<Request>(get(kRequestShift, kRequestBits));
+  }
   constexpr std::uint32_t reopens() const noexcept { return get(kReopenShift, kReopenBits); }
   constexpr std::uint32_t a() const noexcept { return get(kAShift, kABits); }
   constexpr std::uint32_t b() const noexcept { return get(kBShift, kBBits); }
   constexpr std::uint32_t gen() const noexcept { return get(kGenShift, kGenBits); }
 
-  constexpr Word with_state(std::uint8_t s) const noexcept { return set(kStateShift, kStateBits, s); }
+  constexpr Word with_state(std::uint8_t s) const noexcept {
+    return set(kStateShift, kStateBits, s);
+  }
   constexpr Word with_pending(bool p) const noexcept { return set(kPendingShift, 1, p ? 1 : 0); }
   constexpr Word with_request(Request r) const noexcept {
     return set(kRequestShift, kRequestBits, static_cast<std::uint32_t>(r));
@@ -86,7 +96,9 @@ class Word {
   }
   constexpr Word with_a(std::uint32_t v) const noexcept { return set(kAShift, kABits, v); }
   constexpr Word with_b(std::uint32_t v) const noexcept { return set(kBShift, kBBits, v); }
-  constexpr Word with_gen(std::uint32_t g) const noexcept { return set(kGenShift, kGenBits, g & kGenMask); }
+  constexpr Word with_gen(std::uint32_t g) const noexcept {
+    return set(kGenShift, kGenBits, g & kGenMask);
+  }
 
   // The word a transition produces: a new generation, counters cleared, published
   // by its winner (pending) with no request outstanding.
