@@ -98,7 +98,8 @@ class BasicContext {
   // optional cancellation signal and deadline.
   explicit BasicContext(const C& clock, std::stop_token stop = {}, Deadline deadline = {}) noexcept
       : clock_(clock), deadline_(deadline), stop_(std::move(stop)) {}
-  BasicContext(const C&&, std::stop_token = {}, Deadline = {}) = delete;
+  BasicContext(const C&&, std::stop_token = {},
+               Deadline = {}) requires(!std::is_empty_v<C>) = delete;
 
   // A child whose deadline is the earlier of this one's and `d`. Same cancellation.
   BasicContext with_deadline(Deadline d) const noexcept {

@@ -166,7 +166,7 @@ class BasicRetryBudget {
         clock_(clock),
         deposit_(static_cast<std::int64_t>(config_.ratio * kUnit + 0.5)),
         cap_(static_cast<std::int64_t>(config_.max_tokens * kUnit + 0.5)),
-        floor_per_ns_(static_cast<long double>(config_.min_retries_per_second) * kUnit / 1e9L) {
+        floor_rate_(static_cast<std::uint64_t>(config_.min_retries_per_second * kUnit + 0.5)) {
     const long double first_second =
         static_cast<long double>(config_.min_retries_per_second) * kUnit;
     balance_.store(static_cast<std::int64_t>(
@@ -182,17 +182,28 @@ class BasicRetryBudget {
 
   // The floor accrues with time. Whoever wins the CAS on last_accrual_ adds the tokens
   // for the time it claimed; the others see the time already claimed and add nothing.
-  // A clock that steps back counts as no time passing.
+  // Integer arithmetic, and only the time that bought whole millionths is claimed, so
+  // frequent small accruals lose nothing. A clock that steps back is no time passing.
   void accrue_floor() noexcept {
-    if (floor_per_ns_ <= 0) return;
+    if (floor_rate_ == 0) return;
     const Ticks now = coarse_now_ticks(clock_.get());
     Ticks last = last_accrual_.load(std::memory_order_relaxed);
     if (now <= last) return;
-    const long double earned = static_cast<long double>(now - last) * floor_per_ns_;
-    if (earned < 1) return;  // leave the time unclaimed until it buys a millionth
-    if (!last_accrual_.compare_exchange_strong(last, now, std::memory_order_relaxed)) return;
-    const std::int64_t add =
-        earned >= static_cast<long double>(cap_) ? cap_ : static_cast<std::int64_t>(earned);
+    __extension__ using u128 = unsigned __int128;
+    constexpr std::uint64_t kNanosPerSecond = 1'000'000'000;
+    const auto elapsed = static_cast<std::uint64_t>(now - last);
+    const u128 earned = static_cast<u128>(elapsed) * floor_rate_ / kNanosPerSecond;
+    if (earned == 0) return;  // leave the time unclaimed until it buys a millionth
+    Ticks claimed_until = now;
+    std::int64_t add = cap_;
+    if (earned < static_cast<u128>(cap_)) {
+      add = static_cast<std::int64_t>(earned);
+      // ceil(earned * 1e9 / rate) <= elapsed: the time those tokens took to earn.
+      const u128 spent = (earned * kNanosPerSecond + floor_rate_ - 1) / floor_rate_;
+      claimed_until = last + static_cast<Ticks>(spent);
+    }
+    if (!last_accrual_.compare_exchange_strong(last, claimed_until, std::memory_order_relaxed))
+      return;
     std::int64_t cur = balance_.load(std::memory_order_relaxed);
     while (cur < cap_ && !balance_.compare_exchange_weak(cur, std::min(cap_, cur + add),
                                                          std::memory_order_relaxed)) {
@@ -213,7 +224,7 @@ class BasicRetryBudget {
   [[no_unique_address]] const detail::ClockRef<C> clock_;
   const std::int64_t deposit_;
   const std::int64_t cap_;
-  const long double floor_per_ns_;
+  const std::uint64_t floor_rate_;  // millionths of a retry per second
   alignas(64) std::atomic<std::int64_t> balance_{0};
   std::atomic<Ticks> last_accrual_{0};
   std::atomic<std::uint64_t> withdrawn_{0};
