@@ -313,8 +313,8 @@ class Pipeline {
  private:
   template <class F, class Ctx>
   using call_result_t =
-      std::conditional_t<std::is_invocable_v<F&, const Ctx&>, std::invoke_result<F&, const Ctx&>,
-                         std::invoke_result<F&>>::type;
+      typename std::conditional_t<std::is_invocable_v<F&, const Ctx&>,
+                                  std::invoke_result<F&, const Ctx&>, std::invoke_result<F&>>::type;
 
   template <class E>
   static Unexpected<Failure<E>> fail(Reason reason, Stage stage, std::uint32_t attempts,
