@@ -1,0 +1,260 @@
+// bulwark/observe.h — events that integrations forward to logs, and how to listen.
+//
+// A circuit that opens and nobody knows turns a visible problem into a silent one
+// (seed 002). Metrics (metrics.h, prometheus.h) answer "how often, how long"; events
+// answer "what just happened, to whom": a breaker changed state, a call was rejected,
+// a fallback answered, a breaker started flapping, a registry created or evicted a key.
+//
+//   bulwark::EventHub& hub = registry.events();
+//   bulwark::Subscription sub = hub.subscribe(
+//       bulwark::EventKind::transition | bulwark::EventKind::flapping,
+//       [](const bulwark::Event& e) { log_info(bulwark::to_logfmt(e)); });
+//   // event=transition name=reviews key=host-7:443 from=closed to=open reason=consecutive_failures
+//   at=12.5
+//   ...
+//   sub.reset();   // or let it go out of scope: the listener is removed
+//
+// Events are delivered synchronously, on the thread whose request caused them, after
+// the change is visible and while no bulwark lock is held; a listener that throws is
+// ignored. A listener may call back into bulwark. Keep listeners short: a slow listener
+// slows the request that triggered it. Rejections can arrive by the hundred thousand per
+// second during an incident; subscribe to them only with a listener that can take it
+// (count, sample, or rate-limit before logging).
+//
+// Cost. With no listener for a kind, emitting that kind is one relaxed load (wants()),
+// and the caller skips building the event. With listeners, emitting loads an immutable
+// listener list through an atomic shared_ptr (no mutex, no allocation) and calls each
+// listener whose mask matches. Adding or removing a listener copies the list (rare).
+
+#ifndef BULWARK_OBSERVE_H_
+#define BULWARK_OBSERVE_H_
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "bulwark/breaker_events.h"
+#include "bulwark/circuit_breaker.h"
+#include "bulwark/clock.h"
+
+namespace bulwark {
+
+enum class EventKind : std::uint8_t {
+  transition = 0,   // a breaker changed state
+  rejection = 1,    // a breaker (or bulkhead) refused a call
+  fallback = 2,     // a fallback answered instead of the dependency
+  flapping = 3,     // a breaker started or stopped flapping (opening again and again)
+  key_created = 4,  // a registry created the entry for a key
+  key_evicted = 5,  // a registry evicted an idle key
+};
+inline constexpr int kEventKindCount = 6;
+
+constexpr std::string_view to_string(EventKind k) noexcept {
+  switch (k) {
+    case EventKind::transition:
+      return "transition";
+    case EventKind::rejection:
+      return "rejection";
+    case EventKind::fallback:
+      return "fallback";
+    case EventKind::flapping:
+      return "flapping";
+    case EventKind::key_created:
+      return "key_created";
+    case EventKind::key_evicted:
+      return "key_evicted";
+  }
+  return "unknown";
+}
+
+// A set of event kinds: `EventKind::transition | EventKind::rejection`, EventMask::all().
+class EventMask {
+ public:
+  constexpr EventMask() noexcept = default;
+  constexpr EventMask(EventKind k) noexcept : bits_(bit(k)) {}  // NOLINT: a kind is a set of one
+  static constexpr EventMask all() noexcept { return EventMask((1u << kEventKindCount) - 1); }
+  static constexpr EventMask none() noexcept { return EventMask(); }
+  constexpr bool contains(EventKind k) const noexcept { return (bits_ & bit(k)) != 0; }
+  constexpr std::uint32_t bits() const noexcept { return bits_; }
+  friend constexpr EventMask operator|(EventMask a, EventMask b) noexcept {
+    return EventMask(a.bits_ | b.bits_);
+  }
+  friend constexpr bool operator==(EventMask, EventMask) noexcept = default;
+
+ private:
+  constexpr explicit EventMask(std::uint32_t bits) noexcept : bits_(bits) {}
+  static constexpr std::uint32_t bit(EventKind k) noexcept {
+    return 1u << static_cast<unsigned>(k);
+  }
+  std::uint32_t bits_ = 0;
+};
+
+constexpr EventMask operator|(EventKind a, EventKind b) noexcept {
+  return EventMask(a) | EventMask(b);
+}
+
+// What changed. One of these is an Event's payload.
+struct TransitionInfo {
+  State from;
+  State to;
+  TransitionReason reason;
+  std::uint32_t generation;  // the breaker's generation after the transition
+};
+
+struct RejectionInfo {
+  RejectReason reason;
+  Nanos retry_after;  // when a probe may be admitted (Rejection::retry_after)
+};
+
+// Why a fallback answered: no attempt reached the dependency (a breaker or bulkhead
+// said no, or the retry budget / deadline stopped the call first), or attempts ran and
+// failed.
+enum class FallbackKind : std::uint8_t { rejected = 0, failed = 1 };
+
+constexpr std::string_view to_string(FallbackKind k) noexcept {
+  return k == FallbackKind::rejected ? "rejected" : "failed";
+}
+
+struct FallbackInfo {
+  FallbackKind kind;
+  std::string_view reason;  // the pipeline's reason, e.g. "breaker_open" (fallback.h's Reason)
+};
+
+// A breaker is flapping when it keeps reopening: `openings` openings within `window`.
+// Emitted once when it starts (flapping = true) and once when it stops.
+struct FlappingInfo {
+  bool flapping;
+  std::uint32_t openings;
+  Nanos window;
+};
+
+// A registry created or evicted a key. `idle` is how long it had been idle (eviction).
+struct KeyInfo {
+  Nanos idle;
+};
+
+struct Event {
+  EventKind kind;
+  // The component's configured name (BreakerConfig::name), its registry key rendered as
+  // text (empty outside registries), and its identity (the breaker's address), as in
+  // TransitionEvent. The views are valid only during the listener call.
+  std::string_view name;
+  std::string_view key;
+  const void* source;
+  Ticks at;  // clock time of the event
+  std::variant<TransitionInfo, RejectionInfo, FallbackInfo, FlappingInfo, KeyInfo> info;
+};
+
+// Builds the Event for a breaker's TransitionEvent, with the key it belongs to.
+inline Event make_event(const TransitionEvent& e, std::string_view key = {}) noexcept {
+  return Event{EventKind::transition,
+               e.name,
+               key,
+               e.breaker,
+               e.at,
+               TransitionInfo{e.from, e.to, e.reason, e.generation}};
+}
+
+// The event as one logfmt line (no trailing newline), e.g.
+//   event=rejection name=reviews key="host 7" reason=open retry_after=29.5 at=120.25
+// Values with spaces, quotes, '=' or control characters are quoted and escaped, so a
+// key can never forge another field. Times are in seconds. Allocates the string.
+std::string to_logfmt(const Event& event);
+// Appends the same line to `out`.
+void append_logfmt(std::string& out, const Event& event);
+
+using EventListener = std::function<void(const Event&)>;
+
+class EventHub;
+
+// Removes its listener when destroyed or reset(). Move-only. Must not outlive its hub.
+class [[nodiscard]] Subscription {
+ public:
+  Subscription() noexcept = default;
+  Subscription(EventHub* hub, ListenerId id) noexcept : hub_(hub), id_(id) {}
+  Subscription(Subscription&& o) noexcept : hub_(std::exchange(o.hub_, nullptr)), id_(o.id_) {}
+  Subscription& operator=(Subscription&& o) noexcept {
+    if (this != &o) {
+      reset();
+      hub_ = std::exchange(o.hub_, nullptr);
+      id_ = o.id_;
+    }
+    return *this;
+  }
+  Subscription(const Subscription&) = delete;
+  Subscription& operator=(const Subscription&) = delete;
+  ~Subscription() { reset(); }
+
+  // Removes the listener now (idempotent).
+  void reset() noexcept;
+  // Keeps the listener registered for the hub's lifetime; returns its id.
+  ListenerId release() noexcept {
+    hub_ = nullptr;
+    return id_;
+  }
+  bool active() const noexcept { return hub_ != nullptr; }
+  ListenerId id() const noexcept { return id_; }
+
+ private:
+  EventHub* hub_ = nullptr;
+  ListenerId id_ = 0;
+};
+
+// A set of listeners, each with the kinds it wants. Thread-safe: subscribe,
+// unsubscribe and emit may run concurrently from any threads.
+class EventHub {
+ public:
+  EventHub() = default;
+  EventHub(const EventHub&) = delete;
+  EventHub& operator=(const EventHub&) = delete;
+
+  // Adds `listener` for the kinds in `mask`. Allocates (copies the list). The returned
+  // Subscription removes it; call release() on it to keep the listener for good.
+  Subscription subscribe(EventMask mask, EventListener listener);
+  // Removes a listener; returns false if it was not there. A call already running on
+  // another thread finishes (keep what a listener uses in a shared_ptr it captures if
+  // it may be removed while events flow).
+  bool unsubscribe(ListenerId id);
+
+  // True if some listener wants `kind`: one relaxed load. Emitters test it before
+  // building an event, so an unobserved event costs nothing more.
+  bool wants(EventKind kind) const noexcept {
+    return (mask_.load(std::memory_order_relaxed) & EventMask(kind).bits()) != 0;
+  }
+  // Calls every listener that wants `event.kind`, in subscription order, on this
+  // thread. Never throws, never allocates, never waits on a mutex (the list is read
+  // through an atomic shared_ptr).
+  void emit(const Event& event) const noexcept;
+
+  std::size_t size() const noexcept;
+
+ private:
+  struct Entry {
+    ListenerId id;
+    EventMask mask;
+    EventListener fn;
+  };
+  using List = std::vector<Entry>;
+
+  void publish(std::shared_ptr<const List> next);  // under mu_
+
+  std::atomic<std::shared_ptr<const List>> list_{std::make_shared<const List>()};
+  std::atomic<std::uint32_t> mask_{0};
+  std::mutex mu_;  // serialises writers only; emit() never takes it
+  ListenerId next_id_ = 1;
+};
+
+inline void Subscription::reset() noexcept {
+  if (hub_ != nullptr) (void)std::exchange(hub_, nullptr)->unsubscribe(id_);
+}
+
+}  // namespace bulwark
+
+#endif  // BULWARK_OBSERVE_H_

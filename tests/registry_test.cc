@@ -1,0 +1,562 @@
+// The keyed registry: get-or-create, handles, per-key configuration, eviction rules,
+// events and totals. Deterministic: a ManualClock, no threads (see
+// registry_stress_test.cc for concurrency).
+
+#include "bulwark/registry.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using bulwark::EventKind;
+using bulwark::ManualClock;
+using bulwark::Outcome;
+using bulwark::State;
+
+using Breaker = bulwark::BasicCircuitBreaker<ManualClock>;
+using Reg = bulwark::BasicRegistry<std::string, Breaker>;
+using Options = Reg::Options;
+
+Options options(bulwark::Nanos ttl = bulwark::Nanos::zero()) {
+  Options o;
+  o.name = "hosts";
+  o.breaker = {.name = "upstream", .consecutive_failures = 2, .open_duration = 30s};
+  o.idle_ttl = ttl;
+  o.shards = 4;
+  return o;
+}
+
+// key("k", i) trips GCC 12's -Wrestrict false positive at -O3.
+std::string key(std::string_view prefix, int i) {
+  std::string s(prefix);
+  s.append(std::to_string(i));
+  return s;
+}
+
+void fail_times(Reg& reg, std::string_view key, int n) {
+  for (int i = 0; i < n; ++i) {
+    auto call = reg.try_acquire(key);
+    ASSERT_TRUE(call.has_value());
+    call->record(Outcome::failure);
+  }
+}
+
+TEST(Registry, GetCreatesOnceAndReturnsTheSameBreaker) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  EXPECT_EQ(reg.size(), 0u);
+  auto a = reg.get("host-1:443");
+  auto b = reg.get(std::string_view("host-1:443"));
+  auto c = reg.get(std::string("host-1:443"));
+  ASSERT_TRUE(a && b && c);
+  EXPECT_EQ(&a.breaker(), &b.breaker());
+  EXPECT_EQ(&a.breaker(), &c.breaker());
+  EXPECT_EQ(a.key(), "host-1:443");
+  EXPECT_EQ(a->name(), "upstream");
+  EXPECT_EQ(reg.size(), 1u);
+  auto other = reg.get("host-2:443");
+  EXPECT_NE(&other.breaker(), &a.breaker());
+  EXPECT_EQ(reg.size(), 2u);
+  EXPECT_NE(a.incarnation(), other.incarnation());
+}
+
+TEST(Registry, FindNeverCreates) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  EXPECT_FALSE(reg.find("nope"));
+  EXPECT_EQ(reg.size(), 0u);
+  auto h = reg.get("yes");
+  auto f = reg.find("yes");
+  ASSERT_TRUE(f);
+  EXPECT_EQ(&f.breaker(), &h.breaker());
+}
+
+TEST(Registry, ManyKeysGrowTheTablesAndStayFindable) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  std::vector<const Breaker*> seen;
+  for (int i = 0; i < 5000; ++i) seen.push_back(&reg.get(key("k", i)).breaker());
+  EXPECT_EQ(reg.size(), 5000u);
+  for (int i = 0; i < 5000; ++i) {
+    auto h = reg.find(key("k", i));
+    ASSERT_TRUE(h) << i;
+    EXPECT_EQ(&h.breaker(), seen[static_cast<std::size_t>(i)]);
+  }
+  EXPECT_EQ(std::set<const Breaker*>(seen.begin(), seen.end()).size(), 5000u);
+  int visited = 0;
+  reg.for_each([&](const Reg::EntryView&) { ++visited; });
+  EXPECT_EQ(visited, 5000);
+}
+
+TEST(Registry, IntegerKeysWork) {
+  ManualClock clock;
+  bulwark::BasicRegistry<int, Breaker> reg({.name = "partitions"}, clock);
+  for (int p = 0; p < 100; ++p) (void)reg.get(p);
+  EXPECT_EQ(reg.size(), 100u);
+  EXPECT_EQ(reg.find(42).key(), 42);
+  std::string text;
+  bulwark::append_key_text(text, 42);
+  EXPECT_EQ(text, "42");
+}
+
+TEST(Registry, HandlesCountReferencesAndCopyMove) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  Reg::Handle empty;
+  EXPECT_FALSE(empty);
+  auto h = reg.get("a");
+  Reg::Handle copy = h;
+  Reg::Handle moved = std::move(copy);
+  EXPECT_FALSE(copy);  // NOLINT: moved-from handles are empty by contract
+  EXPECT_TRUE(moved);
+  moved.reset();
+  EXPECT_FALSE(moved);
+  EXPECT_TRUE(h);
+}
+
+TEST(Registry, TryAcquireRecordsOnTheKeysBreaker) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  fail_times(reg, "flaky", 2);
+  auto h = reg.get("flaky");
+  EXPECT_EQ(h->state(), State::open);
+  auto rejected = reg.try_acquire("flaky");
+  ASSERT_FALSE(rejected);
+  EXPECT_EQ(rejected.error().reason, bulwark::RejectReason::open);
+  EXPECT_EQ(reg.get("healthy")->state(), State::closed);  // one breaker per key
+  const auto snap = h->snapshot();
+  EXPECT_EQ(snap.failures, 2u);
+  EXPECT_EQ(snap.rejected, 1u);
+}
+
+TEST(Registry, HandleTryAcquireByCopyOrByMove) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  auto h = reg.get("a");
+  {
+    auto call = h.try_acquire();  // takes its own reference
+    ASSERT_TRUE(call);
+    call->record_success();
+  }
+  EXPECT_TRUE(h);
+  auto call = std::move(h).try_acquire();  // hands ours over
+  EXPECT_FALSE(h);                         // NOLINT
+  ASSERT_TRUE(call);
+  call->record_success();
+  EXPECT_EQ(call->breaker().snapshot().successes, 2u);
+}
+
+TEST(Registry, CallDestroyedWithoutOutcomeIsCancelled) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  { auto call = reg.try_acquire("a"); }
+  EXPECT_EQ(reg.get("a")->snapshot().cancelled, 1u);
+}
+
+TEST(Registry, PerKeyConfigurationAndSharedDefault) {
+  ManualClock clock;
+  Options o = options();
+  o.config_for = [](const std::string& key) -> std::optional<bulwark::BreakerConfig> {
+    if (key.starts_with("fragile"))
+      return bulwark::BreakerConfig{.name = "fragile", .consecutive_failures = 1};
+    return std::nullopt;
+  };
+  Reg reg(std::move(o), clock);
+  EXPECT_EQ(reg.get("fragile-1")->name(), "fragile");
+  EXPECT_EQ(reg.get("fragile-1")->config().consecutive_failures, 1u);
+  EXPECT_EQ(reg.get("robust")->name(), "upstream");
+  fail_times(reg, "fragile-1", 1);
+  fail_times(reg, "robust", 1);
+  EXPECT_EQ(reg.get("fragile-1")->state(), State::open);
+  EXPECT_EQ(reg.get("robust")->state(), State::closed);
+}
+
+TEST(Registry, InvalidOptionsNameTheField) {
+  ManualClock clock;
+  auto field_of = [](const Options& o) {
+    auto ok = bulwark::validate(o);
+    return ok ? std::string() : ok.error().field;
+  };
+  Options o = options();
+  EXPECT_EQ(field_of(o), "");
+  o.shards = 3;
+  EXPECT_EQ(field_of(o), "shards");
+  o = options();
+  o.shards = 2048;
+  EXPECT_EQ(field_of(o), "shards");
+  o = options();
+  o.idle_ttl = -1s;
+  EXPECT_EQ(field_of(o), "idle_ttl");
+  o = options();
+  o.idle_ttl = 10us;
+  EXPECT_EQ(field_of(o), "idle_ttl");
+  o = options();
+  o.evict_batch = 0;
+  EXPECT_EQ(field_of(o), "evict_batch");
+  o = options();
+  o.name = "";
+  EXPECT_EQ(field_of(o), "name");
+  o = options();
+  o.breaker.half_open_max_calls = 0;
+  EXPECT_EQ(field_of(o), "half_open_max_calls");
+
+  o = options();
+  o.shards = 6;
+  try {
+    Reg reg(o, clock);
+    FAIL() << "constructed with 6 shards";
+  } catch (const bulwark::InvalidConfig& e) {
+    EXPECT_EQ(e.error().field, "shards");
+    EXPECT_EQ(e.error().component, "registry 'hosts'");
+  }
+}
+
+TEST(Registry, InvalidPerKeyConfigurationThrowsFromGetAndCreatesNothing) {
+  ManualClock clock;
+  Options o = options();
+  o.config_for = [](const std::string& key) -> std::optional<bulwark::BreakerConfig> {
+    if (key == "bad") return bulwark::BreakerConfig{.name = "bad", .open_duration = 0s};
+    return std::nullopt;
+  };
+  Reg reg(std::move(o), clock);
+  try {
+    (void)reg.get("bad");
+    FAIL() << "an invalid per-key config was accepted";
+  } catch (const bulwark::InvalidConfig& e) {
+    EXPECT_EQ(e.error().field, "open_duration");
+  }
+  EXPECT_EQ(reg.size(), 0u);
+  EXPECT_TRUE(reg.get("good"));
+}
+
+// A per-key extra that can't move (atomics), built by extra_for.
+struct Guards {
+  explicit Guards(int limit_in) : limit(limit_in) {}
+  Guards(const Guards&) = delete;
+  int limit;
+  std::atomic<int> in_use{0};
+};
+
+TEST(Registry, ExtrasAreBuiltPerKeyInPlace) {
+  ManualClock clock;
+  bulwark::RegistryOptions<std::string, Breaker, Guards> o;
+  o.name = "with-extras";
+  o.extra_for = [](const std::string& key) { return Guards(static_cast<int>(key.size())); };
+  bulwark::BasicRegistry<std::string, Breaker, Guards> reg(std::move(o), clock);
+  auto h = reg.get("abcd");
+  EXPECT_EQ(h.extra().limit, 4);
+  h.extra().in_use.fetch_add(1);
+  EXPECT_EQ(reg.get("abcd").extra().in_use.load(), 1);
+
+  bulwark::RegistryOptions<std::string, Breaker, Guards> missing;
+  missing.name = "no-factory";
+  auto ok = bulwark::validate(missing);
+  ASSERT_FALSE(ok);
+  EXPECT_EQ(ok.error().field, "extra_for");
+}
+
+// ---- eviction ------------------------------------------------------------------
+
+TEST(Registry, IdleClosedKeysAreEvictedAfterTheTtlAndNotBefore) {
+  ManualClock clock;
+  Reg reg(options(60s), clock);
+  for (int i = 0; i < 100; ++i) (void)reg.get(key("k", i));
+  clock.advance(59s);
+  EXPECT_EQ(reg.evict_idle(), 0u);
+  EXPECT_EQ(reg.size(), 100u);
+  clock.advance(2s);
+  EXPECT_EQ(reg.evict_idle(), 100u);
+  EXPECT_EQ(reg.size(), 0u);
+  EXPECT_FALSE(reg.find("k1"));
+}
+
+TEST(Registry, ALookupResetsTheIdleTime) {
+  ManualClock clock;
+  Reg reg(options(60s), clock);
+  const auto first = reg.get("busy").incarnation();
+  (void)reg.get("idle");
+  clock.advance(40s);
+  (void)reg.get("busy");
+  clock.advance(40s);
+  EXPECT_EQ(reg.evict_idle(), 1u);
+  EXPECT_FALSE(reg.find("idle"));
+  auto busy = reg.find("busy");
+  ASSERT_TRUE(busy);
+  EXPECT_EQ(busy.incarnation(), first);
+}
+
+TEST(Registry, NeverEvictsAKeyWithAHandleOrACallAlive) {
+  ManualClock clock;
+  Reg reg(options(1s), clock);
+  auto held = reg.get("held");
+  auto call = reg.try_acquire("in-flight");
+  ASSERT_TRUE(call);
+  const auto held_incarnation = held.incarnation();
+  clock.advance(1h);
+  EXPECT_EQ(reg.evict_idle(), 0u);
+  EXPECT_EQ(held->state(), State::closed);  // still a live breaker
+  call->record_success();
+  EXPECT_EQ(call->breaker().snapshot().successes, 1u);
+  EXPECT_EQ(reg.find("held").incarnation(), held_incarnation);
+
+  // Let go of both: now they are idle (their last use was an hour ago).
+  held.reset();
+  call = reg.try_acquire("other");  // moving another call in releases "in-flight"
+  clock.advance(2s);
+  EXPECT_EQ(reg.evict_idle(), 2u);  // "held" and "in-flight"; "other" is still pinned
+  EXPECT_EQ(reg.size(), 1u);
+}
+
+TEST(Registry, NeverEvictsOpenHalfOpenOrForcedBreakers) {
+  ManualClock clock;
+  Reg reg(options(1s), clock);
+  fail_times(reg, "open", 2);
+  fail_times(reg, "half-open", 2);
+  (void)reg.get("forced")->transition_to(State::forced_open);
+  (void)reg.get("disabled")->transition_to(State::disabled);
+  (void)reg.get("closed");
+  clock.advance(31s);
+  {
+    auto probe = reg.try_acquire("half-open");  // the probe turns it HALF_OPEN...
+    ASSERT_TRUE(probe);
+  }  // ...and is cancelled: still HALF_OPEN, with no call in flight
+  EXPECT_EQ(reg.get("half-open")->state(), State::half_open);
+  clock.advance(10min);
+  EXPECT_EQ(reg.evict_idle(), 1u);  // only "closed"
+  EXPECT_FALSE(reg.find("closed"));
+  EXPECT_EQ(reg.find("open")->state(), State::open);
+  EXPECT_EQ(reg.find("half-open")->state(), State::half_open);
+  EXPECT_EQ(reg.find("forced")->state(), State::forced_open);
+  EXPECT_EQ(reg.find("disabled")->state(), State::disabled);
+}
+
+TEST(Registry, EvictionHappensLazilyOnTheRequestPathInBoundedSteps) {
+  ManualClock clock;
+  Options o = options(60s);
+  o.shards = 1;
+  o.evict_batch = 4;
+  Reg reg(std::move(o), clock);
+  for (int i = 0; i < 64; ++i) (void)reg.get(key("k", i));
+  clock.advance(2min);
+  // One lookup: one step, which evicts at most evict_batch keys.
+  (void)reg.get("k0");
+  EXPECT_GE(reg.size(), 64u - 4u);
+  // More lookups, as time goes by, finish the job without anyone calling evict_idle().
+  int lookups = 0;
+  for (; lookups < 200 && reg.size() > 1; ++lookups) {
+    clock.advance(10s);
+    (void)reg.get("k0");
+  }
+  EXPECT_EQ(reg.size(), 1u);   // "k0" itself is in use
+  EXPECT_GE(lookups, 60 / 4);  // each step did bounded work
+}
+
+TEST(Registry, CreatingAKeyRunsAnEvictionStep) {
+  ManualClock clock;
+  Options o = options(60s);
+  o.shards = 1;
+  o.evict_batch = 1024;  // more than the table: the step sees every key
+  Reg reg(std::move(o), clock);
+  for (int i = 0; i < 10; ++i) (void)reg.get(key("k", i));
+  clock.advance(2min);
+  (void)reg.get("fresh");
+  EXPECT_EQ(reg.size(), 1u);
+}
+
+TEST(Registry, RemoveRefusesWhileReferenced) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  auto h = reg.get("x");
+  EXPECT_FALSE(reg.remove("x"));
+  h.reset();
+  EXPECT_TRUE(reg.remove("x"));
+  EXPECT_FALSE(reg.remove("x"));
+  EXPECT_EQ(reg.size(), 0u);
+}
+
+TEST(Registry, AnEvictedKeyComesBackAsANewEntryAndReusesMemory) {
+  ManualClock clock;
+  Reg reg(options(1s), clock);
+  const auto before = reg.get("k").incarnation();
+  fail_times(reg, "k", 1);
+  clock.advance(5s);
+  EXPECT_EQ(reg.evict_idle(), 1u);
+  const auto mem = reg.memory();
+  auto again = reg.get("k");
+  EXPECT_NE(again.incarnation(), before);
+  EXPECT_EQ(again->snapshot().failures, 0u);     // a fresh breaker
+  EXPECT_EQ(reg.memory().entries, mem.entries);  // the freed entry was reused
+}
+
+TEST(Registry, TotalsIncludeEvictedKeysSoCountersNeverDecrease) {
+  ManualClock clock;
+  Reg reg(options(1s), clock);
+  for (int i = 0; i < 10; ++i) {
+    auto call = reg.try_acquire(key("k", i));
+    ASSERT_TRUE(call);
+    call->record(i % 2 == 0 ? Outcome::success : Outcome::failure);
+  }
+  const auto before = reg.read();
+  EXPECT_EQ(before.keys, 10u);
+  EXPECT_EQ(before.successes, 5u);
+  EXPECT_EQ(before.failures, 5u);
+  clock.advance(5s);
+  EXPECT_EQ(reg.evict_idle(), 10u);
+  const auto after = reg.read();
+  EXPECT_EQ(after.keys, 0u);
+  EXPECT_EQ(after.created, 10u);
+  EXPECT_EQ(after.evicted, 10u);
+  EXPECT_EQ(after.successes, 5u);
+  EXPECT_EQ(after.failures, 5u);
+}
+
+// ---- observability -------------------------------------------------------------
+
+TEST(Registry, OutageStartsWhenLeavingClosedAndSurvivesReopening) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  fail_times(reg, "k", 2);  // t=0: CLOSED -> OPEN
+  auto since = [&] {
+    bulwark::Ticks s = 0;
+    reg.for_each([&](const Reg::EntryView& v) { s = v.outage_since; });
+    return s;
+  };
+  EXPECT_EQ(since(), 0);
+  clock.advance(30s);
+  {
+    auto probe = reg.try_acquire("k");  // OPEN -> HALF_OPEN at t=30
+    ASSERT_TRUE(probe);
+    probe->record_failure();  // HALF_OPEN -> OPEN: the same outage
+  }
+  EXPECT_EQ(since(), 0);
+  EXPECT_EQ(reg.read().max_open_seconds, 30.0);
+  clock.advance(30s);
+  {
+    auto probe = reg.try_acquire("k");
+    ASSERT_TRUE(probe);
+    probe->record_success();  // closes: the outage is over
+  }
+  EXPECT_EQ(since(), bulwark::detail::kNoOutage);
+  EXPECT_EQ(reg.read().max_open_seconds, 0.0);
+}
+
+TEST(Registry, EventsCarryTheKeyAndListenersAreRemovable) {
+  ManualClock clock;
+  Reg reg(options(1s), clock);
+  std::vector<std::string> log;
+  auto sub = reg.events().subscribe(bulwark::EventMask::all(), [&](const bulwark::Event& e) {
+    log.push_back(std::string(to_string(e.kind)) + " " + std::string(e.name) + " " +
+                  std::string(e.key));
+  });
+  fail_times(reg, "api:443", 2);
+  EXPECT_FALSE(reg.try_acquire("api:443"));
+  clock.advance(5s);
+  (void)reg.get("other");  // a creation runs an eviction step; "api:443" is OPEN: stays
+  EXPECT_EQ(reg.find("api:443")->state(), State::open);
+  (void)reg.find("api:443")->transition_to(State::closed);
+  clock.advance(5s);
+  EXPECT_GE(reg.evict_idle(), 1u);
+  ASSERT_EQ(log.size(), 7u);
+  const std::vector<std::string> expected = {
+      "key_created upstream api:443", "transition upstream api:443", "rejection upstream api:443",
+      "key_created upstream other", "transition upstream api:443"};
+  EXPECT_EQ(std::vector<std::string>(log.begin(), log.begin() + 5), expected);
+  // Shards are swept in their order, not the keys'.
+  EXPECT_EQ(std::set<std::string>(log.begin() + 5, log.end()),
+            (std::set<std::string>{"key_evicted upstream api:443", "key_evicted upstream other"}));
+  sub.reset();
+  log.clear();
+  fail_times(reg, "again", 2);
+  EXPECT_TRUE(log.empty());
+  EXPECT_EQ(reg.events().size(), 0u);
+}
+
+TEST(Registry, TransitionEventsSayFromAndTo) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  std::vector<std::pair<State, State>> seen;
+  auto sub = reg.events().subscribe(EventKind::transition, [&](const bulwark::Event& e) {
+    const auto& t = std::get<bulwark::TransitionInfo>(e.info);
+    seen.emplace_back(t.from, t.to);
+  });
+  fail_times(reg, "k", 2);
+  clock.advance(30s);
+  reg.try_acquire("k")->record_success();
+  const std::vector<std::pair<State, State>> expected = {{State::closed, State::open},
+                                                         {State::open, State::half_open},
+                                                         {State::half_open, State::closed}};
+  EXPECT_EQ(seen, expected);
+  const auto r = reg.read();
+  EXPECT_EQ(r.transitions[bulwark::transition_index(State::closed, State::open)], 1u);
+  EXPECT_EQ(r.transitions[bulwark::transition_index(State::half_open, State::closed)], 1u);
+}
+
+TEST(Registry, DetailedMetricsCountLatencyTransitionsAndComponents) {
+  ManualClock clock;
+  Options o = options();
+  o.detailed_metrics = true;
+  Reg reg(std::move(o), clock);
+  {
+    auto call = reg.try_acquire("k");
+    ASSERT_TRUE(call);
+    call->record(Outcome::success, 3ms);
+    call->record(Outcome::success, 3ms);  // a second report counts nowhere
+  }
+  auto h = reg.get("k");
+  ASSERT_NE(h.metrics(), nullptr);
+  h.metrics()->components.record_fallback(bulwark::FallbackKind::rejected);
+  h.metrics()->components.record_retry();
+  h.metrics()->components.bulkhead_acquired();
+  fail_times(reg, "k", 2);
+  const auto d = h.metrics()->read();
+  EXPECT_EQ(d.latency.count(), 1u);
+  EXPECT_EQ(d.latency.buckets[bulwark::LatencyBuckets::index(3ms)], 1u);
+  EXPECT_EQ(d.transitions[bulwark::transition_index(State::closed, State::open)], 1u);
+  EXPECT_TRUE(d.components.has_fallback);
+  EXPECT_EQ(d.components.fallbacks[0], 1u);
+  EXPECT_EQ(d.components.retries, 1u);
+  EXPECT_EQ(d.components.bulkhead_in_use, 1u);
+  const auto total = reg.read();
+  EXPECT_TRUE(total.has_detail);
+  EXPECT_EQ(total.latency.count(), 1u);
+  EXPECT_EQ(total.components.fallbacks[0], 1u);
+}
+
+TEST(Registry, MemoryIsReportedByPart) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  EXPECT_EQ(Reg::kEntryBytes, 128u);  // one std::string key, one 64-byte breaker
+  for (int i = 0; i < 1000; ++i) (void)reg.get(key("host-", i).append(":443"));
+  (void)reg.get(std::string(100, 'x'));  // a key too long for the string's inline buffer
+  const auto m = reg.memory();
+  EXPECT_GE(m.entries, 1001u * Reg::kEntryBytes);
+  EXPECT_LT(m.entries, 2 * 1001u * Reg::kEntryBytes);
+  EXPECT_GE(m.index, 1001u * 8);
+  EXPECT_GE(m.key_heap, 101u);
+  EXPECT_LT(m.key_heap, 300u);
+  EXPECT_EQ(m.metrics, 0u);
+  EXPECT_EQ(reg.read().memory_bytes, m.total());
+}
+
+TEST(Registry, AForeignBreakerOnACopiedPolicyIsIgnored) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  auto policy = reg.get("k")->policy();  // a copy escapes the registry
+  Breaker stranger(policy);
+  std::vector<std::string> keys;
+  auto sub = reg.events().subscribe(EventKind::transition,
+                                    [&](const bulwark::Event& e) { keys.emplace_back(e.key); });
+  (void)stranger.transition_to(State::open);  // reaches the registry's listener: ignored
+  fail_times(reg, "k", 2);
+  EXPECT_EQ(keys, std::vector<std::string>{"k"});
+}
+
+}  // namespace
