@@ -35,7 +35,12 @@ void BM_Baseline_DirectCall(benchmark::State& state) {
 BENCHMARK(BM_Baseline_DirectCall);
 
 struct Stack {
-  bulwark::CircuitBreaker breaker{{.name = "bench", .consecutive_failures = 5}};
+  bulwark::CircuitBreaker breaker{[] {
+    bulwark::BreakerConfig c;  // field by field: designated initializers would track its growth
+    c.name = "bench";
+    c.consecutive_failures = 5;
+    return c;
+  }()};
   bulwark::Bulkhead bulkhead{{.name = "bench", .max_concurrent = 64}};
   bulwark::RetryBudget budget{{.name = "bench"}};
   bulwark::Retry retry{{.name = "bench", .max_attempts = 3}, &budget};

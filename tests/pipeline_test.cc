@@ -48,11 +48,20 @@ using Ctx = BasicContext<Clock>;
 using Breaker = BasicCircuitBreaker<Clock>;
 using Result = Expected<int, HttpError>;
 
+// BreakerConfig is built field by field: it is another component's struct, and
+// designated initializers would break -Wmissing-field-initializers whenever it grows.
+BreakerConfig breaker_config() {
+  BreakerConfig c;
+  c.name = "dep";
+  c.consecutive_failures = 2;
+  c.open_duration = 10s;
+  return c;
+}
+
 class PipelineTest : public ::testing::Test {
  protected:
   Clock clock;
-  Breaker breaker{BreakerConfig{.name = "dep", .consecutive_failures = 2, .open_duration = 10s},
-                  clock};
+  Breaker breaker{breaker_config(), clock};
   BasicBulkhead<Clock> pool{BulkheadConfig{.name = "dep", .max_concurrent = 1}, clock};
   BasicRetryBudget<Clock> budget{
       RetryBudgetConfig{
@@ -288,6 +297,19 @@ TEST_F(PipelineTest, EmptyPipelineJustCalls) {
   EXPECT_EQ(r.error().stage, Stage::call);
   EXPECT_EQ(r.error().attempts, 1u);
 }
+
+#if defined(__cpp_exceptions)
+TEST(PipelineConfig, TimeoutMustBePositive) {
+  try {
+    (void)timeout(0ms);
+    FAIL() << "accepted a zero timeout";
+  } catch (const InvalidConfig& e) {
+    EXPECT_EQ(e.error().field, "timeout");
+  }
+  EXPECT_THROW((void)timeout(-1s), InvalidConfig);
+  EXPECT_EQ(timeout(std::chrono::hours::max()).timeout, Nanos::max()) << "saturates: no timeout";
+}
+#endif
 
 #if defined(__cpp_exceptions)
 TEST_F(PipelineTest, ExceptionsReleaseEverythingAndPropagate) {

@@ -104,8 +104,13 @@ class Upstream {
 
 // One dependency's policies, shared by every request that calls it.
 struct ReviewsClient {
-  bulwark::CircuitBreaker breaker{
-      {.name = "reviews", .consecutive_failures = 3, .open_duration = 2s}};
+  bulwark::CircuitBreaker breaker{[] {
+    bulwark::BreakerConfig c;
+    c.name = "reviews";
+    c.consecutive_failures = 3;  // seed 000's rule; seed 002's rate rules need a window type
+    c.open_duration = 2s;
+    return c;
+  }()};
   bulwark::Bulkhead bulkhead{{.name = "reviews", .max_concurrent = 80}};
   bulwark::RetryBudget budget{{.name = "reviews", .ratio = 0.2, .min_retries_per_second = 10}};
   bulwark::Retry retry{

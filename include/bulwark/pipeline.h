@@ -178,12 +178,18 @@ struct TimeoutStage {
 // deadline, if that comes first). The call is expected to honour ctx.remaining(): a
 // timeout does not interrupt a call (nothing can, safely, in C++); it bounds the time
 // the call is told it has. A failure after the timeout ran out is reported as a
-// timeout; a success that came late is still a success.
+// timeout; a success that came late is still a success. Throws InvalidConfig (aborts
+// without exceptions) for a timeout that is not positive.
 template <class Rep, class Period>
-constexpr TimeoutStage timeout(std::chrono::duration<Rep, Period> d) noexcept {
-  return {Nanos(to_ticks(d))};
+TimeoutStage timeout(std::chrono::duration<Rep, Period> d) {
+  const Ticks t = to_ticks(d);
+  // A zero or negative timeout would fail every attempt before it starts.
+  if (t <= 0) {
+    detail::raise_config_error(
+        {"timeout stage", "timeout", "must be positive (got " + std::to_string(t) + "ns)"});
+  }
+  return {Nanos(t)};
 }
-
 namespace detail {
 
 template <class T>

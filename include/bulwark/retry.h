@@ -75,6 +75,7 @@ struct RetryConfig {
   // Makes the idempotency key of one logical operation, once, before its first
   // attempt; every attempt sees the same key in Context::idempotency_key(). Empty: no
   // key. Costs one call (and usually one allocation) per operation that sets it.
+  // Called concurrently by every thread using the retry: it must be thread-safe.
   std::function<std::string()> idempotency_key = {};
   // Random bits for jitter; empty: a per-thread generator. Inject a seeded one for
   // reproducible tests and simulations.

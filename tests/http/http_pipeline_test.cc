@@ -175,8 +175,11 @@ TEST(HttpPipeline, RetrySucceedsAfterTwoFailures) {
 // A server that always fails trips the breaker; later calls never reach it.
 TEST(HttpPipeline, AlwaysFailingServerTripsTheBreaker) {
   Upstream upstream([](int, const httplib::Request&, httplib::Response& res) { res.status = 500; });
-  CircuitBreaker breaker(
-      {.name = "upstream", .consecutive_failures = 3, .open_duration = std::chrono::hours(1)});
+  BreakerConfig config;  // field by field: designated initializers would track its growth
+  config.name = "upstream";
+  config.consecutive_failures = 3;
+  config.open_duration = std::chrono::hours(1);
+  CircuitBreaker breaker(config);
   Retry retry(quick_retry(2));
   auto p = pipeline(bulwark::breaker(breaker), bulwark::retry(retry), timeout(5s));
   int rejected = 0;
