@@ -1,20 +1,35 @@
 #include "bulwark/pipeline.h"
 
+#include <dlfcn.h>
 #include <gtest/gtest.h>
+#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <mutex>
 #include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
-// Every global allocation in this test binary is counted, so "allocates nothing" is a
-// checked claim, not a comment.
+// Every global allocation and every pthread mutex lock (what std::mutex uses) in this
+// test binary is counted, so "allocates nothing, takes no lock" is a checked claim.
 namespace {
 std::atomic<long> g_allocations{0};
+std::atomic<long> g_mutex_locks{0};
 }  // namespace
+
+// Sanitizers intercept pthread_mutex_lock themselves; only interpose without them.
+#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
+#define BULWARK_COUNT_LOCKS 1
+extern "C" int pthread_mutex_lock(pthread_mutex_t* m) {
+  using Fn = int (*)(pthread_mutex_t*);
+  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_mutex_lock"));
+  g_mutex_locks.fetch_add(1, std::memory_order_relaxed);
+  return real(m);
+}
+#endif
 
 // GCC sees free() of memory that came from operator new through inlining and warns,
 // though both sides of the replacement use malloc/free.
@@ -87,9 +102,18 @@ TEST_F(PipelineTest, AllStagesSuccess) {
   EXPECT_DOUBLE_EQ(budget.tokens(), 50.5);
 }
 
-// The claim of pipeline.h: nothing on the call path allocates, whether the call
-// succeeds, is retried with backoff and budget, or is rejected and falls back.
-TEST_F(PipelineTest, AllocatesNothing) {
+// The claim of pipeline.h: nothing on the call path allocates or locks, whether the
+// call succeeds, is retried with backoff and budget, or is rejected and falls back.
+TEST_F(PipelineTest, AllocatesNothingAndTakesNoLock) {
+#if defined(BULWARK_COUNT_LOCKS)
+  {  // the counter itself works: a std::mutex lock is seen
+    std::mutex m;
+    const long before = g_mutex_locks.load();
+    m.lock();
+    m.unlock();
+    ASSERT_EQ(g_mutex_locks.load() - before, 1);
+  }
+#endif
   auto p =
       pipeline(fallback([](const Failure<HttpError>& f) { return -static_cast<int>(f.reason); }),
                bulwark::breaker(breaker), bulkhead(pool), bulwark::retry(retry), timeout(1s));
@@ -104,6 +128,7 @@ TEST_F(PipelineTest, AllocatesNothing) {
   for (int i = 0; i < 4; ++i) (void)p(ctx, ok);  // warm up (thread_locals, first calls)
 
   const long before = g_allocations.load();
+  const long locks_before = g_mutex_locks.load();
   for (int i = 0; i < 100; ++i) {
     auto r = p(ctx, ok);
     ASSERT_TRUE(r);
@@ -119,6 +144,7 @@ TEST_F(PipelineTest, AllocatesNothing) {
   ASSERT_TRUE(rejected);
   const long after = g_allocations.load();
   EXPECT_EQ(after - before, 0);
+  EXPECT_EQ(g_mutex_locks.load() - locks_before, 0);
   EXPECT_EQ(breaker.state(), State::open);
   EXPECT_EQ(*failed, -static_cast<int>(Reason::retries_exhausted));
   EXPECT_EQ(*opened, -static_cast<int>(Reason::retries_exhausted));
