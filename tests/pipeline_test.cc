@@ -324,6 +324,19 @@ TEST_F(PipelineTest, EmptyPipelineJustCalls) {
   EXPECT_EQ(r.error().attempts, 1u);
 }
 
+// Stages go outermost first, each at most once; Pipeline static_asserts this predicate.
+using Fb = FallbackStage<int>;
+using Br = BreakerStage<Breaker>;
+using Bh = BulkheadStage<BasicBulkhead<Clock>>;
+using Rt = RetryStage<BasicRetry<Clock, ManualSleeper>, RetryFailures>;
+static_assert(detail::strictly_ordered<Fb, Br, Bh, Rt, TimeoutStage>());
+static_assert(detail::strictly_ordered<Br, TimeoutStage>());
+static_assert(detail::strictly_ordered<>());
+static_assert(!detail::strictly_ordered<Rt, Br>(), "retry outside the breaker");
+static_assert(!detail::strictly_ordered<TimeoutStage, Rt>(), "timeout outside the retry");
+static_assert(!detail::strictly_ordered<Fb, Fb>(), "a stage twice");
+static_assert(!detail::strictly_ordered<Br, Bh, Fb>(), "fallback inside");
+
 #if defined(__cpp_exceptions)
 TEST(PipelineConfig, TimeoutMustBePositive) {
   try {
