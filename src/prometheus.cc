@@ -1,0 +1,545 @@
+#include "bulwark/prometheus.h"
+
+#include <array>
+#include <charconv>
+#include <cmath>
+#include <ostream>
+#include <sstream>
+
+namespace bulwark::prometheus {
+namespace {
+
+constexpr std::size_t kFlushAt = 64 * 1024;
+
+bool valid_metric_name(std::string_view n) {
+  if (n.empty()) return false;
+  for (std::size_t i = 0; i < n.size(); ++i) {
+    const char c = n[i];
+    const bool alpha = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':';
+    const bool digit = c >= '0' && c <= '9';
+    if (!alpha && !(digit && i > 0)) return false;
+  }
+  return true;
+}
+
+// Length of the valid UTF-8 sequence at s[i], or 0 if it is not valid (Unicode 15,
+// table 3-7: no overlong forms, no surrogates, nothing above U+10FFFF).
+std::size_t utf8_sequence(std::string_view s, std::size_t i) {
+  const auto b = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
+  const auto cont = [&](std::size_t k, unsigned lo = 0x80, unsigned hi = 0xBF) {
+    return i + k < s.size() && b(k) >= lo && b(k) <= hi;
+  };
+  const unsigned c = b(0);
+  if (c >= 0xC2 && c <= 0xDF) return cont(1) ? 2 : 0;
+  if (c == 0xE0) return cont(1, 0xA0) && cont(2) ? 3 : 0;
+  if ((c >= 0xE1 && c <= 0xEC) || c == 0xEE || c == 0xEF) return cont(1) && cont(2) ? 3 : 0;
+  if (c == 0xED) return cont(1, 0x80, 0x9F) && cont(2) ? 3 : 0;
+  if (c == 0xF0) return cont(1, 0x90) && cont(2) && cont(3) ? 4 : 0;
+  if (c >= 0xF1 && c <= 0xF3) return cont(1) && cont(2) && cont(3) ? 4 : 0;
+  if (c == 0xF4) return cont(1, 0x80, 0x8F) && cont(2) && cont(3) ? 4 : 0;
+  return 0;
+}
+
+void append_help(std::string& out, std::string_view help) {
+  for (char c : help) {
+    if (c == '\\') {
+      out.append("\\\\");
+    } else if (c == '\n') {
+      out.append("\\n");
+    } else {
+      out.push_back(c);
+    }
+  }
+}
+
+constexpr std::array<std::string_view, kStateCount> kStateLabels = {
+    R"(state="closed")",      R"(state="open")",     R"(state="half_open")",
+    R"(state="forced_open")", R"(state="disabled")", R"(state="metrics_only")"};
+
+constexpr std::array<std::string_view, kStateCount> kFromLabels = {
+    R"(from="closed")",      R"(from="open")",     R"(from="half_open")",
+    R"(from="forced_open")", R"(from="disabled")", R"(from="metrics_only")"};
+
+constexpr std::array<std::string_view, kStateCount> kToLabels = {
+    R"(to="closed")",      R"(to="open")",     R"(to="half_open")",
+    R"(to="forced_open")", R"(to="disabled")", R"(to="metrics_only")"};
+
+// The transitions that happen on their own: always shown (from 0), so that rate()
+// sees their first increment. Manual ones appear once they happened.
+bool automatic(std::size_t pair) {
+  const State f = transition_from(pair), t = transition_to(pair);
+  return (f == State::closed && t == State::open) || (f == State::open && t == State::half_open) ||
+         (f == State::half_open && t == State::closed) ||
+         (f == State::half_open && t == State::open);
+}
+
+double seconds(std::uint64_t nanos) { return static_cast<double>(nanos) / 1e9; }
+double seconds(Nanos d) { return static_cast<double>(d.count()) / 1e9; }
+
+}  // namespace
+
+Expected<void, ConfigError> validate(const ExpositionOptions& o) {
+  if (!valid_metric_name(o.prefix)) {
+    return Unexpected(ConfigError{"prometheus exposition", "prefix",
+                                  "must match [a-zA-Z_:][a-zA-Z0-9_:]* (got '" + o.prefix + "')"});
+  }
+  return {};
+}
+
+// ---------------------------------------------------------------------------
+// Writer
+// ---------------------------------------------------------------------------
+
+Writer::Writer(std::ostream& out) : out_(out) { buf_.reserve(kFlushAt + 4096); }
+Writer::~Writer() { flush(); }
+
+void Writer::flush() {
+  if (!buf_.empty()) out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
+  buf_.clear();
+}
+
+void Writer::family(std::string_view name, std::string_view type, std::string_view help) {
+  buf_.append("# HELP ").append(name).push_back(' ');
+  append_help(buf_, help);
+  buf_.append("\n# TYPE ").append(name).push_back(' ');
+  buf_.append(type).push_back('\n');
+}
+
+void Writer::begin(std::string_view name, std::string_view suffix, std::string_view labels,
+                   std::string_view extra) {
+  buf_.append(name).append(suffix);
+  if (!labels.empty() || !extra.empty()) {
+    buf_.push_back('{');
+    buf_.append(labels);
+    if (!labels.empty() && !extra.empty()) buf_.push_back(',');
+    buf_.append(extra);
+    buf_.push_back('}');
+  }
+  buf_.push_back(' ');
+}
+
+void Writer::end() {
+  buf_.push_back('\n');
+  if (buf_.size() >= kFlushAt) flush();
+}
+
+void Writer::sample(std::string_view name, std::string_view suffix, std::string_view labels,
+                    std::string_view extra, std::uint64_t value) {
+  begin(name, suffix, labels, extra);
+  append_value(buf_, value);
+  end();
+}
+
+void Writer::sample(std::string_view name, std::string_view suffix, std::string_view labels,
+                    std::string_view extra, double value) {
+  begin(name, suffix, labels, extra);
+  append_value(buf_, value);
+  end();
+}
+
+void append_value(std::string& out, std::uint64_t value) {
+  char buf[24];
+  const auto r = std::to_chars(buf, buf + sizeof buf, value);
+  out.append(buf, r.ptr);
+}
+
+void append_value(std::string& out, double value) {
+  if (std::isnan(value)) {
+    out.append("NaN");
+  } else if (std::isinf(value)) {
+    out.append(value > 0 ? "+Inf" : "-Inf");
+  } else {
+    char buf[32];
+    const auto r = std::to_chars(buf, buf + sizeof buf, value);
+    out.append(buf, r.ptr);
+  }
+}
+
+void append_label_value(std::string& out, std::string_view v) {
+  std::size_t i = 0;
+  while (i < v.size()) {
+    // Copy the longest run that needs nothing, in one append.
+    std::size_t j = i;
+    while (j < v.size()) {
+      const auto c = static_cast<unsigned char>(v[j]);
+      if (c >= 0x80 || c == '\\' || c == '"' || c == '\n') break;
+      ++j;
+    }
+    out.append(v.substr(i, j - i));
+    if (j == v.size()) return;
+    const auto c = static_cast<unsigned char>(v[j]);
+    if (c == '\\') {
+      out.append("\\\\");
+      i = j + 1;
+    } else if (c == '"') {
+      out.append("\\\"");
+      i = j + 1;
+    } else if (c == '\n') {
+      out.append("\\n");
+      i = j + 1;
+    } else if (const std::size_t len = utf8_sequence(v, j); len != 0) {
+      out.append(v.substr(j, len));
+      i = j + len;
+    } else {
+      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER, one per invalid byte
+      i = j + 1;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Exposition
+// ---------------------------------------------------------------------------
+
+Exposition::Exposition(ExpositionOptions options) : options_(std::move(options)) {
+  if (auto ok = validate(options_); !ok) bulwark::detail::raise_config_error(std::move(ok).error());
+}
+
+Exposition::Row& Exposition::new_row(std::string_view name, std::string_view key, bool keyed,
+                                     const BreakerReading& reading, double open_seconds) {
+  const std::size_t begin = labels_.size();
+  labels_.append("name=\"");
+  append_label_value(labels_, name);
+  labels_.push_back('"');
+  if (keyed) {
+    labels_.append(",key=\"");
+    append_label_value(labels_, key);
+    labels_.push_back('"');
+  }
+  Row row;
+  row.labels_begin = static_cast<std::uint32_t>(begin);
+  row.labels_size = static_cast<std::uint32_t>(labels_.size() - begin);
+  row.open_seconds = open_seconds;
+  row.breaker = reading;
+  rows_.push_back(row);
+  return rows_.back();
+}
+
+void Exposition::add_detail(Row& row, const DetailReading& d) {
+  row.detail = static_cast<std::uint32_t>(details_.size());
+  details_.push_back(Detail{d.latency, d.transitions});
+}
+
+void Exposition::add_components(Row& row, const ComponentReading& c) {
+  if (!c.has_fallback && !c.has_retry && !c.has_budget && !c.has_bulkhead) return;
+  row.components = static_cast<std::uint32_t>(components_.size());
+  components_.push_back(c);
+}
+
+void Exposition::add_registry(RegistryReading reading, std::string_view name) {
+  Registry r;
+  r.name.assign(name);
+  r.labels_begin = static_cast<std::uint32_t>(labels_.size());
+  labels_.append("registry=\"");
+  append_label_value(labels_, name);
+  labels_.push_back('"');
+  r.labels_size = static_cast<std::uint32_t>(labels_.size() - r.labels_begin);
+  r.reading = std::move(reading);
+  r.reading.name = std::string_view();  // the registry's own string may not outlive us
+  registries_.push_back(std::move(r));
+}
+
+std::string Exposition::str() const {
+  std::ostringstream out;
+  write(out);
+  return std::move(out).str();
+}
+
+void Exposition::write(std::ostream& out) const {
+  Writer w(out);
+  const std::string& p = options_.prefix;
+  std::string name;
+  auto named = [&](std::string_view rest) -> const std::string& {
+    name.assign(p);
+    name.push_back('_');
+    name.append(rest);
+    return name;
+  };
+  auto labels_of = [&](std::uint32_t begin, std::uint32_t size) {
+    return std::string_view(labels_).substr(begin, size);
+  };
+
+  // Runs `f` over the rows (or registries) that pass `has`, writing the family header
+  // first if there is any. Families with no sample are left out entirely.
+  auto family = [&](const auto& items, std::string_view rest, std::string_view type,
+                    std::string_view help, auto has, auto f) {
+    bool any = false;
+    for (const auto& it : items) {
+      if (has(it)) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return;
+    const std::string& n = named(rest);
+    w.family(n, type, help);
+    for (const auto& it : items) {
+      if (has(it)) f(n, labels_of(it.labels_begin, it.labels_size), it);
+    }
+  };
+  const auto all = [](const auto&) { return true; };
+
+  // Families shared by breaker rows and registry totals, with `counts(item)` giving a
+  // BreakerReading-like set of totals.
+  auto latency_family = [&](const auto& items, std::string_view rest, std::string_view help,
+                            auto latency_of) {
+    family(
+        items, rest, "histogram", help, [&](const auto& it) { return latency_of(it) != nullptr; },
+        [&](const std::string& n, std::string_view labels, const auto& it) {
+          const HistogramReading& h = *latency_of(it);
+          std::uint64_t cumulative = 0;
+          std::string le;
+          for (std::size_t b = 0; b < LatencyBuckets::kCount; ++b) {
+            cumulative += h.buckets[b];
+            le.assign("le=\"").append(LatencyBuckets::kLabels[b]).push_back('"');
+            w.sample(n, "_bucket", labels, le, cumulative);
+          }
+          w.sample(n, "_sum", labels, {}, seconds(h.sum_nanos));
+          w.sample(n, "_count", labels, {}, cumulative);
+        });
+  };
+  auto transitions_family = [&](const auto& items, std::string_view rest, auto transitions_of) {
+    family(
+        items, rest, "counter", "State transitions, by from and to state.",
+        [&](const auto& it) { return transitions_of(it) != nullptr; },
+        [&](const std::string& n, std::string_view labels, const auto& it) {
+          const TransitionReading& t = *transitions_of(it);
+          std::string pair;
+          for (std::size_t i = 0; i < kTransitionPairs; ++i) {
+            if (t[i] == 0 && !automatic(i)) continue;
+            pair.assign(kFromLabels[static_cast<std::size_t>(transition_from(i))]);
+            pair.push_back(',');
+            pair.append(kToLabels[static_cast<std::size_t>(transition_to(i))]);
+            w.sample(n, "", labels, pair, t[i]);
+          }
+        });
+  };
+  auto component_families = [&](const auto& items, std::string_view scope, auto components_of) {
+    // scope: "" for per-breaker families, "registry_" for registry totals.
+    const std::string s(scope);
+    family(
+        items, s + "fallback_calls_total", "counter",
+        "Calls answered by a fallback, by kind: rejected (no attempt reached the dependency) or "
+        "failed.",
+        [&](const auto& it) {
+          return components_of(it) != nullptr && components_of(it)->has_fallback;
+        },
+        [&](const std::string& n, std::string_view labels, const auto& it) {
+          const ComponentReading& c = *components_of(it);
+          w.sample(n, "", labels, R"(kind="rejected")", c.fallbacks[0]);
+          w.sample(n, "", labels, R"(kind="failed")", c.fallbacks[1]);
+        });
+    auto has_retry = [&](const auto& it) {
+      return components_of(it) != nullptr && components_of(it)->has_retry;
+    };
+    family(items, s + "retry_calls_total", "counter",
+           "Calls through a retry, by how they ended (Resilience4j's kinds).", has_retry,
+           [&](const std::string& n, std::string_view labels, const auto& it) {
+             const ComponentReading& c = *components_of(it);
+             for (std::size_t k = 0; k < c.retry_calls.size(); ++k) {
+               std::string kind = "kind=\"";
+               kind.append(to_string(static_cast<RetryCallKind>(k))).push_back('"');
+               w.sample(n, "", labels, kind, c.retry_calls[k]);
+             }
+           });
+    family(items, s + "retry_retries_total", "counter",
+           "Retries started (attempts after the first).", has_retry,
+           [&](const std::string& n, std::string_view labels, const auto& it) {
+             w.sample(n, "", labels, {}, components_of(it)->retries);
+           });
+    family(items, s + "retry_budget_exhausted_total", "counter",
+           "Retries refused because the retry budget was spent.", has_retry,
+           [&](const std::string& n, std::string_view labels, const auto& it) {
+             w.sample(n, "", labels, {}, components_of(it)->retry_budget_exhausted);
+           });
+    family(
+        items, s + "retry_budget_tokens", "gauge", "Retries the retry budget would allow now.",
+        [&](const auto& it) {
+          return components_of(it) != nullptr && components_of(it)->has_budget;
+        },
+        [&](const std::string& n, std::string_view labels, const auto& it) {
+          w.sample(n, "", labels, {}, components_of(it)->budget_tokens);
+        });
+    auto has_bulkhead = [&](const auto& it) {
+      return components_of(it) != nullptr && components_of(it)->has_bulkhead;
+    };
+    auto bulkhead_max = [&](const auto& it) {
+      return components_of(it) != nullptr && components_of(it)->has_bulkhead &&
+             components_of(it)->bulkhead_max > 0;
+    };
+    family(items, s + "bulkhead_concurrent_calls", "gauge", "Calls holding a bulkhead slot now.",
+           has_bulkhead, [&](const std::string& n, std::string_view labels, const auto& it) {
+             w.sample(n, "", labels, {}, components_of(it)->bulkhead_in_use);
+           });
+    family(items, s + "bulkhead_available_concurrent_calls", "gauge",
+           "Free bulkhead slots (Resilience4j's name).", bulkhead_max,
+           [&](const std::string& n, std::string_view labels, const auto& it) {
+             const ComponentReading& c = *components_of(it);
+             w.sample(n, "", labels, {},
+                      c.bulkhead_max > c.bulkhead_in_use ? c.bulkhead_max - c.bulkhead_in_use : 0);
+           });
+    family(items, s + "bulkhead_max_allowed_concurrent_calls", "gauge",
+           "The bulkhead's limit on concurrent calls (Resilience4j's name).", bulkhead_max,
+           [&](const std::string& n, std::string_view labels, const auto& it) {
+             w.sample(n, "", labels, {}, components_of(it)->bulkhead_max);
+           });
+    family(items, s + "bulkhead_rejected_calls_total", "counter",
+           "Calls refused because the bulkhead was full.", has_bulkhead,
+           [&](const std::string& n, std::string_view labels, const auto& it) {
+             w.sample(n, "", labels, {}, components_of(it)->bulkhead_rejected);
+           });
+  };
+
+  // ---- per breaker ----
+  if (!rows_.empty()) {
+    family(rows_, "circuitbreaker_state", "gauge",
+           "1 if the circuit breaker is in this state, else 0.", all,
+           [&](const std::string& n, std::string_view labels, const Row& r) {
+             for (std::size_t s = 0; s < kStateCount; ++s) {
+               w.sample(n, "", labels, kStateLabels[s],
+                        std::uint64_t{static_cast<std::size_t>(r.breaker.state) == s ? 1u : 0u});
+             }
+           });
+    family(rows_, "circuitbreaker_time_in_state_seconds", "gauge",
+           "Seconds since the current state began.", all,
+           [&](const std::string& n, std::string_view labels, const Row& r) {
+             w.sample(n, "", labels, {}, seconds(r.breaker.time_in_state));
+           });
+    family(rows_, "circuitbreaker_open_seconds", "gauge",
+           "Seconds since the breaker left CLOSED (open, half-open and reopenings count as one "
+           "outage); 0 when "
+           "closed.",
+           all, [&](const std::string& n, std::string_view labels, const Row& r) {
+             w.sample(n, "", labels, {}, r.open_seconds);
+           });
+    family(rows_, "circuitbreaker_calls_total", "counter",
+           "Calls the breaker admitted, by outcome: successful, failed, ignored, or cancelled (no "
+           "outcome reported).",
+           all, [&](const std::string& n, std::string_view labels, const Row& r) {
+             w.sample(n, "", labels, R"(kind="successful")", r.breaker.successes);
+             w.sample(n, "", labels, R"(kind="failed")", r.breaker.failures);
+             w.sample(n, "", labels, R"(kind="ignored")", r.breaker.ignored);
+             w.sample(n, "", labels, R"(kind="cancelled")", r.breaker.cancelled);
+           });
+    family(
+        rows_, "circuitbreaker_slow_calls_total", "counter",
+        "Calls slower than slow_call_duration, by outcome (also counted in calls_total).",
+        [](const Row& r) { return r.breaker.has_slow; },
+        [&](const std::string& n, std::string_view labels, const Row& r) {
+          w.sample(n, "", labels, R"(kind="successful")", r.breaker.slow_successes);
+          w.sample(n, "", labels, R"(kind="failed")", r.breaker.slow_failures);
+        });
+    family(rows_, "circuitbreaker_not_permitted_calls_total", "counter",
+           "Calls the breaker rejected.", all,
+           [&](const std::string& n, std::string_view labels, const Row& r) {
+             w.sample(n, "", labels, {}, r.breaker.rejected);
+           });
+    family(rows_, "circuitbreaker_opens_total", "counter", "Transitions into OPEN or FORCED_OPEN.",
+           all, [&](const std::string& n, std::string_view labels, const Row& r) {
+             w.sample(n, "", labels, {}, r.breaker.opens);
+           });
+    family(
+        rows_, "circuitbreaker_failure_ratio", "gauge",
+        "Failure rate over the breaker's window, 0 to 1; NaN while it holds fewer than "
+        "minimum_calls.",
+        [](const Row& r) { return r.breaker.has_rates; },
+        [&](const std::string& n, std::string_view labels, const Row& r) {
+          w.sample(n, "", labels, {}, r.breaker.failure_rate);
+        });
+    family(
+        rows_, "circuitbreaker_slow_call_ratio", "gauge",
+        "Slow-call rate over the breaker's window, 0 to 1; NaN while it holds fewer than "
+        "minimum_calls.",
+        [](const Row& r) { return r.breaker.has_rates; },
+        [&](const std::string& n, std::string_view labels, const Row& r) {
+          w.sample(n, "", labels, {}, r.breaker.slow_call_rate);
+        });
+    family(
+        rows_, "circuitbreaker_flapping", "gauge",
+        "1 while the breaker is flapping (reopening again and again).",
+        [](const Row& r) { return r.breaker.has_flapping; },
+        [&](const std::string& n, std::string_view labels, const Row& r) {
+          w.sample(n, "", labels, {}, std::uint64_t{r.breaker.flapping ? 1u : 0u});
+        });
+    transitions_family(rows_, "circuitbreaker_transitions_total", [&](const Row& r) {
+      return r.detail == kNone ? nullptr : &details_[r.detail].transitions;
+    });
+    latency_family(
+        rows_, "circuitbreaker_call_duration_seconds",
+        "Duration of the calls the breaker admitted that reported one.",
+        [&](const Row& r) { return r.detail == kNone ? nullptr : &details_[r.detail].latency; });
+    component_families(rows_, "", [&](const Row& r) {
+      return r.components == kNone ? nullptr : &components_[r.components];
+    });
+  }
+
+  // ---- per registry ----
+  if (!registries_.empty()) {
+    family(registries_, "registry_keys", "gauge", "Keys (breakers) the registry holds now.", all,
+           [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, {}, r.reading.keys);
+           });
+    family(registries_, "registry_keys_created_total", "counter", "Keys the registry created.", all,
+           [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, {}, r.reading.created);
+           });
+    family(registries_, "registry_keys_evicted_total", "counter", "Keys evicted (idle) or removed.",
+           all, [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, {}, r.reading.evicted);
+           });
+    family(registries_, "registry_memory_bytes", "gauge",
+           "Memory the registry occupies: entries, index, metrics blocks and key storage.", all,
+           [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, {}, r.reading.memory_bytes);
+           });
+    family(registries_, "registry_breakers", "gauge", "Breakers in each state.", all,
+           [&](const std::string& n, std::string_view labels, const Registry& r) {
+             for (std::size_t s = 0; s < kStateCount; ++s) {
+               w.sample(n, "", labels, kStateLabels[s], r.reading.breakers_by_state[s]);
+             }
+           });
+    family(registries_, "registry_max_open_seconds", "gauge",
+           "The longest current outage among the registry's breakers, in seconds (see "
+           "circuitbreaker_open_seconds).",
+           all, [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, {}, r.reading.max_open_seconds);
+           });
+    family(registries_, "registry_calls_total", "counter",
+           "Calls admitted by the registry's breakers (evicted ones included), by outcome.", all,
+           [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, R"(kind="successful")", r.reading.successes);
+             w.sample(n, "", labels, R"(kind="failed")", r.reading.failures);
+             w.sample(n, "", labels, R"(kind="ignored")", r.reading.ignored);
+             w.sample(n, "", labels, R"(kind="cancelled")", r.reading.cancelled);
+           });
+    family(
+        registries_, "registry_slow_calls_total", "counter",
+        "Slow calls of the registry's breakers, by outcome.",
+        [](const Registry& r) { return r.reading.has_slow; },
+        [&](const std::string& n, std::string_view labels, const Registry& r) {
+          w.sample(n, "", labels, R"(kind="successful")", r.reading.slow_successes);
+          w.sample(n, "", labels, R"(kind="failed")", r.reading.slow_failures);
+        });
+    family(registries_, "registry_not_permitted_calls_total", "counter",
+           "Calls the registry's breakers rejected.", all,
+           [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, {}, r.reading.rejected);
+           });
+    family(registries_, "registry_opens_total", "counter", "Openings of the registry's breakers.",
+           all, [&](const std::string& n, std::string_view labels, const Registry& r) {
+             w.sample(n, "", labels, {}, r.reading.opens);
+           });
+    transitions_family(registries_, "registry_transitions_total",
+                       [](const Registry& r) { return &r.reading.transitions; });
+    latency_family(
+        registries_, "registry_call_duration_seconds",
+        "Duration of the calls the registry's breakers admitted that reported one.",
+        [](const Registry& r) { return r.reading.has_detail ? &r.reading.latency : nullptr; });
+    component_families(registries_, "registry_", [](const Registry& r) {
+      const ComponentReading& c = r.reading.components;
+      return c.has_fallback || c.has_retry || c.has_budget || c.has_bulkhead ? &c : nullptr;
+    });
+  }
+}
+
+}  // namespace bulwark::prometheus

@@ -1,0 +1,180 @@
+// The event hub: masks, removable listeners, delivery order, and the logfmt line that
+// integrations forward to logs.
+
+#include "bulwark/observe.h"
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+using namespace std::chrono_literals;
+using bulwark::Event;
+using bulwark::EventHub;
+using bulwark::EventKind;
+using bulwark::EventMask;
+
+Event transition(std::string_view key = "host-1:443") {
+  return Event{EventKind::transition,
+               "reviews",
+               key,
+               nullptr,
+               12'500'000'000,
+               bulwark::TransitionInfo{bulwark::State::closed, bulwark::State::open,
+                                       bulwark::TransitionReason::consecutive_failures, 1}};
+}
+
+Event rejection() {
+  return Event{EventKind::rejection,
+               "reviews",
+               "",
+               nullptr,
+               1'000'000'000,
+               bulwark::RejectionInfo{bulwark::RejectReason::open, 29'500ms}};
+}
+
+TEST(EventMask, SetsOfKinds) {
+  const EventMask m = EventKind::transition | EventKind::flapping;
+  EXPECT_TRUE(m.contains(EventKind::transition));
+  EXPECT_TRUE(m.contains(EventKind::flapping));
+  EXPECT_FALSE(m.contains(EventKind::rejection));
+  EXPECT_TRUE(EventMask::all().contains(EventKind::key_evicted));
+  EXPECT_FALSE(EventMask::none().contains(EventKind::transition));
+}
+
+TEST(EventHub, DeliversOnlyTheKindsAListenerAskedFor) {
+  EventHub hub;
+  EXPECT_FALSE(hub.wants(EventKind::transition));
+  std::vector<std::string> a, b;
+  auto sa = hub.subscribe(EventKind::transition,
+                          [&](const Event& e) { a.emplace_back(to_string(e.kind)); });
+  auto sb =
+      hub.subscribe(EventMask::all(), [&](const Event& e) { b.emplace_back(to_string(e.kind)); });
+  EXPECT_TRUE(hub.wants(EventKind::transition));
+  EXPECT_TRUE(hub.wants(EventKind::rejection));
+  hub.emit(transition());
+  hub.emit(rejection());
+  EXPECT_EQ(a, std::vector<std::string>{"transition"});
+  EXPECT_EQ(b, (std::vector<std::string>{"transition", "rejection"}));
+  EXPECT_EQ(hub.size(), 2u);
+}
+
+TEST(EventHub, SubscriptionsRemoveTheirListener) {
+  EventHub hub;
+  int calls = 0;
+  {
+    auto sub = hub.subscribe(EventKind::rejection, [&](const Event&) { ++calls; });
+    hub.emit(rejection());
+    EXPECT_EQ(calls, 1);
+  }
+  EXPECT_EQ(hub.size(), 0u);
+  EXPECT_FALSE(hub.wants(EventKind::rejection));  // back to one relaxed load
+  hub.emit(rejection());
+  EXPECT_EQ(calls, 1);
+
+  auto kept = hub.subscribe(EventKind::rejection, [&](const Event&) { ++calls; });
+  const bulwark::ListenerId id = kept.release();
+  EXPECT_FALSE(kept.active());
+  hub.emit(rejection());
+  EXPECT_EQ(calls, 2);
+  EXPECT_TRUE(hub.unsubscribe(id));
+  EXPECT_FALSE(hub.unsubscribe(id));
+}
+
+TEST(EventHub, MovedSubscriptionsRemoveOnce) {
+  EventHub hub;
+  auto a = hub.subscribe(EventKind::transition, [](const Event&) {});
+  auto b = hub.subscribe(EventKind::rejection, [](const Event&) {});
+  a = std::move(b);  // removes a's listener, takes b's
+  EXPECT_EQ(hub.size(), 1u);
+  EXPECT_TRUE(hub.wants(EventKind::rejection));
+  EXPECT_FALSE(hub.wants(EventKind::transition));
+  a.reset();
+  a.reset();
+  EXPECT_EQ(hub.size(), 0u);
+}
+
+TEST(EventHub, AThrowingListenerDoesNotStopTheOthers) {
+  EventHub hub;
+  int after = 0;
+  auto s1 =
+      hub.subscribe(EventKind::transition, [](const Event&) { throw std::runtime_error("boom"); });
+  auto s2 = hub.subscribe(EventKind::transition, [&](const Event&) { ++after; });
+  hub.emit(transition());
+  EXPECT_EQ(after, 1);
+}
+
+TEST(EventHub, AListenerMayUnsubscribeItselfWhileBeingCalled) {
+  EventHub hub;
+  int calls = 0;
+  bulwark::Subscription self;
+  self = hub.subscribe(EventKind::transition, [&](const Event&) {
+    ++calls;
+    self.reset();
+  });
+  hub.emit(transition());
+  hub.emit(transition());
+  EXPECT_EQ(calls, 1);
+}
+
+TEST(Logfmt, TransitionLine) {
+  EXPECT_EQ(bulwark::to_logfmt(transition()),
+            "event=transition name=reviews key=host-1:443 from=closed to=open "
+            "reason=consecutive_failures at=12.5");
+}
+
+TEST(Logfmt, RejectionFallbackFlappingAndKeyLines) {
+  EXPECT_EQ(bulwark::to_logfmt(rejection()),
+            "event=rejection name=reviews reason=open retry_after=29.5 at=1");
+  Event forced = rejection();
+  forced.info = bulwark::RejectionInfo{bulwark::RejectReason::forced_open, bulwark::Nanos::max()};
+  EXPECT_EQ(bulwark::to_logfmt(forced),
+            "event=rejection name=reviews reason=forced_open retry_after=inf at=1");
+  const Event fb{EventKind::fallback,
+                 "reviews",
+                 "",
+                 nullptr,
+                 0,
+                 bulwark::FallbackInfo{bulwark::FallbackKind::rejected, "breaker_open"}};
+  EXPECT_EQ(bulwark::to_logfmt(fb),
+            "event=fallback name=reviews kind=rejected reason=breaker_open at=0");
+  const Event fl{
+      EventKind::flapping, "reviews", "", nullptr, 0, bulwark::FlappingInfo{true, 5, 10min}};
+  EXPECT_EQ(bulwark::to_logfmt(fl),
+            "event=flapping name=reviews flapping=true openings=5 window=600 at=0");
+  const Event ev{EventKind::key_evicted, "reviews", "h", nullptr, 0, bulwark::KeyInfo{90s}};
+  EXPECT_EQ(bulwark::to_logfmt(ev), "event=key_evicted name=reviews key=h idle=90 at=0");
+}
+
+TEST(Logfmt, HostileKeysCannotForgeFields) {
+  EXPECT_NE(bulwark::to_logfmt(transition("a b")).find(R"(key="a b")"), std::string::npos);
+  const std::string line = bulwark::to_logfmt(transition("x to=closed\n\"q\\\x01"));
+  EXPECT_NE(line.find(R"(key="x to=closed\n\"q\\\u0001")"), std::string::npos) << line;
+  EXPECT_EQ(line.find('\n'), std::string::npos);
+  EXPECT_NE(bulwark::to_logfmt(transition("")).find("event=transition name=reviews from="),
+            std::string::npos);
+}
+
+TEST(Event, MakeEventFromABreakerTransition) {
+  const int breaker = 0;
+  const bulwark::TransitionEvent t{"inventory",
+                                   &breaker,
+                                   bulwark::State::half_open,
+                                   bulwark::State::closed,
+                                   bulwark::TransitionReason::probes_succeeded,
+                                   42,
+                                   7};
+  const Event e = bulwark::make_event(t, "k");
+  EXPECT_EQ(e.kind, EventKind::transition);
+  EXPECT_EQ(e.source, &breaker);
+  EXPECT_EQ(e.key, "k");
+  const auto& info = std::get<bulwark::TransitionInfo>(e.info);
+  EXPECT_EQ(info.to, bulwark::State::closed);
+  EXPECT_EQ(info.generation, 7u);
+}
+
+}  // namespace

@@ -1,0 +1,234 @@
+// Proof that the call path through the registry, the metrics and the event hub is
+// allocation-free and lock-free: this binary counts every global operator new and
+// (outside ThreadSanitizer, which owns that symbol) every pthread_mutex_lock, and the
+// tests assert zero of each around the call path.
+
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <pthread.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <new>
+#include <string>
+
+#include "bulwark/metrics.h"
+#include "bulwark/observe.h"
+#include "bulwark/registry.h"
+
+namespace {
+thread_local bool g_counting = false;
+thread_local std::size_t g_allocations = 0;
+thread_local std::size_t g_locks = 0;
+
+void* counted(std::size_t n) {
+  if (g_counting) ++g_allocations;
+  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
+  throw std::bad_alloc();
+}
+void* counted_aligned(std::size_t n, std::align_val_t a) {
+  if (g_counting) ++g_allocations;
+  const auto align = static_cast<std::size_t>(a);
+  if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
+  throw std::bad_alloc();
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted(n); }
+void* operator new[](std::size_t n) { return counted(n); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_aligned(n, a); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+#if defined(__SANITIZE_THREAD__)
+#define BULWARK_COUNT_LOCKS 0
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define BULWARK_COUNT_LOCKS 0
+#endif
+#endif
+#ifndef BULWARK_COUNT_LOCKS
+#define BULWARK_COUNT_LOCKS 1
+#endif
+
+#if BULWARK_COUNT_LOCKS
+namespace {
+using LockFn = int (*)(pthread_mutex_t*);
+LockFn real_lock() {
+  static const LockFn fn = reinterpret_cast<LockFn>(dlsym(RTLD_NEXT, "pthread_mutex_lock"));
+  return fn;
+}
+const LockFn g_resolved_early = real_lock();  // before any test counts
+}  // namespace
+
+// Every std::mutex::lock in this binary comes through here.
+extern "C" int pthread_mutex_lock(pthread_mutex_t* m) {
+  if (g_counting) ++g_locks;
+  return real_lock()(m);
+}
+#endif
+
+namespace {
+
+using namespace std::chrono_literals;
+using bulwark::ManualClock;
+using bulwark::Outcome;
+
+using Breaker = bulwark::BasicCircuitBreaker<ManualClock>;
+using Reg = bulwark::BasicRegistry<std::string, Breaker>;
+
+// Built by appending: "a" + std::to_string(i) trips GCC 12's -Wrestrict false positive.
+std::string host(int i) {
+  std::string s = "host-";
+  s.append(std::to_string(i)).append(":443");
+  return s;
+}
+
+struct Count {
+  std::size_t allocations;
+  std::size_t locks;
+};
+
+template <class F>
+Count count(F&& f) {
+  g_allocations = 0;
+  g_locks = 0;
+  g_counting = true;
+  f();
+  g_counting = false;
+  return {g_allocations, g_locks};
+}
+
+Reg::Options options() {
+  Reg::Options o;
+  o.name = "hot";
+  o.breaker = {.name = "upstream", .consecutive_failures = 3, .open_duration = 30s};
+  o.idle_ttl = 10min;  // the lookup path then also reads the clock and checks for eviction
+  o.detailed_metrics = true;
+  return o;
+}
+
+TEST(HotPath, TheCountersCountSomething) {
+  // A test that cannot fail is a defect: make sure both counters see what they must.
+  const Count c = count([] {
+    auto* p = new int(1);
+    delete p;
+  });
+  EXPECT_EQ(c.allocations, 1u);
+#if BULWARK_COUNT_LOCKS
+  std::mutex mu;
+  EXPECT_EQ(count([&] { std::lock_guard lock(mu); }).locks, 1u);
+  ASSERT_NE(g_resolved_early, nullptr);
+#endif
+}
+
+TEST(HotPath, LookupAcquireRecordAllocatesNothingAndLocksNothing) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  for (int i = 0; i < 1000; ++i) (void)reg.get(host(i));
+  const std::string key = "host-123:443";
+  const Count c = count([&] {
+    for (int i = 0; i < 1000; ++i) {
+      clock.advance(1ms);  // time moves: idle stamps and eviction checks run
+      auto call = reg.try_acquire(std::string_view(key));
+      ASSERT_TRUE(call);
+      call->record(Outcome::success, 2ms);
+    }
+  });
+  EXPECT_EQ(c.allocations, 0u);
+#if BULWARK_COUNT_LOCKS
+  EXPECT_EQ(c.locks, 0u);
+#endif
+  EXPECT_EQ(reg.get(key).metrics()->read().latency.count(), 1000u);
+}
+
+TEST(HotPath, HandlesCopiesFindAndMissesAllocateNothing) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  (void)reg.get("a");
+  const Count c = count([&] {
+    auto h = reg.get(std::string_view("a"));
+    auto copy = h;
+    auto call = copy.try_acquire();
+    call->record(Outcome::failure, 1ms);
+    auto missing = reg.find(std::string_view("not-there"));
+    EXPECT_FALSE(missing);
+    h.metrics()->components.record_retry();
+    h.metrics()->components.record_fallback(bulwark::FallbackKind::failed);
+    h.metrics()->components.bulkhead_acquired();
+    h.metrics()->components.bulkhead_released();
+  });
+  EXPECT_EQ(c.allocations, 0u);
+#if BULWARK_COUNT_LOCKS
+  EXPECT_EQ(c.locks, 0u);
+#endif
+}
+
+TEST(HotPath, RejectionsAllocateNothingEvenWithARejectionListener) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  for (int i = 0; i < 3; ++i) reg.try_acquire("down")->record(Outcome::failure);
+  std::size_t heard = 0;
+  auto sub = reg.events().subscribe(bulwark::EventKind::rejection,
+                                    [&](const bulwark::Event&) { ++heard; });
+  const Count c = count([&] {
+    for (int i = 0; i < 100; ++i) EXPECT_FALSE(reg.try_acquire(std::string_view("down")));
+  });
+  EXPECT_EQ(c.allocations, 0u);
+#if BULWARK_COUNT_LOCKS
+  EXPECT_EQ(c.locks, 0u);
+#endif
+  EXPECT_EQ(heard, 100u);
+}
+
+TEST(HotPath, IntegerKeysToo) {
+  ManualClock clock;
+  bulwark::BasicRegistry<std::uint64_t, Breaker> reg(
+      {.name = "partitions", .detailed_metrics = true}, clock);
+  for (std::uint64_t p = 0; p < 64; ++p) (void)reg.get(p);
+  const Count c = count([&] {
+    for (std::uint64_t p = 0; p < 64; ++p) reg.try_acquire(p)->record(Outcome::success, 1ms);
+  });
+  EXPECT_EQ(c.allocations, 0u);
+#if BULWARK_COUNT_LOCKS
+  EXPECT_EQ(c.locks, 0u);
+#endif
+}
+
+TEST(HotPath, StandaloneMetricsAllocateNothing) {
+  bulwark::BreakerMetrics m;
+  bulwark::EventHub hub;  // no listener: emitting is skipped after one load
+  const Count c = count([&] {
+    for (int i = 0; i < 100; ++i) {
+      m.record_call(std::chrono::microseconds(i * 37));
+      m.on_transition(bulwark::State::closed, bulwark::State::open, i);
+      if (hub.wants(bulwark::EventKind::rejection)) ADD_FAILURE();
+    }
+  });
+  EXPECT_EQ(c.allocations, 0u);
+#if BULWARK_COUNT_LOCKS
+  EXPECT_EQ(c.locks, 0u);
+#endif
+}
+
+TEST(HotPath, CreatingAKeyDoesAllocateAndLock) {
+  // The other side of the contract: creation is the slow path, and the counters see it.
+  ManualClock clock;
+  Reg reg(options(), clock);
+  const Count c =
+      count([&] { (void)reg.get(std::string_view("a-key-long-enough-to-live-on-the-heap")); });
+  EXPECT_GT(c.allocations, 0u);
+#if BULWARK_COUNT_LOCKS
+  EXPECT_GT(c.locks, 0u);
+#endif
+}
+
+}  // namespace
