@@ -43,11 +43,16 @@
 // failure) when an inner stage stops the call before it runs — a half-open probe
 // turned away by a full bulkhead frees its probe slot instead of wedging HALF_OPEN.
 //
+// Durations. With BreakerScope::call the pipeline reports a zero duration, which
+// BasicCircuitBreaker reads as "measure it yourself" (from admission to report: the
+// bulkhead wait and every attempt and backoff), so no clock is read for a breaker that
+// does not judge slowness. With BreakerScope::attempt each attempt is timed with the
+// context clock's coarse reading, since the first permit predates the bulkhead wait.
+//
 // Cost of a call that succeeds first time, with every stage: the breaker's admission
 // load and its outcome report, one CAS and one subtract for the bulkhead, one CAS for
-// the budget deposit, two coarse clock reads to time the call for the breaker (none
-// without a breaker), and one precise clock read for a per-attempt timeout. See
-// bench/pipeline_bench.cc.
+// the budget deposit (a load once the budget is full), and one precise clock read for
+// a per-attempt timeout (plus one for a request deadline). See bench/pipeline_bench.cc.
 //
 // Thread-safety: execute() may be called concurrently; it is as thread-safe as its
 // stages, which all are.
@@ -115,7 +120,8 @@ enum class BreakerScope : std::uint8_t {
 };
 
 // Anything with try_acquire() -> Expected<typename B::Permit, Rejection>, whose
-// Permit has record(Outcome, Nanos) and cancels itself when destroyed unrecorded.
+// Permit has record(Outcome, Nanos) (a zero duration meaning "measure it yourself")
+// and cancels itself when destroyed unrecorded.
 template <class B>
 concept BreakerLike = requires(B& b, typename B::Permit& p) {
   { b.try_acquire() } -> std::same_as<Expected<typename B::Permit, Rejection>>;
@@ -354,22 +360,19 @@ class Pipeline {
         return run_bulkhead<Out, E>(ctx, call, trace, hook);
       }
       detail::NoAttemptHook hook;
-      const Ticks start = coarse_now_ticks(ctx.clock());
+      // The duration is left to the breaker (zero: "measure it yourself", from
+      // admission to report), so a breaker that does not judge slowness reads no clock.
 #if defined(__cpp_exceptions)
       try {
 #endif
         Out out = run_bulkhead<Out, E>(ctx, call, trace, hook);
         // No attempt ran (an inner stage said no): the permit is dropped unrecorded,
         // which cancels it and frees a half-open probe slot.
-        if (trace.attempts > 0) {
-          permit->record(trace.last,
-                         Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - start)));
-        }
+        if (trace.attempts > 0) permit->record(trace.last, Nanos::zero());
         return out;
 #if defined(__cpp_exceptions)
       } catch (...) {
-        permit->record(Outcome::failure,
-                       Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - start)));
+        permit->record(Outcome::failure, Nanos::zero());
         throw;
       }
 #endif
