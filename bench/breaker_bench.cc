@@ -163,4 +163,57 @@ void BM_HalfOpen_Reject(benchmark::State& state) {
 }
 BENCHMARK(BM_HalfOpen_Reject)->Threads(1)->Threads(2);
 
+// ---------------------------------------------------------------------------
+// Sliding windows (rate rules)
+// ---------------------------------------------------------------------------
+
+// What measuring one call's duration costs: two readings of the clock the breaker
+// uses for durations (the coarse one), and a subtraction.
+void BM_Baseline_MeasureDuration(benchmark::State& state) {
+  for (auto _ : state) {
+    const auto start = bulwark::SteadyClock::coarse_now();
+    benchmark::ClobberMemory();
+    benchmark::DoNotOptimize(bulwark::SteadyClock::coarse_now() - start);
+  }
+}
+BENCHMARK(BM_Baseline_MeasureDuration)->Threads(1)->Threads(2);
+
+void BM_Closed_CountWindow(benchmark::State& state) {
+  static bulwark::CountWindowBreaker breaker(
+      {.name = "count", .failure_rate = 0.5, .window_size = 100});
+  for (auto _ : state) breaker.try_acquire()->record_success();
+}
+BENCHMARK(BM_Closed_CountWindow)->Threads(1)->Threads(2);
+
+void BM_Closed_TimeWindow(benchmark::State& state) {
+  static bulwark::TimeWindowBreaker breaker(
+      {.name = "time", .failure_rate = 0.5, .window_length = 10s});
+  for (auto _ : state) breaker.try_acquire()->record_success();
+}
+BENCHMARK(BM_Closed_TimeWindow)->Threads(1)->Threads(2);
+
+// The breaker measures each call's duration itself (no duration passed to record) to
+// judge slowness, and counts calls in flight so that slow ones count before they end.
+void BM_Closed_TimeWindow_SlowTracking(benchmark::State& state) {
+  static bulwark::TimeWindowBreaker breaker({.name = "time-slow",
+                                             .failure_rate = 0.5,
+                                             .slow_call_rate = 0.5,
+                                             .slow_call_duration = 1s,
+                                             .window_length = 10s});
+  for (auto _ : state) breaker.try_acquire()->record_success();
+}
+BENCHMARK(BM_Closed_TimeWindow_SlowTracking)->Threads(1)->Threads(2);
+
+// The same without counting calls in flight: the cost of measuring durations alone.
+void BM_Closed_TimeWindow_SlowTracking_NoInFlight(benchmark::State& state) {
+  static bulwark::TimeWindowBreaker breaker({.name = "time-slow-no-in-flight",
+                                             .failure_rate = 0.5,
+                                             .slow_call_rate = 0.5,
+                                             .slow_call_duration = 1s,
+                                             .window_length = 10s,
+                                             .count_in_flight_slow_calls = false});
+  for (auto _ : state) breaker.try_acquire()->record_success();
+}
+BENCHMARK(BM_Closed_TimeWindow_SlowTracking_NoInFlight)->Threads(1)->Threads(2);
+
 }  // namespace

@@ -24,6 +24,26 @@ GOALS = [
      "BM_Open_Reject/threads:1", None, None),
     ("half-open rejection / steady_clock::now()", "BM_HalfOpen_Reject/threads:1",
      "BM_Baseline_SteadyClockNow/threads:1", None, None),
+    ("count window / atomic fetch_add", "BM_Closed_CountWindow/threads:1",
+     "BM_Baseline_AtomicFetchAdd/threads:1", "<=", 6.0),
+    ("count window, 2 threads / 1 thread", "BM_Closed_CountWindow/threads:2",
+     "BM_Closed_CountWindow/threads:1", None, None),
+    ("time window, 2 threads / 1 thread", "BM_Closed_TimeWindow/threads:2",
+     "BM_Closed_TimeWindow/threads:1", None, None),
+]
+
+# Goals that are not a plain ratio of two benchmarks.
+COMPOSITE = [
+    # time window <= 6 x fetch_add + 1 x coarse clock read
+    ("time window / (6 x fetch_add + coarse clock)", "BM_Closed_TimeWindow/threads:1",
+     lambda t: 6 * t["BM_Baseline_AtomicFetchAdd/threads:1"] + t["BM_Baseline_CoarseClockNow/threads:1"],
+     "<=", 1.0),
+    # slow tracking adds at most what measuring one duration costs
+    ("slow tracking's extra cost / measuring one duration",
+     lambda t: t["BM_Closed_TimeWindow_SlowTracking/threads:1"] - t["BM_Closed_TimeWindow/threads:1"],
+     lambda t: t["BM_Baseline_MeasureDuration/threads:1"], "<=", 1.0),
+    ("  without in-flight counting", lambda t: t["BM_Closed_TimeWindow_SlowTracking_NoInFlight/threads:1"]
+     - t["BM_Closed_TimeWindow/threads:1"], lambda t: t["BM_Baseline_MeasureDuration/threads:1"], None, None),
 ]
 
 
@@ -55,6 +75,18 @@ def main():
             continue
         met = r <= limit if op == "<=" else r >= limit
         ok &= met
+        print(f"{what:50} {r:8.2f} {op + ' ' + str(limit):>9}  {'met' if met else 'NOT MET'}")
+    for what, num, den, op, limit in COMPOSITE:
+        try:
+            n = num(times) if callable(num) else times[num]
+            d = den(times) if callable(den) else times[den]
+        except KeyError:
+            continue
+        r = n / d
+        if op is None:
+            print(f"{what:50} {r:8.2f}")
+            continue
+        met = r <= limit if op == "<=" else r >= limit
         print(f"{what:50} {r:8.2f} {op + ' ' + str(limit):>9}  {'met' if met else 'NOT MET'}")
     print()
     print("medians (ns):")

@@ -107,6 +107,52 @@ TEST_F(HotPath, ClosedCallsNeitherLockNorAllocate) {
   EXPECT_EQ(b.state(), State::closed);
 }
 
+// Closed calls of a windowed breaker that judges slowness and counts calls in flight;
+// returns the allocations and locks made by the calls alone (not by construction).
+template <class Window>
+Counts windowed_closed_calls(ManualClock& clock) {
+  BasicCircuitBreaker<ManualClock, Window> b({.consecutive_failures = 0,
+                                              .failure_rate = 0.9,
+                                              .slow_call_rate = 0.9,
+                                              .slow_call_duration = 100ms,
+                                              .minimum_calls = 10,
+                                              .window_size = 50,
+                                              .window_length = 10s},
+                                             clock);
+  const Counts before = counts();
+  for (int i = 0; i < 10'000; ++i) {  // crosses many buckets and in-flight epochs
+    auto p = b.try_acquire();
+    clock.advance(7ms);
+    switch (i % 5) {
+      case 0:
+        p->record_failure();
+        break;
+      case 1:
+        p->ignore();
+        break;
+      case 2:
+        break;  // cancelled
+      default:
+        p->record_success(i % 10 == 3 ? 200ms : 1ms);
+        break;
+    }
+  }
+  (void)b.snapshot();
+  const Counts after = counts();
+  EXPECT_EQ(b.state(), State::closed);
+  return {after.allocations - before.allocations, after.locks - before.locks};
+}
+
+TEST_F(HotPath, WindowedClosedCallsNeitherLockNorAllocate) {
+  for (const Counts c :
+       {windowed_closed_calls<TimeWindow<10>>(clock), windowed_closed_calls<CountWindow>(clock)}) {
+    EXPECT_EQ(c.allocations, 0) << "a windowed call allocated";
+#if defined(BULWARK_COUNT_LOCKS)
+    EXPECT_EQ(c.locks, 0) << "a windowed call took a lock";
+#endif
+  }
+}
+
 TEST_F(HotPath, RejectionsNeitherLockNorAllocate) {
   BasicCircuitBreaker<ManualClock> b(
       {.consecutive_failures = 1, .open_duration = 1h, .half_open_max_calls = 1}, clock);

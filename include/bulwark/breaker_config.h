@@ -4,22 +4,31 @@
 // is built (`validate()` names the first bad field). Names follow Resilience4j where it
 // has one (minimum_calls, slow_call_duration, ...), in snake_case.
 //
-//   bulwark::BreakerConfig config{
-//       .name = "payments",
-//       .consecutive_failures = 5,           // seed 000 / gobreaker's ReadyToTrip
-//       .open_duration = 30s,                // first open period
-//       .open_duration_multiplier = 2.0,     // each consecutive reopen waits longer...
-//       .max_open_duration = 5min,           // ...up to this
-//       .half_open_max_calls = 3,            // probes in flight at once
-//       .half_open_successes = 3,            // successes needed to close
+//   // seed 002's fixed configuration for the reviews service
+//   bulwark::BreakerConfig reviews{
+//       .name = "reviews",
+//       .failure_rate = 0.30,                // trip at 30 % failures...
+//       .slow_call_rate = 0.30,              // ...or 30 % slow calls...
+//       .slow_call_duration = 400ms,         // ...slower than 400 ms, even successful ones...
+//       .minimum_calls = 20,                 // ...once 20 calls are in the window
+//       .window_length = 10s,                // TimeWindowBreaker: the last 10 s
+//       .open_duration = 30s,
+//       .half_open_fraction = 0.10,          // probe with 10 % of the traffic
 //   };
+//
+// Trip rules combine: any one that fires opens the breaker. Rate rules need a sliding
+// window, which is the breaker's second template parameter (sliding_window.h); asking
+// a breaker without one for a rate rule is a configuration error, not a silent no-op.
 
 #ifndef BULWARK_BREAKER_CONFIG_H_
 #define BULWARK_BREAKER_CONFIG_H_
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
@@ -35,6 +44,31 @@ struct BreakerConfig {
   // count). 0 turns the rule off. At most 65535.
   std::uint32_t consecutive_failures = 5;
 
+  // --- Rate rules (need a window: CountWindowBreaker or TimeWindowBreaker) ---
+  // Trip when failures / calls in the window >= failure_rate, once at least
+  // minimum_calls are in the window. In (0, 1]; unset turns the rule off.
+  std::optional<double> failure_rate{};
+  // Trip when slow calls / calls >= slow_call_rate (same minimum). In (0, 1]; unset: off.
+  std::optional<double> slow_call_rate{};
+  // A call that takes strictly longer than this is slow, whether it succeeded or failed.
+  // Zero: slowness is not judged. The breaker measures a call itself (with the clock's
+  // coarse reading, a few ms of resolution) unless the caller reports its duration.
+  Nanos slow_call_duration = Nanos::zero();
+  // The minimum volume: no rate rule fires on fewer calls (a count window of fewer
+  // calls uses its size). Does not apply to half-open probes.
+  std::uint32_t minimum_calls = 100;
+  // CountWindowBreaker: the window is the last window_size calls (1..65535).
+  std::uint32_t window_size = 100;
+  // TimeWindowBreaker: the window is the last window_length, in window_buckets buckets
+  // (each at least 1 ms; at most the breaker type's capacity, 10 for TimeWindowBreaker).
+  Nanos window_length = std::chrono::seconds(60);
+  std::uint32_t window_buckets = 10;
+  // Calls admitted more than slow_call_duration ago and still outstanding count as slow
+  // when the rates are evaluated, so a dependency that stops answering trips the
+  // breaker before any call completes or times out. Costs one atomic update when a
+  // call is admitted and one when it completes.
+  bool count_in_flight_slow_calls = true;
+
   // How long the breaker stays OPEN before it lets a probe through.
   Nanos open_duration = std::chrono::seconds(60);
   // Each consecutive reopening (a probe failed) multiplies the open period by this,
@@ -44,18 +78,43 @@ struct BreakerConfig {
   // Zero means unset: with a multiplier of 1 the period simply never grows.
   Nanos max_open_duration = Nanos::zero();
 
-  // HALF_OPEN admits at most this many probes at once (K)...
-  std::uint32_t half_open_max_calls = 1;
-  // ...and closes after this many of them succeed (M). Any probe failure reopens.
+  // HALF_OPEN admits at most this many probes at once (K). Unset: 1, or no limit when
+  // half_open_fraction is set.
+  std::optional<std::uint32_t> half_open_max_calls{};
+  // HALF_OPEN closes after this many probes succeed (M). Without a failure_rate rule any
+  // probe failure reopens; with one (and with a slow_call_rate rule) the probes' own
+  // rates decide, with no minimum volume.
   std::uint32_t half_open_successes = 1;
+  // Instead of a count, let this fraction of requests through as probes (seed 002:
+  // "10 % of the traffic"). In (0, 1]; unset: count mode.
+  std::optional<double> half_open_fraction{};
+  // Optional ramp: after each half_open_successes successes, move to the next fraction
+  // (e.g. {0.25, 0.5, 1.0}); closes after the last stage. Non-decreasing, at most 7.
+  std::vector<double> half_open_ramp{};
   // A probe that never reports (its permit leaked into a lost callback) stops holding
   // its slot this long after HALF_OPEN began: the next request that finds every slot
   // taken starts a fresh half-open round. Zero: never.
   Nanos half_open_max_wait = std::chrono::seconds(60);
+
+  // A breaker that reopens within this period after recovering (a successful half-open
+  // round closed it) is flapping (seed 003's "flickering circuit"): the opening's event
+  // and the snapshot say so. Zero turns the detection off.
+  Nanos flapping_period = std::chrono::seconds(60);
+
+  // Where fraction mode draws its random numbers: uniform in [0, 1). Unset: a built-in
+  // lock-free generator seeded with random_seed (deterministic). Tests inject their own.
+  std::function<double()> random{};
+  std::uint64_t random_seed = 0x2545F4914F6CDD1Dull;
 };
 
-// Checks every field; the error names the first one that is wrong.
-Expected<void, ConfigError> validate(const BreakerConfig& config);
+// Which sliding window a breaker has; the same configuration checks differ by it.
+enum class WindowKind : std::uint8_t { none, count, time };
+
+// Checks every field for a breaker with the given kind of window (and, for a time
+// window, bucket capacity); the error names the first field that is wrong.
+Expected<void, ConfigError> validate(const BreakerConfig& config,
+                                     WindowKind window = WindowKind::none,
+                                     std::uint32_t bucket_capacity = 0);
 
 }  // namespace bulwark
 

@@ -98,6 +98,8 @@ struct TransitionEvent {
   // The breaker's generation after the transition: +1 per transition, including the
   // silent ones (a reset while CLOSED, a fresh half-open round); wraps at 2^19.
   std::uint32_t generation;
+  // An opening that came within flapping_period of the breaker's last recovery.
+  bool flapping = false;
 };
 
 using TransitionListener = std::function<void(const TransitionEvent&)>;

@@ -27,6 +27,14 @@
 // sizeof(CircuitBreaker) is one cache line (64 bytes); the configuration, clock and
 // listeners live in a BreakerPolicy that any number of breakers can share.
 //
+// Windows. The second template parameter is the breaker's sliding window
+// (sliding_window.h): NoWindow (CircuitBreaker: consecutive failures only),
+// CountWindow (CountWindowBreaker: the last N calls) or TimeWindow<B>
+// (TimeWindowBreaker: the last T seconds). With a window the breaker also trips on
+// failure and slow-call *rates* over a minimum volume, counts slow calls still in
+// flight, and lets half-open probes decide by their own rates. A windowed call costs
+// one more atomic update (its bucket), plus a coarse clock read for a time window.
+//
 // Thread-safety: every member function may be called concurrently from any thread.
 // A Permit belongs to one call; move it, don't share it.
 //
@@ -42,7 +50,9 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <exception>
 #include <functional>
+#include <optional>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -53,14 +63,16 @@
 #include "bulwark/detail/breaker_word.h"
 #include "bulwark/expected.h"
 #include "bulwark/outcome.h"
+#include "bulwark/sliding_window.h"
 
 namespace bulwark {
 
 // Why try_acquire() said no.
 enum class RejectReason : std::uint8_t {
-  open,            // the breaker is OPEN and its open period has not elapsed
-  half_open_full,  // HALF_OPEN, and every probe slot is taken
-  forced_open,     // an operator forced the breaker open
+  open,                 // the breaker is OPEN and its open period has not elapsed
+  half_open_full,       // HALF_OPEN, and every probe slot is taken
+  forced_open,          // an operator forced the breaker open
+  half_open_throttled,  // HALF_OPEN lets a fraction of requests through; not this one
 };
 
 constexpr std::string_view to_string(RejectReason r) noexcept {
@@ -71,6 +83,8 @@ constexpr std::string_view to_string(RejectReason r) noexcept {
       return "half_open_full";
     case RejectReason::forced_open:
       return "forced_open";
+    case RejectReason::half_open_throttled:
+      return "half_open_throttled";
   }
   return "unknown";
 }
@@ -78,8 +92,9 @@ constexpr std::string_view to_string(RejectReason r) noexcept {
 struct Rejection {
   RejectReason reason;
   // How long until a probe may be admitted (Polly's RetryAfter), for a Retry-After
-  // header or a client's backoff. OPEN: the rest of the open period. HALF_OPEN: until
-  // the half-open max wait frees the probe slots (or one open period if it is off).
+  // header or a client's backoff. OPEN: the rest of the open period. HALF_OPEN (full or
+  // throttled): until the half-open max wait frees the probe slots (or one open period
+  // if it is off).
   // FORCED_OPEN: Nanos::max(), as nothing will reopen it by itself.
   Nanos retry_after;
 };
@@ -113,8 +128,18 @@ struct BreakerSnapshot {
   std::uint64_t successes;
   std::uint64_t failures;
   std::uint64_t ignored;
-  std::uint64_t cancelled;  // permits destroyed without an outcome; saturates at 2^40-1
+  std::uint64_t cancelled;  // permits destroyed without an outcome; saturates at 2^38-1
   std::uint64_t opens;      // transitions into OPEN or FORCED_OPEN; saturates at 2^24-1
+
+  // Breakers with a sliding window: what it holds now (CLOSED / METRICS_ONLY), and the
+  // rates the trip rules compare, with calls in flight longer than slow_call_duration
+  // counted as slow calls. A rate is empty while the window holds fewer than
+  // minimum_calls ("not enough calls"), and for breakers without a window.
+  std::optional<WindowCounts> window;
+  std::optional<double> failure_rate;
+  std::optional<double> slow_call_rate;
+  // Reopened within flapping_period of recovering, and not yet closed for that long.
+  bool flapping;
 };
 
 namespace detail {
@@ -129,17 +154,46 @@ struct PolicyCore {
   // multiplied and capped; [0] equals [1].
   Ticks open_period(std::uint32_t reopens) const noexcept { return open_periods_[reopens]; }
 
+  // A uniform draw in [0, 1) for fraction-mode half-open.
+  double draw() const noexcept;
+  bool fraction_mode() const noexcept { return stage_fraction_[0] > 0; }
+  double stage_fraction(std::uint32_t stage) const noexcept { return stage_fraction_[stage]; }
+
   std::atomic<std::uint32_t> refs{1};
   const BreakerConfig config;
   const std::uint32_t consecutive_failures;
   const std::uint32_t half_open_max_calls;
   const std::uint32_t half_open_successes;
   const Ticks half_open_max_wait;
+  const double failure_rate;    // < 0: rule off
+  const double slow_call_rate;  // < 0: rule off
+  const std::uint32_t minimum_calls;
+  const Ticks slow_call_duration;  // 0: slowness not judged
+  const Ticks flapping_period;
+  const WindowParams window;
+  std::uint32_t last_stage = 0;  // fraction mode: index of the last ramp stage
   ListenerList listeners;
 
  private:
   std::array<Ticks, Word::kReopenMax + 1> open_periods_{};
+  std::array<double, Word::kStageMax + 1> stage_fraction_{};
+  mutable std::atomic<std::uint64_t> rng_;
 };
+
+Expected<void, ConfigError> validate_common(const BreakerConfig& config);
+Expected<void, ConfigError> validate_window(const BreakerConfig& config, WindowKind kind,
+                                            std::uint32_t capacity);
+// Raises InvalidConfig if the policy asks for something a breaker with this window lacks.
+void check_window(const PolicyCore& policy, WindowKind kind, std::uint32_t capacity);
+
+template <class W>
+constexpr std::uint32_t window_capacity() noexcept {
+  if constexpr (W::kind == WindowKind::time) {
+    return W::capacity;
+  } else {
+    return 0;
+  }
+}
 
 template <Clock C>
 struct PolicyData : PolicyCore {
@@ -181,7 +235,7 @@ class BreakerPolicy {
   bool remove_listener(ListenerId id) { return data_->listeners.remove(id); }
 
  private:
-  template <Clock>
+  template <Clock, class>
   friend class BasicCircuitBreaker;
 
   explicit BreakerPolicy(detail::PolicyData<C>* data) noexcept : data_(data) { retain(); }
@@ -193,13 +247,15 @@ class BreakerPolicy {
   detail::PolicyData<C>* data_;
 };
 
-template <Clock C = SteadyClock>
+template <Clock C = SteadyClock, class Window = NoWindow>
 class alignas(64) BasicCircuitBreaker {
   using Word = detail::Word;
   using Request = detail::Request;
+  static constexpr bool kWindowed = Window::kind != WindowKind::none;
 
  public:
   using clock_type = C;
+  using window_type = Window;
 
   // The right to make one call. Move-only. Report its outcome once with record();
   // destroying it without an outcome (an exception, a cancelled call) counts as
@@ -210,25 +266,27 @@ class alignas(64) BasicCircuitBreaker {
   class [[nodiscard]] Permit {
    public:
     Permit(Permit&& other) noexcept
-        : breaker_(std::exchange(other.breaker_, nullptr)), word_(other.word_) {}
+        : breaker_(std::exchange(other.breaker_, nullptr)),
+          word_(other.word_),
+          start_(other.start_) {}
     Permit& operator=(Permit&& other) noexcept {
       if (this != &other) {
-        resolve(Resolution::cancelled);
+        resolve(Resolution::cancelled, Nanos::zero());
         breaker_ = std::exchange(other.breaker_, nullptr);
         word_ = other.word_;
+        start_ = other.start_;
       }
       return *this;
     }
     Permit(const Permit&) = delete;
     Permit& operator=(const Permit&) = delete;
-    ~Permit() { resolve(Resolution::cancelled); }
+    ~Permit() { resolve(Resolution::cancelled, Nanos::zero()); }
 
-    // Reports the call's outcome. `duration` is how long the call took (used by
-    // slow-call rules and metrics; may be left zero by callers that don't time).
-    // Only the first report of a permit counts.
+    // Reports the call's outcome. `duration` is how long the call took; leave it zero
+    // and a breaker that judges slowness measures the call itself (from admission to
+    // this report, with the clock's coarse reading). Only the first report counts.
     void record(Outcome outcome, Nanos duration = Nanos::zero()) noexcept {
-      (void)duration;
-      resolve(static_cast<Resolution>(outcome));
+      resolve(static_cast<Resolution>(outcome), duration);
     }
     void record_success(Nanos duration = Nanos::zero()) noexcept {
       record(Outcome::success, duration);
@@ -241,9 +299,7 @@ class alignas(64) BasicCircuitBreaker {
     // True while the permit has not reported.
     bool active() const noexcept { return breaker_ != nullptr; }
     // True if this call is a HALF_OPEN probe.
-    bool is_probe() const noexcept {
-      return static_cast<State>(Word(word_).state()) == State::half_open;
-    }
+    bool is_probe() const noexcept { return admitted_in() == State::half_open; }
     // The state the call was admitted in.
     State admitted_in() const noexcept { return static_cast<State>(Word(word_).state()); }
     // The breaker generation it was admitted in (see BreakerSnapshot::generation).
@@ -251,18 +307,21 @@ class alignas(64) BasicCircuitBreaker {
 
    private:
     friend class BasicCircuitBreaker;
-    Permit(BasicCircuitBreaker* breaker, Word word) noexcept
-        : breaker_(breaker), word_(word.raw()) {}
+    Permit(BasicCircuitBreaker* breaker, Word word, Ticks start) noexcept
+        : breaker_(breaker), word_(word.raw()), start_(start) {}
 
-    void resolve(typename BasicCircuitBreaker::Resolution r) noexcept {
-      if (breaker_ != nullptr) std::exchange(breaker_, nullptr)->release(Word(word_), r);
+    void resolve(typename BasicCircuitBreaker::Resolution r, Nanos duration) noexcept {
+      if (breaker_ != nullptr)
+        std::exchange(breaker_, nullptr)->release(Word(word_), r, duration, start_);
     }
 
     BasicCircuitBreaker* breaker_;
     std::uint64_t word_;
+    Ticks start_;  // admission time, when the breaker judges slowness
   };
 
-  // Builds a breaker with its own policy. Throws InvalidConfig if `config` is invalid.
+  // Builds a breaker with its own policy. Throws InvalidConfig if `config` is invalid
+  // or asks for something this breaker type lacks (a rate rule without a window).
   explicit BasicCircuitBreaker(BreakerConfig config) requires std::is_empty_v<C>
       : BasicCircuitBreaker(BreakerPolicy<C>(std::move(config))) {}
   BasicCircuitBreaker(BreakerConfig config, const C& clock)
@@ -270,7 +329,11 @@ class alignas(64) BasicCircuitBreaker {
   BasicCircuitBreaker(BreakerConfig, const C&&) = delete;
 
   // Builds a breaker that shares `policy` (and its listeners) with others.
-  explicit BasicCircuitBreaker(const BreakerPolicy<C>& policy) noexcept : policy_(policy.data_) {
+  explicit BasicCircuitBreaker(const BreakerPolicy<C>& policy)
+      : policy_(
+            (detail::check_window(*policy.data_, Window::kind, detail::window_capacity<Window>()),
+             policy.data_)),
+        window_(policy.data_->window) {
     policy_->refs.fetch_add(1, std::memory_order_relaxed);
     since_.store(now(), std::memory_order_relaxed);
   }
@@ -280,19 +343,26 @@ class alignas(64) BasicCircuitBreaker {
   ~BasicCircuitBreaker() { BreakerPolicy<C>::release(policy_); }
 
   // Asks to make one call. Never blocks, never throws, never allocates.
-  // CLOSED / METRICS_ONLY / DISABLED: admitted (one atomic load).
+  // CLOSED / METRICS_ONLY / DISABLED: admitted (one atomic load; a breaker that judges
+  //   slowness also reads the coarse clock, and counts the call in flight).
   // OPEN: rejected until the open period has elapsed; then the first caller wins the
   //   transition to HALF_OPEN and is admitted as the probe.
-  // HALF_OPEN: admitted while fewer than half_open_max_calls probes are in flight.
+  // HALF_OPEN: admitted while fewer than half_open_max_calls probes are in flight (and,
+  //   with half_open_fraction, if this request is drawn).
   // FORCED_OPEN: rejected.
   Expected<Permit, Rejection> try_acquire() noexcept {
     Word w(word_.load(std::memory_order_acquire));
+    double draw = -1;  // fraction mode: one draw per request, however often we loop
     for (;;) {
       switch (static_cast<State>(w.state())) {
         case State::closed:
         case State::metrics_only:
+          if constexpr (kWindowed) {
+            if (policy_->slow_call_duration > 0) return Permit(this, w, admit_timed(w));
+          }
+          return Permit(this, w, 0);
         case State::disabled:
-          return Permit(this, w);
+          return Permit(this, w, 0);
         case State::forced_open:
           return reject(RejectReason::forced_open, kTicksMax);
         case State::open: {
@@ -307,22 +377,26 @@ class alignas(64) BasicCircuitBreaker {
               w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
           if (cas(w, next)) {
             publish(next, State::open, TransitionReason::open_period_elapsed, t);
-            return Permit(this, next);
+            return Permit(this, next, probe_start());
           }
           break;  // someone else moved the breaker first: look again
         }
         case State::half_open: {
           const detail::PolicyCore& p = *policy_;
+          if (p.fraction_mode()) {
+            if (draw < 0) draw = p.draw();
+            if (draw >= p.stage_fraction(w.stage()))
+              return reject(RejectReason::half_open_throttled, half_open_wait(w));
+          }
           if (w.a() < p.half_open_max_calls) {
             const Word next = w.with_a(w.a() + 1);
-            if (cas(w, next)) return Permit(this, next);
+            if (cas(w, next)) return Permit(this, next, probe_start());
             break;
           }
           // Every slot is taken. A probe whose permit leaked would hold its slot
           // forever; after half_open_max_wait we start a fresh round instead.
-          if (p.half_open_max_wait <= 0)
-            return reject(RejectReason::half_open_full, p.open_period(w.reopens()));
-          if (w.pending()) return reject(RejectReason::half_open_full, p.half_open_max_wait);
+          if (p.half_open_max_wait <= 0 || w.pending())
+            return reject(RejectReason::half_open_full, half_open_wait(w));
           const Ticks t = now();
           const Ticks waited = saturating_sub(t, since_.load(std::memory_order_relaxed));
           if (waited < p.half_open_max_wait) {
@@ -332,7 +406,7 @@ class alignas(64) BasicCircuitBreaker {
               w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
           if (cas(w, next)) {
             publish(next, State::half_open, TransitionReason::open_period_elapsed, t);
-            return Permit(this, next);
+            return Permit(this, next, probe_start());
           }
           break;
         }
@@ -344,6 +418,16 @@ class alignas(64) BasicCircuitBreaker {
   // A return counts as a success; an exception counts as a failure and is rethrown.
   template <class F>
   auto execute(F&& f) -> Expected<std::invoke_result_t<F&>, Rejection> {
+    return execute(std::forward<F>(f), ReturnIsSuccess{});
+  }
+
+  // Runs `f` and lets `classify` say what its result meant: `classify(result)` (or
+  // `classify()` for void results) returns an Outcome — e.g. a 5xx is a failure, a 4xx
+  // is ignored. If `classify` is also callable with a std::exception_ptr, it classifies
+  // exceptions too (otherwise they are failures). The caller always gets f's own
+  // result or exception; a classifier that throws counts the call as a failure.
+  template <class F, class Classify>
+  auto execute(F&& f, Classify&& classify) -> Expected<std::invoke_result_t<F&>, Rejection> {
     using R = std::invoke_result_t<F&>;
     auto permit = try_acquire();
     if (!permit) return Unexpected(permit.error());
@@ -352,16 +436,24 @@ class alignas(64) BasicCircuitBreaker {
 #endif
       if constexpr (std::is_void_v<R>) {
         std::invoke(f);
-        permit->record(Outcome::success);
+        permit->record(classify_value(classify));
         return {};
       } else {
         R result = std::invoke(f);
-        permit->record(Outcome::success);
+        permit->record(classify_value(classify, std::as_const(result)));
         return result;
       }
 #if defined(__cpp_exceptions)
     } catch (...) {
-      permit->record(Outcome::failure);
+      Outcome o = Outcome::failure;
+      if constexpr (std::is_invocable_r_v<Outcome, Classify&, std::exception_ptr>) {
+        try {
+          o = classify(std::current_exception());
+        } catch (...) {
+          o = Outcome::failure;
+        }
+      }
+      permit->record(o);
       throw;
     }
 #endif
@@ -382,26 +474,27 @@ class alignas(64) BasicCircuitBreaker {
   //   half_open     from OPEN or FORCED_OPEN: starts probing now
   //   forced_open   rejects everything until the next manual transition
   //   disabled      admits everything, records nothing
-  //   metrics_only  records outcomes (and would-trip rules), never rejects
+  //   metrics_only  records outcomes and reports rates, never rejects
   // Asking for the current state is a no-op. An impossible request (HALF_OPEN from
   // CLOSED, say) returns TransitionError and changes nothing. Emits an event.
   Expected<void, TransitionError> transition_to(State target) noexcept {
     return manual(target, request_for(target));
   }
 
-  // Back to CLOSED from any state with a new generation: consecutive counts cleared,
-  // and outcomes of permits admitted before the reset count nowhere. Emits an event
-  // unless the breaker already was CLOSED.
+  // Back to CLOSED from any state with a new generation: counts and the window are
+  // cleared, and outcomes of permits admitted before the reset count nowhere. Emits an
+  // event unless the breaker already was CLOSED.
   void reset() noexcept { (void)manual(State::closed, Request::manual_reset); }
 
   BreakerSnapshot snapshot() const noexcept {
     const Word w(word_.load(std::memory_order_acquire));
     const State s = static_cast<State>(w.state());
     const detail::PolicyCore& p = *policy_;
+    const Ticks t = now();
     BreakerSnapshot snap{};
     snap.state = s;
     snap.time_in_state =
-        Nanos(std::max<Ticks>(0, saturating_sub(now(), since_.load(std::memory_order_relaxed))));
+        Nanos(std::max<Ticks>(0, saturating_sub(t, since_.load(std::memory_order_relaxed))));
     snap.consecutive_failures = (s == State::closed || s == State::metrics_only) ? w.a() : 0;
     switch (s) {
       case State::open:
@@ -423,15 +516,44 @@ class alignas(64) BasicCircuitBreaker {
     snap.rejected = rejected_.load(std::memory_order_relaxed);
     const std::uint64_t cold = cold_.load(std::memory_order_relaxed);
     snap.cancelled = cold & kCancelledMax;
-    snap.opens = cold >> kCancelledBits;
+    snap.opens = cold >> kOpensShift;
     snap.permitted =
         snap.successes + snap.failures + snap.ignored + snap.cancelled + snap.half_open_in_flight;
+    snap.flapping = (cold & kFlappingBit) != 0 && !(s == State::closed && p.flapping_period > 0 &&
+                                                    snap.time_in_state >= Nanos(p.flapping_period));
+    if constexpr (kWindowed) {
+      if (s == State::closed || s == State::metrics_only) {
+        const Verdict v = verdict(w.gen(), coarse_now());
+        snap.window = v.counts;
+        snap.failure_rate = v.failure_rate;
+        snap.slow_call_rate = v.slow_call_rate;
+      }
+    }
     return snap;
+  }
+
+  // Bytes this breaker uses besides sizeof(*this) (a count window's ring).
+  std::uint64_t extra_memory() const noexcept {
+    if constexpr (kWindowed) {
+      return window_.footprint();
+    } else {
+      return 0;
+    }
   }
 
  private:
   template <class>
   friend struct BreakerTestAccess;
+
+  // execute()'s default: a return is a success (exceptions are failures).
+  struct ReturnIsSuccess {
+    Outcome operator()() const noexcept { return Outcome::success; }
+    template <class R>
+    requires(!std::is_same_v<std::remove_cvref_t<R>, std::exception_ptr>) Outcome operator()(
+        const R&) const noexcept {
+      return Outcome::success;
+    }
+  };
 
   // How a permit ended. The first three mirror Outcome.
   enum class Resolution : std::uint8_t { success, failure, ignored, cancelled };
@@ -439,11 +561,24 @@ class alignas(64) BasicCircuitBreaker {
   static_assert(static_cast<int>(Resolution::failure) == static_cast<int>(Outcome::failure));
   static_assert(static_cast<int>(Resolution::ignored) == static_cast<int>(Outcome::ignored));
 
-  static constexpr unsigned kCancelledBits = 40;
+  // The word of rare totals: cancelled (low 38 bits) | recovered | flapping | opens (24).
+  static constexpr unsigned kCancelledBits = 38;
   static constexpr std::uint64_t kCancelledMax = (std::uint64_t{1} << kCancelledBits) - 1;
-  static constexpr std::uint64_t kOpensMax = (std::uint64_t{1} << (64 - kCancelledBits)) - 1;
+  static constexpr std::uint64_t kRecoveredBit = std::uint64_t{1} << 38;
+  static constexpr std::uint64_t kFlappingBit = std::uint64_t{1} << 39;
+  static constexpr unsigned kOpensShift = 40;
+  static constexpr std::uint64_t kOpensMax = (std::uint64_t{1} << (64 - kOpensShift)) - 1;
+
+  // What the window says: its counts, the rates the rules compare, and the decision.
+  struct Verdict {
+    WindowCounts counts;
+    std::optional<double> failure_rate, slow_call_rate;  // empty below the minimum volume
+    Request trip = Request::none;                        // a rate rule fired
+    bool armed = false;                                  // a rule is over, the volume is not
+  };
 
   Ticks now() const noexcept { return now_ticks(policy_->clock.get()); }
+  Ticks coarse_now() const noexcept { return coarse_now_ticks(policy_->clock.get()); }
 
   bool cas(Word& expected, Word desired) noexcept {
     std::uint64_t raw = expected.raw();
@@ -458,6 +593,35 @@ class alignas(64) BasicCircuitBreaker {
     return Unexpected(Rejection{reason, Nanos(retry_after)});
   }
 
+  Ticks half_open_wait(Word w) const noexcept {
+    const detail::PolicyCore& p = *policy_;
+    if (p.half_open_max_wait <= 0) return p.open_period(w.reopens());
+    if (w.pending()) return p.half_open_max_wait;
+    const Ticks waited = saturating_sub(now(), since_.load(std::memory_order_relaxed));
+    return std::max<Ticks>(0, p.half_open_max_wait - std::max<Ticks>(0, waited));
+  }
+
+  Ticks probe_start() const noexcept { return policy_->slow_call_duration > 0 ? coarse_now() : 0; }
+
+  // Admission when the breaker judges slowness: the call's start time, and (if enabled)
+  // the call counted in flight. The first admission of each epoch re-evaluates the
+  // rates, so a dependency that stopped answering trips the breaker without any call
+  // completing.
+  Ticks admit_timed(Word w) noexcept {
+    const detail::PolicyCore& p = *policy_;
+    Ticks start = coarse_now();
+    if constexpr (kWindowed) {
+      if (p.window.track_in_flight) {
+        const unsigned shift = p.window.epoch_shift;
+        const auto adm =
+            window_.in_flight().admit(w.gen(), detail::InFlight::epoch_of(start, shift));
+        start = std::max(start, detail::InFlight::epoch_start(adm.epoch, shift));
+        if (adm.new_epoch) evaluate(w.gen(), start);
+      }
+    }
+    return start;
+  }
+
   // Adds a request to a word whose transition is still being published, unless a
   // request that takes precedence is already there.
   static Word with_request(Word w, Request r) noexcept {
@@ -465,7 +629,7 @@ class alignas(64) BasicCircuitBreaker {
                                                                                 : w;
   }
 
-  void release(Word admitted, Resolution r) noexcept {
+  void release(Word admitted, Resolution r, Nanos reported, Ticks start) noexcept {
     switch (r) {
       case Resolution::success:
         successes_.fetch_add(1, std::memory_order_relaxed);
@@ -477,24 +641,56 @@ class alignas(64) BasicCircuitBreaker {
         ignored_.fetch_add(1, std::memory_order_relaxed);
         break;
       case Resolution::cancelled:
-        add_cold(1, 0);
+        add_cold(1, 0, 0, 0);
         break;
     }
-    switch (static_cast<State>(admitted.state())) {
-      case State::closed:
-      case State::metrics_only:
+    const State s = static_cast<State>(admitted.state());
+    if (s == State::disabled) return;  // records nothing
+    const bool counted = r == Resolution::success || r == Resolution::failure;
+    const bool recording = s == State::closed || s == State::metrics_only;
+    if constexpr (kWindowed) {
+      const detail::PolicyCore& p = *policy_;
+      const bool timed = p.slow_call_duration > 0;
+      Ticks t = 0;
+      if (timed || (counted && recording && Window::kind == WindowKind::time)) t = coarse_now();
+      if (timed && recording && p.window.track_in_flight) {
+        window_.in_flight().complete(admitted.gen(),
+                                     detail::InFlight::epoch_of(start, p.window.epoch_shift));
+      }
+      const Ticks took =
+          reported > Nanos::zero() ? reported.count() : (timed ? saturating_sub(t, start) : 0);
+      const bool slow = timed && counted && took > p.slow_call_duration;
+      if (recording) {
+        if (counted) closed_outcome(admitted, r == Resolution::failure, slow, t);
+      } else if (s == State::half_open) {
+        probe_resolved(admitted, r, slow);
+      }
+    } else {
+      (void)reported, (void)start;
+      if (recording) {
         if (r == Resolution::success) {
           closed_success(admitted);
         } else if (r == Resolution::failure) {
-          closed_failure(admitted);
+          (void)closed_failure(admitted);
         }
-        break;
-      case State::half_open:
-        probe_resolved(admitted, r);
-        break;
-      default:  // DISABLED records nothing; no permit is admitted while open
-        break;
+      } else if (s == State::half_open) {
+        probe_resolved(admitted, r, false);
+      }
     }
+  }
+
+  // A CLOSED / METRICS_ONLY call of a windowed breaker completed.
+  void closed_outcome(Word admitted, bool failure, bool slow, Ticks t) noexcept {
+    const detail::HeadWord head =
+        window_.record(policy_->window, admitted.gen(), t, detail::make_sample(failure, slow));
+    bool tripped = false;
+    if (failure) {
+      tripped = closed_failure(admitted);
+    } else {
+      closed_success(admitted);
+    }
+    // A success only lowers the rates, unless the volume was all a rule waited for.
+    if (!tripped && (failure || slow || head.armed())) evaluate(admitted.gen(), t);
   }
 
   void closed_success(Word admitted) noexcept {
@@ -506,11 +702,12 @@ class alignas(64) BasicCircuitBreaker {
     }
   }
 
-  void closed_failure(Word admitted) noexcept {
+  // Counts a consecutive failure; returns true if the rule tripped the breaker.
+  bool closed_failure(Word admitted) noexcept {
     const detail::PolicyCore& p = *policy_;
     Word w(word_.load(std::memory_order_acquire));
     for (;;) {
-      if (w.gen() != admitted.gen()) return;  // the breaker moved on: stale outcome
+      if (w.gen() != admitted.gen()) return false;  // the breaker moved on: stale outcome
       const std::uint32_t failures = std::min(w.a() + 1, Word::kCountMax);
       Word next = w.with_a(failures);
       const bool trip = static_cast<State>(w.state()) == State::closed &&
@@ -522,23 +719,113 @@ class alignas(64) BasicCircuitBreaker {
       if (cas(w, next)) {
         if (trip && !w.pending())
           publish(next, State::closed, TransitionReason::consecutive_failures, now());
-        return;
+        return trip;
       }
     }
   }
 
-  void probe_resolved(Word admitted, Resolution r) noexcept {
+  // Reads the window of generation `gen` and applies the rate rules.
+  Verdict verdict(std::uint32_t gen, Ticks t) const noexcept {
+    Verdict v;
+    if constexpr (kWindowed) {
+      const detail::PolicyCore& p = *policy_;
+      v.counts = window_.counts(p.window, gen, t);
+      if (p.window.track_in_flight) {
+        v.counts.in_flight_slow =
+            window_.in_flight().slow_calls(gen, t, p.slow_call_duration, p.window.epoch_shift);
+      }
+      const std::uint64_t total = v.counts.calls + v.counts.in_flight_slow;
+      const std::uint64_t minimum = Window::kind == WindowKind::count
+                                        ? std::min(p.minimum_calls, p.window.size)
+                                        : p.minimum_calls;
+      if (total == 0) return v;
+      const double fr = static_cast<double>(v.counts.failures) / static_cast<double>(total);
+      const double sr = static_cast<double>(v.counts.slow() + v.counts.in_flight_slow) /
+                        static_cast<double>(total);
+      const bool over_f = p.failure_rate > 0 && fr >= p.failure_rate;
+      const bool over_s = p.slow_call_rate > 0 && sr >= p.slow_call_rate;
+      if (total < minimum) {
+        v.armed = over_f || over_s;
+        return v;
+      }
+      v.failure_rate = fr;
+      v.slow_call_rate = sr;
+      if (over_f) {
+        v.trip = Request::open_failure_rate;
+      } else if (over_s) {
+        v.trip = Request::open_slow_call_rate;
+      }
+    }
+    (void)gen, (void)t;
+    return v;
+  }
+
+  // Applies the rate rules to generation `gen`, tripping the breaker if one fires.
+  void evaluate(std::uint32_t gen, Ticks t) noexcept {
+    if constexpr (kWindowed) {
+      Word w(word_.load(std::memory_order_acquire));
+      const State s = static_cast<State>(w.state());
+      if (w.gen() != gen || (s != State::closed && s != State::metrics_only)) return;
+      const Verdict v = verdict(gen, t);
+      window_.set_armed(gen, v.armed);
+      if (v.trip == Request::none || s != State::closed) return;  // METRICS_ONLY never rejects
+      for (;;) {
+        if (w.gen() != gen) return;
+        const Word next = w.pending() ? with_request(w, v.trip)
+                                      : w.next_phase(static_cast<std::uint8_t>(State::open), 1);
+        if (cas(w, next)) {
+          if (!w.pending()) {
+            publish(next, State::closed,
+                    v.trip == Request::open_failure_rate ? TransitionReason::failure_rate
+                                                         : TransitionReason::slow_call_rate,
+                    now());
+          }
+          return;
+        }
+      }
+    } else {
+      (void)gen, (void)t;
+    }
+  }
+
+  void probe_resolved(Word admitted, Resolution r, bool slow) noexcept {
     const detail::PolicyCore& p = *policy_;
+    const bool counted = r == Resolution::success || r == Resolution::failure;
+    const bool by_rate = p.failure_rate > 0 || p.slow_call_rate > 0;
+    detail::ProbeTally tally;
+    if constexpr (kWindowed) {
+      if (counted && by_rate) tally = window_.probe(admitted.gen(), r == Resolution::failure, slow);
+    }
+    (void)slow;
+    // The probes decide, by their own rates and without a minimum volume. Without a
+    // failure-rate rule, any probe failure reopens.
+    bool reopen = false;
+    if (r == Resolution::failure) {
+      reopen = p.failure_rate <= 0 ||
+               (tally.completed > 0 &&
+                static_cast<double>(tally.failures) / tally.completed >= p.failure_rate);
+    }
+    if (counted && p.slow_call_rate > 0 && tally.completed > 0 &&
+        static_cast<double>(tally.slow) / tally.completed >= p.slow_call_rate) {
+      reopen = true;
+    }
     Word w(word_.load(std::memory_order_acquire));
     for (;;) {
       if (w.gen() != admitted.gen()) return;  // that half-open round is over: frees nothing
       Word next = w.with_a(w.a() > 0 ? w.a() - 1 : 0);
       Request wanted = Request::none;
-      if (r == Resolution::success) {
-        next = next.with_b(std::min(w.b() + 1, Word::kCountMax));
-        if (next.b() >= p.half_open_successes) wanted = Request::close;
-      } else if (r == Resolution::failure) {
+      if (reopen) {
         wanted = Request::open;
+      } else if (r == Resolution::success) {
+        const std::uint32_t successes = std::min(w.b() + 1, Word::kSuccessMax);
+        next = next.with_b(successes);
+        if (successes >= p.half_open_successes) {
+          if (w.stage() < p.last_stage) {
+            next = next.with_stage(w.stage() + 1).with_b(0);  // ramp up: more traffic
+          } else {
+            wanted = Request::close;
+          }
+        }
       }
       if (wanted != Request::none) {
         if (w.pending()) {
@@ -592,11 +879,16 @@ class alignas(64) BasicCircuitBreaker {
         to = State::closed, next_reopens = 0, reason = TransitionReason::probes_succeeded;
         return true;
       case Request::open:
+      case Request::open_failure_rate:
+      case Request::open_slow_call_rate:
         if (from == State::closed) {
-          to = State::open, next_reopens = 1, reason = TransitionReason::consecutive_failures;
+          to = State::open, next_reopens = 1;
+          reason = r == Request::open                ? TransitionReason::consecutive_failures
+                   : r == Request::open_failure_rate ? TransitionReason::failure_rate
+                                                     : TransitionReason::slow_call_rate;
           return true;
         }
-        if (from == State::half_open) {
+        if (from == State::half_open && r == Request::open) {
           to = State::open, next_reopens = reopens + 1, reason = TransitionReason::probe_failed;
           return true;
         }
@@ -661,17 +953,29 @@ class alignas(64) BasicCircuitBreaker {
   // Called by the thread whose CAS produced `w` (so `w` is pending): records when the
   // transition happened, announces it, then clears `pending` — first applying, one
   // at a time and in order, any transition requested in the meantime. While pending
-  // is set nobody else can transition, so this thread alone writes since_ and events
-  // are delivered strictly in order, and nobody ever waits for it.
+  // is set nobody else can transition, so this thread alone writes since_ and the
+  // rare-totals flags, events are delivered strictly in order, and nobody waits.
   void publish(Word w, State from, TransitionReason reason, Ticks at) noexcept {
     for (;;) {
       const State to = static_cast<State>(w.state());
+      const Ticks previous = since_.load(std::memory_order_relaxed);
       since_.store(at, std::memory_order_relaxed);
       const bool opened = (to == State::open || to == State::forced_open) && from != State::open &&
                           from != State::forced_open;
-      if (opened) add_cold(0, 1);
+      bool flapping = false;
+      if (opened || to == State::closed) {
+        const detail::PolicyCore& p = *policy_;
+        const std::uint64_t cold = cold_.load(std::memory_order_relaxed);
+        // Reopening soon after the breaker recovered (not after a manual reset) is flapping.
+        flapping = opened && from == State::closed && (cold & kRecoveredBit) != 0 &&
+                   p.flapping_period > 0 && saturating_sub(at, previous) < p.flapping_period;
+        add_cold(0, opened ? 1 : 0,
+                 to == State::closed && reason == TransitionReason::probes_succeeded,
+                 opened ? flapping : ((cold & kFlappingBit) != 0));
+      }
       if (from != to && !policy_->listeners.empty()) {
-        policy_->listeners.emit(TransitionEvent{name(), this, from, to, reason, at, w.gen()});
+        policy_->listeners.emit(
+            TransitionEvent{name(), this, from, to, reason, at, w.gen(), flapping});
       }
       // Clear pending, or take the next requested transition.
       Word cur(word_.load(std::memory_order_acquire));
@@ -699,14 +1003,36 @@ class alignas(64) BasicCircuitBreaker {
     }
   }
 
-  // Saturating add to the [cancelled | opens] word. Both are rare events.
-  void add_cold(std::uint64_t cancelled, std::uint64_t opens) noexcept {
+  // Saturating add to the rare-totals word; `recovered` and `flapping` replace the
+  // flags (callers pass the current value to keep one). Rare events only.
+  void add_cold(std::uint64_t cancelled, std::uint64_t opens, bool recovered,
+                bool flapping) noexcept {
     std::uint64_t cur = cold_.load(std::memory_order_relaxed);
     for (;;) {
       const std::uint64_t c = std::min(kCancelledMax, (cur & kCancelledMax) + cancelled);
-      const std::uint64_t o = std::min(kOpensMax, (cur >> kCancelledBits) + opens);
-      if (cold_.compare_exchange_weak(cur, c | (o << kCancelledBits), std::memory_order_relaxed))
+      const std::uint64_t o = std::min(kOpensMax, (cur >> kOpensShift) + opens);
+      std::uint64_t flags = cur & (kRecoveredBit | kFlappingBit);
+      if (cancelled == 0) flags = (recovered ? kRecoveredBit : 0) | (flapping ? kFlappingBit : 0);
+      if (cold_.compare_exchange_weak(cur, c | flags | (o << kOpensShift),
+                                      std::memory_order_relaxed))
         return;
+    }
+  }
+
+  template <class Classify, class... Args>
+  static Outcome classify_value(Classify& classify, const Args&... args) noexcept {
+    if constexpr (std::is_invocable_r_v<Outcome, Classify&, const Args&...>) {
+#if defined(__cpp_exceptions)
+      try {
+        return classify(args...);
+      } catch (...) {
+        return Outcome::failure;  // a classifier that throws: the call counts as failed
+      }
+#else
+      return classify(args...);
+#endif
+    } else {
+      return Outcome::success;
     }
   }
 
@@ -718,12 +1044,17 @@ class alignas(64) BasicCircuitBreaker {
   std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> ignored_{0};
   std::atomic<std::uint64_t> rejected_{0};
-  std::atomic<std::uint64_t> cold_{0};  // cancelled (low 40 bits) | opens (high 24 bits)
+  std::atomic<std::uint64_t> cold_{0};  // see kCancelledBits
+  [[no_unique_address]] Window window_;
 };
 
-using CircuitBreaker = BasicCircuitBreaker<SteadyClock>;
+using CircuitBreaker = BasicCircuitBreaker<SteadyClock, NoWindow>;
+using CountWindowBreaker = BasicCircuitBreaker<SteadyClock, CountWindow>;
+using TimeWindowBreaker = BasicCircuitBreaker<SteadyClock, TimeWindow<10>>;
 
-static_assert(sizeof(CircuitBreaker) <= 64, "a breaker must fit one cache line");
+static_assert(sizeof(CircuitBreaker) == 64, "a breaker without a window fits one cache line");
+static_assert(sizeof(TimeWindowBreaker) <= 256,
+              "a 10-bucket time-window breaker fits four cache lines");
 
 }  // namespace bulwark
 

@@ -260,6 +260,7 @@ constexpr Reason reason_of(RejectReason r) noexcept {
     case RejectReason::open:
       return Reason::breaker_open;
     case RejectReason::half_open_full:
+    case RejectReason::half_open_throttled:  // a probe not drawn in fraction mode
       return Reason::breaker_half_open_full;
     case RejectReason::forced_open:
       return Reason::breaker_forced_open;

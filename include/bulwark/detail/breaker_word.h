@@ -8,7 +8,8 @@
 //   bits  4- 7  request     a transition asked for while pending; the publisher applies it
 //   bits  8-12  reopens     consecutive openings since the last close (saturates at 31)
 //   bits 13-28  a           CLOSED: consecutive failures. HALF_OPEN: probes in flight
-//   bits 29-44  b           HALF_OPEN: probe successes
+//   bits 29-41  b           HALF_OPEN: probe successes in the current ramp stage
+//   bits 42-44  stage       HALF_OPEN with a traffic fraction: the ramp stage
 //   bits 45-63  generation  +1 on every transition (19 bits, wraps)
 //
 // A permit remembers the word it was admitted under; its outcome only counts while the
@@ -27,7 +28,7 @@ enum class Request : std::uint8_t {
   none = 0,
   // Automatic transitions, decided by outcomes while a transition was being published.
   close = 1,  // HALF_OPEN: enough probes succeeded
-  open = 2,   // CLOSED: a trip rule fired; HALF_OPEN: a probe failed
+  open = 2,   // CLOSED: consecutive failures; HALF_OPEN: the probes failed
   // Manual transitions (BasicCircuitBreaker::transition_to / reset).
   manual_reset = 3,
   manual_open = 4,
@@ -35,6 +36,8 @@ enum class Request : std::uint8_t {
   manual_forced_open = 6,
   manual_disabled = 7,
   manual_metrics_only = 8,
+  open_failure_rate = 9,     // CLOSED: the failure rate reached its threshold
+  open_slow_call_rate = 10,  // CLOSED: the slow-call rate reached its threshold
 };
 
 // Which request wins when a second one arrives before the first was applied:
@@ -60,12 +63,15 @@ class Word {
   static constexpr unsigned kRequestBits = 4, kRequestShift = 4;
   static constexpr unsigned kReopenBits = 5, kReopenShift = 8;
   static constexpr unsigned kABits = 16, kAShift = 13;
-  static constexpr unsigned kBBits = 16, kBShift = 29;
+  static constexpr unsigned kBBits = 13, kBShift = 29;
+  static constexpr unsigned kStageBits = 3, kStageShift = 42;
   static constexpr unsigned kGenBits = 19, kGenShift = 45;
   static_assert(kGenShift + kGenBits == 64);
 
   static constexpr std::uint32_t kReopenMax = (1u << kReopenBits) - 1;
-  static constexpr std::uint32_t kCountMax = (1u << kABits) - 1;  // a and b
+  static constexpr std::uint32_t kCountMax = (1u << kABits) - 1;    // a
+  static constexpr std::uint32_t kSuccessMax = (1u << kBBits) - 1;  // b
+  static constexpr std::uint32_t kStageMax = (1u << kStageBits) - 1;
   static constexpr std::uint32_t kGenMask = (1u << kGenBits) - 1;
 
   constexpr Word() noexcept = default;
@@ -82,6 +88,7 @@ class Word {
   constexpr std::uint32_t reopens() const noexcept { return get(kReopenShift, kReopenBits); }
   constexpr std::uint32_t a() const noexcept { return get(kAShift, kABits); }
   constexpr std::uint32_t b() const noexcept { return get(kBShift, kBBits); }
+  constexpr std::uint32_t stage() const noexcept { return get(kStageShift, kStageBits); }
   constexpr std::uint32_t gen() const noexcept { return get(kGenShift, kGenBits); }
 
   constexpr Word with_state(std::uint8_t s) const noexcept {
@@ -96,6 +103,9 @@ class Word {
   }
   constexpr Word with_a(std::uint32_t v) const noexcept { return set(kAShift, kABits, v); }
   constexpr Word with_b(std::uint32_t v) const noexcept { return set(kBShift, kBBits, v); }
+  constexpr Word with_stage(std::uint32_t v) const noexcept {
+    return set(kStageShift, kStageBits, v);
+  }
   constexpr Word with_gen(std::uint32_t g) const noexcept {
     return set(kGenShift, kGenBits, g & kGenMask);
   }

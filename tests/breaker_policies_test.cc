@@ -1,0 +1,821 @@
+// Trip rules that match real traffic (seed 002): failure and slow-call rates over
+// count and time windows with a minimum volume, slow calls still in flight, outcome
+// classification, half-open by traffic fraction, flapping. All in virtual time.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+#include <optional>
+#include <queue>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "bulwark/circuit_breaker.h"
+
+namespace bulwark {
+namespace {
+
+using namespace std::chrono_literals;
+using TimeBreaker = BasicCircuitBreaker<ManualClock, TimeWindow<10>>;
+using CountBreaker = BasicCircuitBreaker<ManualClock, CountWindow>;
+
+template <class B>
+void record(B& b, Outcome o, int n = 1, Nanos duration = Nanos::zero()) {
+  for (int i = 0; i < n; ++i) {
+    auto p = b.try_acquire();
+    ASSERT_TRUE(p) << "call " << i << " rejected";
+    p->record(o, duration);
+  }
+}
+
+// --- The seed's incident -----------------------------------------------------
+// 400 calls/s to a reviews service that answers in 120 ms; from t=60s on it answers
+// *successfully* after 14 s. Each call is admitted at its arrival and completes after
+// its latency, or fails at the caller's timeout. Returns when the breaker first
+// opened (relative to the degradation), if it did within the run.
+struct Incident {
+  Nanos timeout = 15s;
+  Nanos run = 60s + 40s;
+  Nanos degrade_at = 60s;
+};
+
+template <class B>
+std::optional<Nanos> run_incident(ManualClock& clock, B& breaker, Incident inc = {}) {
+  using Permit = typename B::Permit;
+  struct Pending {
+    Ticks done;
+    bool failed;
+    std::shared_ptr<Permit> permit;
+    bool operator>(const Pending& o) const { return done > o.done; }
+  };
+  std::priority_queue<Pending, std::vector<Pending>, std::greater<>> pending;
+  const Ticks start = now_ticks(clock);
+  std::optional<Nanos> opened;
+  for (Ticks t = start; t < start + inc.run.count(); t += 2'500'000) {  // every 2.5 ms
+    while (!pending.empty() && pending.top().done <= t) {
+      Pending p = pending.top();
+      pending.pop();
+      clock.set(Nanos(p.done));
+      p.permit->record(p.failed ? Outcome::failure : Outcome::success);
+    }
+    clock.set(Nanos(t));
+    if (!opened && breaker.state() == State::open) opened = Nanos(t - start) - inc.degrade_at;
+    auto permit = breaker.try_acquire();
+    if (!permit) continue;
+    const bool degraded = Nanos(t - start) >= inc.degrade_at;
+    const Nanos latency = degraded ? 14s : 120ms;
+    const bool timed_out = latency > inc.timeout;
+    const Nanos took = timed_out ? inc.timeout : latency;
+    pending.push({t + took.count(), timed_out, std::make_shared<Permit>(std::move(*permit))});
+  }
+  return opened;
+}
+
+TEST(SeedIncident, ABreakerCountingOnlyErrorsStaysClosed) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 5, .failure_rate = 0.3, .minimum_calls = 20, .window_length = 10s},
+      clock);
+  EXPECT_EQ(run_incident(clock, b), std::nullopt)
+      << "the service answered successfully, very slowly";
+}
+
+TEST(SeedIncident, CountingCompletedSlowCallsOpensOnlyAfterTheFirstSlowCompletions) {
+  ManualClock clock;
+  TimeBreaker b({.failure_rate = 0.3,
+                 .slow_call_rate = 0.3,
+                 .slow_call_duration = 400ms,
+                 .minimum_calls = 20,
+                 .window_length = 10s,
+                 .count_in_flight_slow_calls = false},
+                clock);
+  const auto opened = run_incident(clock, b);
+  ASSERT_TRUE(opened);
+  EXPECT_GE(*opened, 14s) << "no slow call completed before 14 s";
+  EXPECT_LE(*opened, 14s + 1s);
+}
+
+TEST(SeedIncident, CountingInFlightSlowCallsOpensBeforeAnyCallCompletes) {
+  ManualClock clock;
+  TimeBreaker b({.failure_rate = 0.3,
+                 .slow_call_rate = 0.3,
+                 .slow_call_duration = 400ms,
+                 .minimum_calls = 20,
+                 .window_length = 10s},
+                clock);
+  const auto opened = run_incident(clock, b);
+  ASSERT_TRUE(opened);
+  // Calls count as slow one to two slow_call_durations after admission (the epoch
+  // granularity); the rate then reaches 30 % once in-flight slow calls are 30 % of
+  // the window: t = 2D + 0.3 * (window - 2D) at worst, plus one bucket.
+  const Nanos d = 400ms;
+  const Nanos bound = 2 * d + std::chrono::duration_cast<Nanos>(0.3 * (10s - 2 * d)) + 1s;
+  EXPECT_LE(*opened, bound);
+  EXPECT_LT(*opened, 14s) << "it must not wait for slow calls to complete";
+}
+
+TEST(SeedIncident,
+     InFlightSlowCallsTripWithinAboutTheSlowDurationPlusABucketWhenTheRuleAsksForOneBucket) {
+  ManualClock clock;
+  // A rule that fires when one bucket's worth (10 %) of the window is slow.
+  TimeBreaker b({.slow_call_rate = 0.1,
+                 .slow_call_duration = 400ms,
+                 .minimum_calls = 20,
+                 .window_length = 10s},
+                clock);
+  const auto opened = run_incident(clock, b);
+  ASSERT_TRUE(opened);
+  EXPECT_LE(*opened, 2 * 400ms + 1s +
+                         1s);  // D to 2D of epoch granularity, one bucket, one bucket of rounding
+}
+
+TEST(SeedIncident, TheSeedsFixesOpenWithinSeconds) {
+  ManualClock clock;
+  // 800 ms timeout, slow > 400 ms, 30 %, minimum 20, 30 s open, 10 % half-open.
+  TimeBreaker b({.failure_rate = 0.3,
+                 .slow_call_rate = 0.3,
+                 .slow_call_duration = 400ms,
+                 .minimum_calls = 20,
+                 .window_length = 10s,
+                 .open_duration = 30s,
+                 .half_open_fraction = 0.10},
+                clock);
+  const auto opened = run_incident(clock, b, {.timeout = 800ms});
+  ASSERT_TRUE(opened);
+  EXPECT_LE(*opened, 5s);
+}
+
+// --- Minimum volume and exact thresholds -------------------------------------
+
+TEST(RateRules, TwoFailuresInThreeCallsNeverOpenWithAMinimumOfTwenty) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 20, .window_length = 60s},
+      clock);
+  record(b, Outcome::failure, 2);
+  record(b, Outcome::success);
+  EXPECT_EQ(b.state(), State::closed);
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, 3u);
+  EXPECT_EQ(s.failure_rate, std::nullopt) << "not enough calls: no rate, never a magic -1";
+}
+
+TEST(RateRules, NineCallsAtExactlyTheRateAreNotEnoughTenAre) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 10, .window_length = 60s},
+      clock);
+  record(b, Outcome::failure, 5);
+  record(b, Outcome::success, 4);  // 9 calls, 5 failures: over the rate, under the volume
+  EXPECT_EQ(b.state(), State::closed);
+  record(b, Outcome::success);  // 10 calls, 5 failures: exactly 50 % >= 50 %
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(RateRules, JustBelowTheRateStaysClosed) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.3, .minimum_calls = 10, .window_length = 60s},
+      clock);
+  record(b, Outcome::failure, 2);
+  record(b, Outcome::success, 8);  // 20 %
+  EXPECT_EQ(b.state(), State::closed);
+  record(b, Outcome::success, 90);  // 2 %
+  record(b, Outcome::failure, 40);  // 42/140 = 30 % exactly at the last failure
+  EXPECT_EQ(b.state(), State::open);
+  EXPECT_EQ(b.snapshot().failures, 42u) << "it opened on the failure that reached 30 %";
+}
+
+TEST(RateRules, SlowMeansStrictlySlowerThanTheThreshold) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .slow_call_rate = 1.0,
+                 .slow_call_duration = 100ms,
+                 .minimum_calls = 1,
+                 .window_length = 60s},
+                clock);
+  record(b, Outcome::success, 1, 100ms);
+  EXPECT_EQ(b.state(), State::closed) << "exactly the threshold is not slow";
+  EXPECT_EQ(b.snapshot().window->slow(), 0u);
+  record(b, Outcome::success, 1, 100ms + 1ns);
+  EXPECT_EQ(b.snapshot().window->slow_successes, 1u);
+}
+
+TEST(RateRules, SlowFailuresAndSlowSuccessesBothCountAsSlow) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .slow_call_rate = 0.5,
+                 .slow_call_duration = 100ms,
+                 .minimum_calls = 4,
+                 .window_length = 60s},
+                clock);
+  record(b, Outcome::success, 2, 10ms);
+  record(b, Outcome::success, 1, 150ms);
+  EXPECT_EQ(b.state(), State::closed);
+  record(b, Outcome::failure, 1, 150ms);
+  EXPECT_EQ(b.state(), State::open);
+  EXPECT_EQ(b.snapshot().failures, 1u);
+}
+
+TEST(RateRules, TheBreakerMeasuresDurationsItselfWhenTheCallerDoesNot) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .slow_call_rate = 0.5,
+                 .slow_call_duration = 100ms,
+                 .minimum_calls = 2,
+                 .window_length = 60s},
+                clock);
+  auto fast = b.try_acquire();
+  auto slow = b.try_acquire();
+  clock.advance(50ms);
+  fast->record_success();
+  ASSERT_EQ(b.snapshot().window->slow(), 0u);
+  clock.advance(100ms);
+  slow->record_success();  // 150 ms after admission: 1 of 2 calls slow
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(RateRules, ACountWindowUsesItsSizeWhenTheMinimumIsLarger) {
+  ManualClock clock;
+  CountBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 100, .window_size = 4},
+      clock);
+  record(b, Outcome::success, 2);
+  record(b, Outcome::failure, 1);
+  EXPECT_EQ(b.state(), State::closed);
+  record(b, Outcome::failure, 1);  // 2 of the last 4
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(RateRules, ACountWindowHoldsExactlyTheLastNCalls) {
+  ManualClock clock;
+  CountBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 5, .window_size = 5},
+      clock);
+  record(b, Outcome::failure, 2);
+  record(b, Outcome::success, 8);  // the failures have left the window
+  const BreakerSnapshot s = b.snapshot();
+  EXPECT_EQ(s.window->calls, 5u);
+  EXPECT_EQ(s.window->failures, 0u);
+  EXPECT_EQ(s.failure_rate, 0.0);
+  record(b, Outcome::failure, 2);
+  EXPECT_EQ(b.state(), State::closed);  // 2 of 5
+  record(b, Outcome::failure);          // 3 of 5
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(RateRules, RulesCombineAnyOneTrips) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 3, .failure_rate = 0.9, .minimum_calls = 100, .window_length = 60s},
+      clock);
+  record(b, Outcome::failure, 3);
+  EXPECT_EQ(b.state(), State::open)
+      << "consecutive failures fire while the rate rule waits for volume";
+}
+
+TEST(RateRules, IgnoredAndRejectedCallsCountNowhere) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 4, .window_length = 60s},
+      clock);
+  record(b, Outcome::ignored, 10);
+  record(b, Outcome::failure, 1);
+  record(b, Outcome::success, 1);
+  EXPECT_EQ(b.snapshot().window->calls, 2u);
+  ASSERT_TRUE(b.transition_to(State::forced_open));
+  for (int i = 0; i < 10; ++i) EXPECT_FALSE(b.try_acquire());
+  ASSERT_TRUE(b.transition_to(State::metrics_only));
+  EXPECT_EQ(b.snapshot().window->calls, 0u) << "a fresh phase starts with an empty window";
+}
+
+// --- Time-window edges ----------------------------------------------------------
+
+TEST(TimeWindowEdges, BucketsRollOverAtExactBoundaries) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 1.0, .minimum_calls = 1000, .window_length = 10s},
+      clock);
+  record(b, Outcome::failure);  // t = 0, bucket 0
+  clock.set(1s - 1ns);
+  record(b, Outcome::failure);  // still bucket 0
+  clock.set(1s);
+  record(b, Outcome::success);  // bucket 1
+  clock.set(10s - 1ns);
+  EXPECT_EQ(b.snapshot().window->calls, 3u) << "bucket 0 is still inside the window";
+  clock.set(10s);
+  const BreakerSnapshot s = b.snapshot();
+  EXPECT_EQ(s.window->calls, 1u) << "at exactly 10 s bucket 0 has left the window";
+  EXPECT_EQ(s.window->failures, 0u);
+}
+
+TEST(TimeWindowEdges, AnIdleGapLongerThanTheWindowEmptiesIt) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 3, .window_length = 10s},
+      clock);
+  record(b, Outcome::failure, 2);
+  clock.advance(3h);
+  EXPECT_EQ(b.snapshot().window->calls, 0u);
+  record(b, Outcome::failure);  // alone again: below the minimum volume
+  EXPECT_EQ(b.state(), State::closed);
+  EXPECT_EQ(b.snapshot().window->calls, 1u);
+}
+
+TEST(TimeWindowEdges, AJumpOfTenToTheTwelveSecondsCostsOnlyTheBuckets) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 3, .window_length = 10s},
+      clock);
+  record(b, Outcome::failure, 2);
+  // 10^12 s is past the end of nanosecond time: the clock saturates there, and the
+  // window clears in O(buckets) and keeps working.
+  clock.advance(std::chrono::seconds(1'000'000'000'000));
+  EXPECT_EQ(now_ticks(clock), kTicksMax);
+  EXPECT_EQ(b.snapshot().window->calls, 0u);
+  record(b, Outcome::failure, 2);
+  EXPECT_EQ(b.snapshot().window->calls, 2u);
+  record(b, Outcome::success, 1);
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(TimeWindowEdges, AClockSteppingBackIsNoTimePassing) {
+  ManualClock clock;
+  clock.set(100s);
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.9, .minimum_calls = 1000, .window_length = 10s},
+      clock);
+  record(b, Outcome::failure, 2);
+  clock.set(50s);  // back by 50 s
+  record(b, Outcome::success, 3);
+  BreakerSnapshot s = b.snapshot();
+  EXPECT_EQ(s.window->calls, 5u) << "recorded in the newest bucket, nothing lost or double-counted";
+  EXPECT_EQ(s.window->failures, 2u);
+  clock.set(109s + 999ms);
+  EXPECT_EQ(b.snapshot().window->calls, 5u);
+  clock.set(110s);
+  EXPECT_EQ(b.snapshot().window->calls, 0u);
+}
+
+TEST(TimeWindowEdges, ACallLongerThanTheWindowCountsWhenItCompletes) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 1, .window_length = 10s},
+      clock);
+  auto long_call = b.try_acquire();
+  clock.advance(25s);
+  EXPECT_EQ(b.snapshot().window->calls, 0u);
+  long_call->record_failure();
+  EXPECT_EQ(b.state(), State::open);
+}
+
+// --- Slow calls still in flight --------------------------------------------------
+
+TEST(InFlightSlowCalls, ADependencyThatStopsAnsweringTripsBeforeAnyCallCompletes) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .slow_call_rate = 0.5,
+                 .slow_call_duration = 1s,
+                 .minimum_calls = 10,
+                 .window_length = 30s},
+                clock);
+  std::vector<TimeBreaker::Permit> hanging;
+  for (int i = 0; i < 100 && b.state() == State::closed; ++i) {  // 10 calls a second, none answers
+    auto p = b.try_acquire();
+    ASSERT_TRUE(p);
+    hanging.push_back(std::move(*p));
+    clock.advance(100ms);
+  }
+  EXPECT_EQ(b.state(), State::open);
+  EXPECT_LE(now_ticks(clock), Nanos(3s).count()) << "within a few slow_call_durations";
+  EXPECT_EQ(b.snapshot().successes + b.snapshot().failures, 0u) << "nothing completed";
+}
+
+TEST(InFlightSlowCalls, TheSnapshotShowsThem) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .slow_call_rate = 1.0,
+                 .slow_call_duration = 1s,
+                 .minimum_calls = 1000,
+                 .window_length = 30s},
+                clock);
+  std::vector<TimeBreaker::Permit> hanging;
+  for (int i = 0; i < 5; ++i) hanging.push_back(std::move(*b.try_acquire()));
+  clock.advance(500ms);
+  EXPECT_EQ(b.snapshot().window->in_flight_slow, 0u);
+  clock.advance(2s);
+  EXPECT_EQ(b.snapshot().window->in_flight_slow, 5u);
+  hanging.pop_back();  // cancelled: no longer in flight
+  hanging.back().record_success();
+  EXPECT_EQ(b.snapshot().window->in_flight_slow, 3u);
+  EXPECT_EQ(b.snapshot().window->slow_successes, 1u);
+}
+
+TEST(InFlightSlowCalls, CanBeSwitchedOff) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .slow_call_rate = 0.5,
+                 .slow_call_duration = 1s,
+                 .minimum_calls = 10,
+                 .window_length = 30s,
+                 .count_in_flight_slow_calls = false},
+                clock);
+  std::vector<TimeBreaker::Permit> hanging;
+  for (int i = 0; i < 100; ++i) {
+    hanging.push_back(std::move(*b.try_acquire()));
+    clock.advance(100ms);
+  }
+  EXPECT_EQ(b.state(), State::closed);
+  EXPECT_EQ(b.snapshot().window->in_flight_slow, 0u);
+}
+
+TEST(InFlightSlowCalls, CallsFromBeforeAResetDoNotCount) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .slow_call_rate = 0.5,
+                 .slow_call_duration = 1s,
+                 .minimum_calls = 1,
+                 .window_length = 30s},
+                clock);
+  std::vector<TimeBreaker::Permit> hanging;
+  for (int i = 0; i < 3; ++i) hanging.push_back(std::move(*b.try_acquire()));
+  b.reset();
+  clock.advance(5s);
+  record(b, Outcome::success);
+  EXPECT_EQ(b.snapshot().window->in_flight_slow, 0u);
+  EXPECT_EQ(b.state(), State::closed);
+}
+
+// --- Classification ----------------------------------------------------------
+
+struct Response {
+  int status;
+};
+Outcome by_status(const Response& r) {
+  if (r.status >= 500) return Outcome::failure;
+  if (r.status >= 400) return Outcome::ignored;  // the caller's fault, not the dependency's
+  return Outcome::success;
+}
+
+TEST(Classification, ACallersErrorIsIgnoredAndCountsNowhere) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 2, .failure_rate = 0.5, .minimum_calls = 2, .window_length = 60s},
+      clock);
+  for (int i = 0; i < 10; ++i) {
+    auto r = b.execute([] { return Response{404}; }, by_status);
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 404);
+  }
+  EXPECT_EQ(b.state(), State::closed);
+  EXPECT_EQ(b.snapshot().window->calls, 0u);
+  EXPECT_EQ(b.snapshot().ignored, 10u);
+  (void)b.execute([] { return Response{503}; }, by_status);
+  (void)b.execute([] { return Response{502}; }, by_status);
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(Classification, AClassifierThatThrowsCountsAFailureAndTheCallerKeepsTheResult) {
+  ManualClock clock;
+  CircuitBreaker::Permit* unused = nullptr;
+  (void)unused;
+  BasicCircuitBreaker<ManualClock> b({.consecutive_failures = 1}, clock);
+  auto r = b.execute([] { return 7; },
+                     [](const int&) -> Outcome { throw std::logic_error("classifier bug"); });
+  ASSERT_TRUE(r);
+  EXPECT_EQ(*r, 7);
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(Classification, ExceptionsCanBeClassifiedAndAreAlwaysRethrownUnchanged) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock> b({.consecutive_failures = 1}, clock);
+  struct Classify {
+    Outcome operator()(const int&) const { return Outcome::success; }
+    Outcome operator()(std::exception_ptr e) const {
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::invalid_argument&) {
+        return Outcome::ignored;  // bad input: not the dependency's fault
+      } catch (...) {
+        return Outcome::failure;
+      }
+    }
+  };
+  EXPECT_THROW(
+      (void)b.execute([]() -> int { throw std::invalid_argument("bad request"); }, Classify{}),
+      std::invalid_argument);
+  EXPECT_EQ(b.state(), State::closed);
+  EXPECT_EQ(b.snapshot().ignored, 1u);
+
+  struct Throwing {
+    Outcome operator()(const int&) const { return Outcome::success; }
+    Outcome operator()(std::exception_ptr) const { throw std::runtime_error("classifier bug"); }
+  };
+  EXPECT_THROW(
+      (void)b.execute([]() -> int { throw std::out_of_range("the call's own error"); }, Throwing{}),
+      std::out_of_range);
+  EXPECT_EQ(b.state(), State::open);
+}
+
+// --- Half-open ------------------------------------------------------------------
+
+TEST(HalfOpenRates, TheProbesDecideByTheirOwnRatesWithoutAMinimum) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 1,
+                 .failure_rate = 0.5,
+                 .minimum_calls = 100,
+                 .window_length = 60s,
+                 .open_duration = 1s,
+                 .half_open_max_calls = 10,
+                 .half_open_successes = 4},
+                clock);
+  record(b, Outcome::failure);
+  clock.advance(1s);
+  record(b, Outcome::success, 2);
+  record(b, Outcome::failure);  // 1 of 3: below 50 %, keep probing
+  EXPECT_EQ(b.state(), State::half_open);
+  record(b, Outcome::failure);  // 2 of 4: reopen
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(HalfOpenRates, SlowProbesReopen) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 1,
+                 .slow_call_rate = 0.5,
+                 .slow_call_duration = 100ms,
+                 .window_length = 60s,
+                 .open_duration = 1s,
+                 .half_open_max_calls = 10,
+                 .half_open_successes = 5},
+                clock);
+  record(b, Outcome::failure);
+  clock.advance(1s);
+  record(b, Outcome::success, 1, 10ms);
+  record(b, Outcome::success, 1, 200ms);  // 1 of 2 probes slow: 50 %
+  EXPECT_EQ(b.state(), State::open);
+}
+
+// Opens the breaker and lets its period pass; the first request after it (made here,
+// and ignored) moves it to HALF_OPEN — nothing changes state until a request comes.
+template <class B>
+void to_half_open(B& b, ManualClock& clock) {
+  ASSERT_TRUE(b.transition_to(State::open));
+  clock.advance(b.snapshot().open_duration);
+  ASSERT_EQ(b.state(), State::open);
+  auto first = b.try_acquire();
+  ASSERT_TRUE(first);
+  first->ignore();
+  ASSERT_EQ(b.state(), State::half_open);
+}
+
+TEST(HalfOpenFraction, AdmitsTheFractionWithinStatisticalBounds) {
+  ManualClock clock;
+  std::mt19937_64 rng(42);
+  std::uniform_real_distribution<double> u(0, 1);
+  BasicCircuitBreaker<ManualClock> b(
+      {.open_duration = 1s,
+       .half_open_successes = 8191,  // stay half-open for the whole test
+       .half_open_fraction = 0.10,
+       .half_open_max_wait = 0s,
+       .random = [&] { return u(rng); }},
+      clock);
+  to_half_open(b, clock);
+  constexpr int kRequests = 20'000;
+  int admitted = 0, throttled = 0;
+  for (int i = 0; i < kRequests; ++i) {
+    auto p = b.try_acquire();
+    if (p) {
+      ++admitted;
+      p->ignore();
+    } else {
+      EXPECT_EQ(p.error().reason, RejectReason::half_open_throttled);
+      ++throttled;
+    }
+  }
+  // Binomial(20000, 0.1): mean 2000, sd ~42. Five standard deviations.
+  EXPECT_NEAR(admitted, 2000, 5 * 42);
+  EXPECT_EQ(admitted + throttled, kRequests);
+}
+
+TEST(HalfOpenFraction, RampsUpWhileTheProbesSucceed) {
+  ManualClock clock;
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> u(0, 1);
+  BasicCircuitBreaker<ManualClock> b({.open_duration = 1s,
+                                      .half_open_successes = 400,
+                                      .half_open_fraction = 0.10,
+                                      .half_open_ramp = {0.25, 0.5, 1.0},
+                                      .random = [&] { return u(rng); }},
+                                     clock);
+  to_half_open(b, clock);
+  // Count requests needed per stage: ~400/f.
+  std::vector<int> requests_per_stage;
+  int requests = 0;
+  std::uint32_t successes_seen = 0;
+  while (b.state() == State::half_open) {
+    ++requests;
+    if (auto p = b.try_acquire()) p->record_success();
+    const std::uint32_t now_successes = b.snapshot().half_open_successes;
+    if (b.state() != State::half_open || now_successes < successes_seen) {
+      requests_per_stage.push_back(requests);
+      requests = 0;
+    }
+    successes_seen = b.state() == State::half_open ? now_successes : 0;
+  }
+  EXPECT_EQ(b.state(), State::closed);
+  ASSERT_EQ(requests_per_stage.size(), 4u);
+  const double fractions[] = {0.10, 0.25, 0.5, 1.0};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const double expected = 400 / fractions[i];
+    EXPECT_NEAR(requests_per_stage[i], expected, 6 * std::sqrt(expected)) << "stage " << i;
+  }
+}
+
+TEST(HalfOpenFraction, AnyProbeFailureStillReopens) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock> b({.open_duration = 1s, .half_open_fraction = 1.0}, clock);
+  to_half_open(b, clock);
+  record(b, Outcome::failure);
+  EXPECT_EQ(b.state(), State::open);
+}
+
+TEST(HalfOpenFraction, TheBuiltInSourceIsDeterministicForASeed) {
+  auto admitted_pattern = [](std::uint64_t seed) {
+    ManualClock clock;
+    BasicCircuitBreaker<ManualClock> b({.open_duration = 1s,
+                                        .half_open_successes = 8191,
+                                        .half_open_fraction = 0.3,
+                                        .random_seed = seed},
+                                       clock);
+    EXPECT_TRUE(b.transition_to(State::open));
+    clock.advance(1s);
+    std::string pattern;
+    for (int i = 0; i < 64; ++i) {
+      auto p = b.try_acquire();
+      pattern += p ? '1' : '0';
+      if (p) p->ignore();
+    }
+    return pattern;
+  };
+  EXPECT_EQ(admitted_pattern(1), admitted_pattern(1));
+  EXPECT_NE(admitted_pattern(1), admitted_pattern(2));
+}
+
+// --- Flapping --------------------------------------------------------------------
+
+TEST(Flapping, ReopeningSoonAfterRecoveringIsFlapping) {
+  ManualClock clock;
+  BreakerPolicy<ManualClock> policy(
+      {.consecutive_failures = 1, .open_duration = 5s, .flapping_period = 60s}, clock);
+  std::vector<bool> opening_flaps;
+  policy.on_transition([&](const TransitionEvent& e) {
+    if (e.to == State::open && e.from == State::closed) opening_flaps.push_back(e.flapping);
+  });
+  BasicCircuitBreaker<ManualClock> b(policy);
+  record(b, Outcome::failure);  // first opening: never flapping
+  clock.advance(5s);
+  record(b, Outcome::success);  // recovered
+  clock.advance(30s);
+  record(b, Outcome::failure);  // reopened 30 s after recovering
+  EXPECT_TRUE(b.snapshot().flapping);
+  clock.advance(5s);
+  record(b, Outcome::success);
+  EXPECT_TRUE(b.snapshot().flapping) << "still flapping until it stays closed for the period";
+  clock.advance(60s);
+  EXPECT_FALSE(b.snapshot().flapping);
+  record(b, Outcome::failure);  // 60 s after recovering: not a flap
+  EXPECT_FALSE(b.snapshot().flapping);
+  EXPECT_EQ(opening_flaps, (std::vector<bool>{false, true, false}));
+}
+
+TEST(Flapping, AManualResetIsNotARecovery) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock> b({.consecutive_failures = 1, .flapping_period = 60s}, clock);
+  record(b, Outcome::failure);
+  b.reset();
+  record(b, Outcome::failure);
+  EXPECT_FALSE(b.snapshot().flapping);
+}
+
+// --- Manual control with a window -------------------------------------------------
+
+TEST(WindowedManualControl, MetricsOnlyReportsRatesButNeverRejects) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.2, .minimum_calls = 10, .window_length = 60s},
+      clock);
+  ASSERT_TRUE(b.transition_to(State::metrics_only));
+  record(b, Outcome::failure, 5);
+  record(b, Outcome::success, 15);
+  EXPECT_EQ(b.state(), State::metrics_only);
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.failure_rate);
+  EXPECT_DOUBLE_EQ(*s.failure_rate, 0.25)
+      << "measure a dependency's normal error rate before enforcing";
+}
+
+TEST(WindowedManualControl, OutcomesFromBeforeAResetCountNowhere) {
+  ManualClock clock;
+  CountBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 2, .window_size = 10},
+      clock);
+  auto before = b.try_acquire();
+  record(b, Outcome::failure);
+  b.reset();
+  EXPECT_EQ(b.snapshot().window->calls, 0u);
+  before->record_failure();
+  record(b, Outcome::success);
+  EXPECT_EQ(b.snapshot().window->calls, 1u);
+  EXPECT_EQ(b.state(), State::closed);
+}
+
+// --- Snapshot invariants -------------------------------------------------------
+
+TEST(WindowSnapshot, SlowSplitsIntoSlowSuccessesAndSlowFailures) {
+  ManualClock clock;
+  CountBreaker b({.consecutive_failures = 0,
+                  .slow_call_rate = 1.0,
+                  .slow_call_duration = 10ms,
+                  .minimum_calls = 1000,
+                  .window_size = 100},
+                 clock);
+  record(b, Outcome::success, 3, 20ms);
+  record(b, Outcome::failure, 2, 20ms);
+  record(b, Outcome::failure, 4, 1ms);
+  const WindowCounts w = *b.snapshot().window;
+  EXPECT_EQ(w.calls, 9u);
+  EXPECT_EQ(w.failures, 6u);
+  EXPECT_EQ(w.slow_successes, 3u);
+  EXPECT_EQ(w.slow_failures, 2u);
+  EXPECT_EQ(w.slow(), 5u);
+}
+
+// --- Configuration ---------------------------------------------------------------
+
+TEST(PolicyConfig, EveryBadFieldIsNamed) {
+  struct Case {
+    BreakerConfig config;
+    WindowKind kind;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {{.failure_rate = 1.5}, WindowKind::time, "failure_rate"},
+      {{.failure_rate = 0.0}, WindowKind::time, "failure_rate"},
+      {{.failure_rate = -0.1}, WindowKind::count, "failure_rate"},
+      {{.slow_call_rate = 2.0, .slow_call_duration = 1s}, WindowKind::time, "slow_call_rate"},
+      {{.slow_call_rate = 0.5}, WindowKind::time, "slow_call_duration"},
+      {{.slow_call_duration = -1s}, WindowKind::time, "slow_call_duration"},
+      {{.minimum_calls = 0}, WindowKind::time, "minimum_calls"},
+      {{.window_size = 0}, WindowKind::count, "window_size"},
+      {{.window_length = 0s}, WindowKind::time, "window_length"},
+      {{.window_buckets = 0}, WindowKind::time, "window_buckets"},
+      {{.window_buckets = 11}, WindowKind::time, "window_buckets"},
+      {{.window_length = 5ms, .window_buckets = 10}, WindowKind::time, "window_buckets"},
+      {{.open_duration_multiplier = 0.9}, WindowKind::time, "open_duration_multiplier"},
+      {{.failure_rate = 0.5}, WindowKind::none, "failure_rate"},
+      {{.slow_call_duration = 1s}, WindowKind::none, "slow_call_duration"},
+      {{.half_open_fraction = 0.0}, WindowKind::none, "half_open_fraction"},
+      {{.half_open_ramp = {0.5}}, WindowKind::none, "half_open_ramp"},
+      {{.half_open_fraction = 0.5, .half_open_ramp = {0.25}}, WindowKind::none, "half_open_ramp"},
+      {{.half_open_fraction = 0.1, .half_open_ramp = {0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9}},
+       WindowKind::none,
+       "half_open_ramp"},
+      {{.half_open_successes = 9000}, WindowKind::none, "half_open_successes"},
+      {{.flapping_period = -1s}, WindowKind::none, "flapping_period"},
+  };
+  for (const Case& c : cases) {
+    auto r = validate(c.config, c.kind, 10);
+    ASSERT_FALSE(r) << c.field;
+    EXPECT_EQ(r.error().field, c.field) << r.error().to_string();
+  }
+  EXPECT_THROW(CircuitBreaker({.failure_rate = 0.5}), InvalidConfig);
+  EXPECT_THROW(TimeWindowBreaker({.window_buckets = 20}), InvalidConfig);
+  EXPECT_NO_THROW((BasicCircuitBreaker<SteadyClock, TimeWindow<30>>({.window_buckets = 20})));
+  EXPECT_TRUE(validate({.failure_rate = 1.0, .slow_call_rate = 1.0, .slow_call_duration = 1s},
+                       WindowKind::count));
+}
+
+TEST(PolicyConfig, TheWindowMessageSaysWhatToDo) {
+  auto r = validate({.name = "reviews", .failure_rate = 0.3});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().to_string(),
+            "circuit breaker 'reviews': failure_rate needs a sliding window: build a "
+            "CountWindowBreaker or a "
+            "TimeWindowBreaker");
+}
+
+TEST(PolicyLayout, SizesAndExtraMemory) {
+  static_assert(sizeof(CircuitBreaker) == 64);
+  static_assert(sizeof(TimeWindowBreaker) <= 256);
+  CountWindowBreaker b({.window_size = 1000});
+  EXPECT_EQ(b.extra_memory(), 1000u);
+  EXPECT_LE(sizeof(CountWindowBreaker), 128u);
+}
+
+}  // namespace
+}  // namespace bulwark

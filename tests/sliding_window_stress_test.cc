@@ -1,0 +1,199 @@
+// Threads record into one breaker's window while the clock moves; at the end the
+// window's counts equal what the threads recorded, exactly. Run under TSan in CI.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "bulwark/circuit_breaker.h"
+
+namespace bulwark {
+namespace {
+
+using namespace std::chrono_literals;
+
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__)
+constexpr int kPerThread = 4'000;
+#else
+constexpr int kPerThread = 15'000;
+#endif
+constexpr int kThreads = 4;
+
+struct Tally {
+  std::uint64_t calls = 0, failures = 0, slow_successes = 0, slow_failures = 0;
+};
+
+// Rules that never fire, so the breaker stays CLOSED and the window keeps everything.
+BreakerConfig never_trips() {
+  return {.consecutive_failures = 0,
+          .failure_rate = 1.0,
+          .slow_call_rate = 1.0,
+          .slow_call_duration = 10ms,
+          .minimum_calls = 1'000'000,
+          .window_size = 65'535,
+          .window_length = 1h,
+          .window_buckets = 10};
+}
+
+// Each thread records random outcomes with reported durations; one of them also moves
+// the clock forward (within the window, so every call stays countable), making the
+// others race with bucket rotation. Some permits are held across other calls, some
+// are cancelled or ignored (those count nowhere).
+template <class Breaker>
+Tally hammer(ManualClock& clock, Breaker& breaker, bool move_clock) {
+  std::vector<Tally> tallies(kThreads);
+  std::vector<std::thread> threads;
+  for (int id = 0; id < kThreads; ++id) {
+    threads.emplace_back([&, id] {
+      std::mt19937 rng(99 + id);
+      std::uniform_int_distribution<int> pick(0, 99);
+      Tally& t = tallies[id];
+      std::vector<typename Breaker::Permit> held;
+      for (int i = 0; i < kPerThread; ++i) {
+        if (move_clock && id == 0 && i % 50 == 0) clock.advance(9s);  // 1,5 min per 1000 calls
+        auto p = breaker.try_acquire();
+        ASSERT_TRUE(p);
+        held.push_back(std::move(*p));
+        if (held.size() < 3 && pick(rng) < 50) continue;
+        auto permit = std::move(held.back());
+        held.pop_back();
+        const int r = pick(rng);
+        const bool slow = pick(rng) < 20;
+        const Nanos took = slow ? 50ms : 1ms;
+        if (r < 60) {
+          permit.record_success(took);
+          ++t.calls, t.slow_successes += slow;
+        } else if (r < 90) {
+          permit.record_failure(took);
+          ++t.calls, ++t.failures, t.slow_failures += slow;
+        } else if (r < 95) {
+          permit.ignore();
+        }  // else: cancelled when it goes out of scope
+      }
+      for (auto& permit : held) {
+        permit.record_success(1ms);
+        ++t.calls;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  Tally sum;
+  for (const Tally& t : tallies) {
+    sum.calls += t.calls, sum.failures += t.failures;
+    sum.slow_successes += t.slow_successes, sum.slow_failures += t.slow_failures;
+  }
+  return sum;
+}
+
+template <class Breaker>
+void expect_window_equals(const Breaker& breaker, const Tally& expected) {
+  const BreakerSnapshot s = breaker.snapshot();
+  ASSERT_EQ(s.state, State::closed);
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, expected.calls);
+  EXPECT_EQ(s.window->failures, expected.failures);
+  EXPECT_EQ(s.window->slow_successes, expected.slow_successes);
+  EXPECT_EQ(s.window->slow_failures, expected.slow_failures);
+  EXPECT_EQ(s.window->in_flight_slow, 0u) << "every admitted call has resolved";
+  EXPECT_EQ(s.successes + s.failures, expected.calls);
+}
+
+TEST(WindowStress, TimeWindowCountsAddUpWhileBucketsRotate) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips(), clock);
+  const Tally expected = hammer(clock, breaker, /*move_clock=*/true);
+  EXPECT_GE(now_ticks(clock), Nanos(12min).count()) << "the run should span several buckets";
+  EXPECT_LT(now_ticks(clock), Nanos(1h).count()) << "and stay inside the window";
+  expect_window_equals(breaker, expected);
+}
+
+TEST(WindowStress, CountWindowCountsAddUp) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock, CountWindow> breaker(never_trips(), clock);
+  const Tally expected = hammer(clock, breaker, /*move_clock=*/false);
+  ASSERT_LE(expected.calls, 65'535u) << "the ring must hold every call for an exact comparison";
+  expect_window_equals(breaker, expected);
+}
+
+// Maximum contention on one bucket (and the count window's cursor): tight loops, no
+// other work between calls. Lost updates would show as a short count.
+template <class Breaker>
+void tight_loops(ManualClock& clock, Breaker& breaker) {
+  std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
+  for (int id = 0; id < kThreads; ++id) {
+    threads.emplace_back([&, id] {
+      ready.fetch_add(1);
+      while (ready.load() < kThreads) std::this_thread::yield();
+      for (int i = 0; i < kPerThread; ++i) {
+        auto p = breaker.try_acquire();
+        if ((i + id) % 3 == 0) {
+          p->record_failure(1ms);
+        } else {
+          p->record_success(i % 5 == 0 ? 20ms : 1ms);
+        }
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  (void)clock;
+  const BreakerSnapshot s = breaker.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, static_cast<std::uint64_t>(kThreads) * kPerThread);
+  std::uint64_t failures = 0, slow = 0;
+  for (int id = 0; id < kThreads; ++id) {
+    for (int i = 0; i < kPerThread; ++i) {
+      if ((i + id) % 3 == 0) {
+        ++failures;
+      } else if (i % 5 == 0) {
+        ++slow;
+      }
+    }
+  }
+  EXPECT_EQ(s.window->failures, failures);
+  EXPECT_EQ(s.window->slow_successes, slow);
+}
+
+TEST(WindowStress, TimeWindowTightLoops) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips(), clock);
+  tight_loops(clock, breaker);
+}
+
+TEST(WindowStress, CountWindowTightLoops) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock, CountWindow> breaker(never_trips(), clock);
+  tight_loops(clock, breaker);
+}
+
+// The window wraps many times: nothing is exact any more, but nothing may go wrong:
+// no count above what was recorded, no failures above calls, no torn state.
+TEST(WindowStress, TimeWindowSurvivesWrappingUnderLoad) {
+  ManualClock clock;
+  BreakerConfig config = never_trips();
+  config.window_length = 10s;
+  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(config, clock);
+  std::atomic<bool> done{false};
+  std::atomic<int> bad{0};
+  std::thread watcher([&] {
+    while (!done.load()) {
+      const BreakerSnapshot s = breaker.snapshot();
+      if (!s.window || s.window->failures > s.window->calls || s.window->slow() > s.window->calls)
+        bad.fetch_add(1);
+    }
+  });
+  const Tally sum = hammer(clock, breaker, /*move_clock=*/true);
+  done.store(true);
+  watcher.join();
+  EXPECT_EQ(bad.load(), 0);
+  const BreakerSnapshot s = breaker.snapshot();
+  EXPECT_LE(s.window->calls, sum.calls);
+  EXPECT_EQ(s.successes + s.failures, sum.calls);
+}
+
+}  // namespace
+}  // namespace bulwark
