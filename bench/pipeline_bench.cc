@@ -34,6 +34,18 @@ void BM_Baseline_DirectCall(benchmark::State& state) {
 }
 BENCHMARK(BM_Baseline_DirectCall);
 
+// The composition machinery alone: a pipeline with no stage should cost what the
+// direct call costs.
+void BM_Pipeline_Empty(benchmark::State& state) {
+  const auto p = bulwark::pipeline();
+  const bulwark::Context ctx;
+  for (auto _ : state) {
+    auto r = p(ctx, noop_call);
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_Pipeline_Empty);
+
 struct Stack {
   bulwark::CircuitBreaker breaker{[] {
     bulwark::BreakerConfig c;  // field by field: designated initializers would track its growth
