@@ -3,13 +3,12 @@
 #include <array>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <ostream>
 #include <sstream>
 
 namespace bulwark::prometheus {
 namespace {
-
-constexpr std::size_t kFlushAt = 64 * 1024;
 
 bool valid_metric_name(std::string_view n) {
   if (n.empty()) return false;
@@ -52,18 +51,6 @@ void append_help(std::string& out, std::string_view help) {
   }
 }
 
-constexpr std::array<std::string_view, kStateCount> kStateLabels = {
-    R"(state="closed")",      R"(state="open")",     R"(state="half_open")",
-    R"(state="forced_open")", R"(state="disabled")", R"(state="metrics_only")"};
-
-constexpr std::array<std::string_view, kStateCount> kFromLabels = {
-    R"(from="closed")",      R"(from="open")",     R"(from="half_open")",
-    R"(from="forced_open")", R"(from="disabled")", R"(from="metrics_only")"};
-
-constexpr std::array<std::string_view, kStateCount> kToLabels = {
-    R"(to="closed")",      R"(to="open")",     R"(to="half_open")",
-    R"(to="forced_open")", R"(to="disabled")", R"(to="metrics_only")"};
-
 // The transitions that happen on their own: always shown (from 0), so that rate()
 // sees their first increment. Manual ones appear once they happened.
 bool automatic(std::size_t pair) {
@@ -75,6 +62,15 @@ bool automatic(std::size_t pair) {
 
 double seconds(std::uint64_t nanos) { return static_cast<double>(nanos) / 1e9; }
 double seconds(Nanos d) { return static_cast<double>(d.count()) / 1e9; }
+
+// True if any of the 8 bytes in v is a byte a label value can't hold as is: '\\',
+// '"', '\n', or one of a multi-byte UTF-8 sequence (>= 0x80) that must be checked.
+constexpr bool needs_attention(std::uint64_t v) noexcept {
+  constexpr std::uint64_t ones = 0x0101010101010101ULL, highs = 0x8080808080808080ULL;
+  const auto has_zero = [](std::uint64_t x) { return (x - ones) & ~x & highs; };
+  return ((v & highs) | has_zero(v ^ (ones * '\\')) | has_zero(v ^ (ones * '"')) |
+          has_zero(v ^ (ones * '\n'))) != 0;
+}
 
 }  // namespace
 
@@ -90,51 +86,103 @@ Expected<void, ConfigError> validate(const ExpositionOptions& o) {
 // Writer
 // ---------------------------------------------------------------------------
 
-Writer::Writer(std::ostream& out) : out_(out) { buf_.reserve(kFlushAt + 4096); }
+Writer::Writer(std::ostream& out)
+    : out_(out), buf_(new char[kCapacity]), pos_(buf_.get()), end_(buf_.get() + kCapacity) {}
 Writer::~Writer() { flush(); }
 
 void Writer::flush() {
-  if (!buf_.empty()) out_.write(buf_.data(), static_cast<std::streamsize>(buf_.size()));
-  buf_.clear();
+  if (pos_ != buf_.get()) out_.write(buf_.get(), static_cast<std::streamsize>(pos_ - buf_.get()));
+  pos_ = buf_.get();
+}
+
+bool Writer::room(std::size_t n) {
+  if (static_cast<std::size_t>(end_ - pos_) >= n) return true;
+  flush();
+  return n <= kCapacity;
 }
 
 void Writer::family(std::string_view name, std::string_view type, std::string_view help) {
-  buf_.append("# HELP ").append(name).push_back(' ');
-  append_help(buf_, help);
-  buf_.append("\n# TYPE ").append(name).push_back(' ');
-  buf_.append(type).push_back('\n');
-}
-
-void Writer::begin(std::string_view name, std::string_view suffix, std::string_view labels,
-                   std::string_view extra) {
-  buf_.append(name).append(suffix);
-  if (!labels.empty() || !extra.empty()) {
-    buf_.push_back('{');
-    buf_.append(labels);
-    if (!labels.empty() && !extra.empty()) buf_.push_back(',');
-    buf_.append(extra);
-    buf_.push_back('}');
+  std::string line;
+  line.append("# HELP ").append(name).push_back(' ');
+  append_help(line, help);
+  line.append("\n# TYPE ").append(name).push_back(' ');
+  line.append(type).push_back('\n');
+  if (room(line.size())) {
+    put(line);
+  } else {
+    out_.write(line.data(), static_cast<std::streamsize>(line.size()));
   }
-  buf_.push_back(' ');
 }
 
-void Writer::end() {
-  buf_.push_back('\n');
-  if (buf_.size() >= kFlushAt) flush();
+template <class V>
+void Writer::put_value(V value) noexcept {
+  if constexpr (std::is_same_v<V, double>) {
+    if (std::isnan(value)) {
+      put("NaN");
+      return;
+    }
+    if (std::isinf(value)) {
+      put(value > 0 ? "+Inf" : "-Inf");
+      return;
+    }
+  }
+  pos_ = std::to_chars(pos_, pos_ + kValueRoom, value).ptr;
+}
+
+// One capacity check per line, then straight copies: this is the scrape's inner loop.
+template <class V>
+void Writer::write_line(std::string_view head, std::string_view labels, std::string_view tail,
+                        V value) {
+  if (!room(head.size() + labels.size() + tail.size() + kValueRoom + 1)) {
+    // A label set larger than the buffer: this line goes to the stream on its own.
+    std::string line;
+    line.append(head).append(labels).append(tail);
+    append_value(line, value);
+    line.push_back('\n');
+    out_.write(line.data(), static_cast<std::streamsize>(line.size()));
+    return;
+  }
+  put(head);
+  put(labels);
+  put(tail);
+  put_value(value);
+  *pos_++ = '\n';
+}
+
+void Writer::line(std::string_view head, std::string_view labels, std::string_view tail,
+                  std::uint64_t value) {
+  write_line(head, labels, tail, value);
+}
+void Writer::line(std::string_view head, std::string_view labels, std::string_view tail,
+                  double value) {
+  write_line(head, labels, tail, value);
+}
+
+template <class V>
+void Writer::write_sample(std::string_view name, std::string_view suffix, std::string_view labels,
+                          std::string_view extra, V value) {
+  std::string head(name);
+  head.append(suffix);
+  std::string open, tail;
+  if (labels.empty() && extra.empty()) {
+    tail = " ";
+  } else {
+    open.push_back('{');
+    open.append(labels);
+    if (!labels.empty() && !extra.empty()) tail.push_back(',');
+    tail.append(extra).append("} ");
+  }
+  write_line(head, open, tail, value);
 }
 
 void Writer::sample(std::string_view name, std::string_view suffix, std::string_view labels,
                     std::string_view extra, std::uint64_t value) {
-  begin(name, suffix, labels, extra);
-  append_value(buf_, value);
-  end();
+  write_sample(name, suffix, labels, extra, value);
 }
 
 void Writer::sample(std::string_view name, std::string_view suffix, std::string_view labels,
                     std::string_view extra, double value) {
-  begin(name, suffix, labels, extra);
-  append_value(buf_, value);
-  end();
+  write_sample(name, suffix, labels, extra, value);
 }
 
 void append_value(std::string& out, std::uint64_t value) {
@@ -158,8 +206,14 @@ void append_value(std::string& out, double value) {
 void append_label_value(std::string& out, std::string_view v) {
   std::size_t i = 0;
   while (i < v.size()) {
-    // Copy the longest run that needs nothing, in one append.
+    // Copy the longest run that needs nothing, in one append; 8 bytes at a time.
     std::size_t j = i;
+    while (j + 8 <= v.size()) {
+      std::uint64_t w;
+      std::memcpy(&w, v.data() + j, 8);
+      if (needs_attention(w)) break;
+      j += 8;
+    }
     while (j < v.size()) {
       const auto c = static_cast<unsigned char>(v[j]);
       if (c >= 0x80 || c == '\\' || c == '"' || c == '\n') break;
@@ -197,22 +251,39 @@ Exposition::Exposition(ExpositionOptions options) : options_(std::move(options))
 
 Exposition::Row& Exposition::new_row(std::string_view name, std::string_view key, bool keyed,
                                      const BreakerReading& reading, double open_seconds) {
+  // Every key of a registry shares its breaker name: escape it once.
+  if (name != last_name_) {
+    last_name_.assign(name);
+    last_name_label_.assign("{name=\"");
+    append_label_value(last_name_label_, name);
+    last_name_label_.push_back('"');
+  }
   const std::size_t begin = labels_.size();
-  labels_.append("name=\"");
-  append_label_value(labels_, name);
-  labels_.push_back('"');
+  labels_.append(last_name_label_);
   if (keyed) {
     labels_.append(",key=\"");
     append_label_value(labels_, key);
     labels_.push_back('"');
   }
-  Row row;
+  Row& row = rows_.emplace_back();
   row.labels_begin = static_cast<std::uint32_t>(begin);
   row.labels_size = static_cast<std::uint32_t>(labels_.size() - begin);
   row.open_seconds = open_seconds;
-  row.breaker = reading;
-  rows_.push_back(row);
-  return rows_.back();
+  row.state = reading.state;
+  row.successes = reading.successes;
+  row.failures = reading.failures;
+  row.ignored = reading.ignored;
+  row.cancelled = reading.cancelled;
+  row.rejected = reading.rejected;
+  row.opens = reading.opens;
+  row.time_in_state_nanos = reading.time_in_state.count();
+  if (reading.has_slow || reading.has_rates || reading.has_flapping) {
+    row.more = static_cast<std::uint32_t>(more_.size());
+    more_.push_back(More{reading.has_slow, reading.has_rates, reading.has_flapping,
+                         reading.flapping, reading.slow_successes, reading.slow_failures,
+                         reading.failure_rate, reading.slow_call_rate});
+  }
+  return row;
 }
 
 void Exposition::add_detail(Row& row, const DetailReading& d) {
@@ -230,7 +301,7 @@ void Exposition::add_registry(RegistryReading reading, std::string_view name) {
   Registry r;
   r.name.assign(name);
   r.labels_begin = static_cast<std::uint32_t>(labels_.size());
-  labels_.append("registry=\"");
+  labels_.append("{registry=\"");
   append_label_value(labels_, name);
   labels_.push_back('"');
   r.labels_size = static_cast<std::uint32_t>(labels_.size() - r.labels_begin);
@@ -245,22 +316,63 @@ std::string Exposition::str() const {
   return std::move(out).str();
 }
 
+namespace {
+
+// The label tails of a scrape, rendered once: `,kind="failed"} ` and the like. Every
+// sample line is then <name><labels of its row><tail><value>.
+struct Tails {
+  std::string close = "} ";
+  std::array<std::string, kStateCount> state;
+  std::array<std::string, kTransitionPairs> transition;
+  std::array<std::string, LatencyBuckets::kCount> le;
+  std::string successful, failed, ignored, cancelled, rejected;
+  std::array<std::string, 4> retry;
+
+  static std::string tail(std::string_view label, std::string_view value) {
+    std::string t = ",";
+    t.append(label).append("=\"").append(value).append("\"} ");
+    return t;
+  }
+
+  Tails() {
+    for (std::size_t s = 0; s < kStateCount; ++s)
+      state[s] = tail("state", to_string(static_cast<State>(s)));
+    for (std::size_t i = 0; i < kTransitionPairs; ++i) {
+      transition[i] = ",from=\"";
+      transition[i].append(to_string(transition_from(i))).append("\",to=\"");
+      transition[i].append(to_string(transition_to(i))).append("\"} ");
+    }
+    for (std::size_t b = 0; b < LatencyBuckets::kCount; ++b)
+      le[b] = tail("le", LatencyBuckets::kLabels[b]);
+    successful = tail("kind", "successful");
+    failed = tail("kind", "failed");
+    ignored = tail("kind", "ignored");
+    cancelled = tail("kind", "cancelled");
+    rejected = tail("kind", "rejected");
+    for (std::size_t k = 0; k < retry.size(); ++k)
+      retry[k] = tail("kind", to_string(static_cast<RetryCallKind>(k)));
+  }
+};
+
+}  // namespace
+
 void Exposition::write(std::ostream& out) const {
   Writer w(out);
+  const Tails t;
   const std::string& p = options_.prefix;
-  std::string name;
+  std::string name, suffixed;
   auto named = [&](std::string_view rest) -> const std::string& {
     name.assign(p);
     name.push_back('_');
     name.append(rest);
     return name;
   };
-  auto labels_of = [&](std::uint32_t begin, std::uint32_t size) {
-    return std::string_view(labels_).substr(begin, size);
+  auto labels_of = [&](const auto& it) {
+    return std::string_view(labels_).substr(it.labels_begin, it.labels_size);
   };
 
-  // Runs `f` over the rows (or registries) that pass `has`, writing the family header
-  // first if there is any. Families with no sample are left out entirely.
+  // Writes one family: its header, then f(name, labels, item) for the items that pass
+  // `has`. A family with no sample is left out entirely.
   auto family = [&](const auto& items, std::string_view rest, std::string_view type,
                     std::string_view help, auto has, auto f) {
     bool any = false;
@@ -274,28 +386,27 @@ void Exposition::write(std::ostream& out) const {
     const std::string& n = named(rest);
     w.family(n, type, help);
     for (const auto& it : items) {
-      if (has(it)) f(n, labels_of(it.labels_begin, it.labels_size), it);
+      if (has(it)) f(n, labels_of(it), it);
     }
   };
   const auto all = [](const auto&) { return true; };
 
-  // Families shared by breaker rows and registry totals, with `counts(item)` giving a
-  // BreakerReading-like set of totals.
   auto latency_family = [&](const auto& items, std::string_view rest, std::string_view help,
                             auto latency_of) {
     family(
         items, rest, "histogram", help, [&](const auto& it) { return latency_of(it) != nullptr; },
         [&](const std::string& n, std::string_view labels, const auto& it) {
           const HistogramReading& h = *latency_of(it);
+          suffixed.assign(n).append("_bucket");
           std::uint64_t cumulative = 0;
-          std::string le;
           for (std::size_t b = 0; b < LatencyBuckets::kCount; ++b) {
             cumulative += h.buckets[b];
-            le.assign("le=\"").append(LatencyBuckets::kLabels[b]).push_back('"');
-            w.sample(n, "_bucket", labels, le, cumulative);
+            w.line(suffixed, labels, t.le[b], cumulative);
           }
-          w.sample(n, "_sum", labels, {}, seconds(h.sum_nanos));
-          w.sample(n, "_count", labels, {}, cumulative);
+          suffixed.assign(n).append("_sum");
+          w.line(suffixed, labels, t.close, seconds(h.sum_nanos));
+          suffixed.assign(n).append("_count");
+          w.line(suffixed, labels, t.close, cumulative);
         });
   };
   auto transitions_family = [&](const auto& items, std::string_view rest, auto transitions_of) {
@@ -303,14 +414,9 @@ void Exposition::write(std::ostream& out) const {
         items, rest, "counter", "State transitions, by from and to state.",
         [&](const auto& it) { return transitions_of(it) != nullptr; },
         [&](const std::string& n, std::string_view labels, const auto& it) {
-          const TransitionReading& t = *transitions_of(it);
-          std::string pair;
+          const TransitionReading& tr = *transitions_of(it);
           for (std::size_t i = 0; i < kTransitionPairs; ++i) {
-            if (t[i] == 0 && !automatic(i)) continue;
-            pair.assign(kFromLabels[static_cast<std::size_t>(transition_from(i))]);
-            pair.push_back(',');
-            pair.append(kToLabels[static_cast<std::size_t>(transition_to(i))]);
-            w.sample(n, "", labels, pair, t[i]);
+            if (tr[i] != 0 || automatic(i)) w.line(n, labels, t.transition[i], tr[i]);
           }
         });
   };
@@ -326,8 +432,8 @@ void Exposition::write(std::ostream& out) const {
         },
         [&](const std::string& n, std::string_view labels, const auto& it) {
           const ComponentReading& c = *components_of(it);
-          w.sample(n, "", labels, R"(kind="rejected")", c.fallbacks[0]);
-          w.sample(n, "", labels, R"(kind="failed")", c.fallbacks[1]);
+          w.line(n, labels, t.rejected, c.fallbacks[0]);
+          w.line(n, labels, t.failed, c.fallbacks[1]);
         });
     auto has_retry = [&](const auto& it) {
       return components_of(it) != nullptr && components_of(it)->has_retry;
@@ -337,20 +443,18 @@ void Exposition::write(std::ostream& out) const {
            [&](const std::string& n, std::string_view labels, const auto& it) {
              const ComponentReading& c = *components_of(it);
              for (std::size_t k = 0; k < c.retry_calls.size(); ++k) {
-               std::string kind = "kind=\"";
-               kind.append(to_string(static_cast<RetryCallKind>(k))).push_back('"');
-               w.sample(n, "", labels, kind, c.retry_calls[k]);
+               w.line(n, labels, t.retry[k], c.retry_calls[k]);
              }
            });
     family(items, s + "retry_retries_total", "counter",
            "Retries started (attempts after the first).", has_retry,
            [&](const std::string& n, std::string_view labels, const auto& it) {
-             w.sample(n, "", labels, {}, components_of(it)->retries);
+             w.line(n, labels, t.close, components_of(it)->retries);
            });
     family(items, s + "retry_budget_exhausted_total", "counter",
            "Retries refused because the retry budget was spent.", has_retry,
            [&](const std::string& n, std::string_view labels, const auto& it) {
-             w.sample(n, "", labels, {}, components_of(it)->retry_budget_exhausted);
+             w.line(n, labels, t.close, components_of(it)->retry_budget_exhausted);
            });
     family(
         items, s + "retry_budget_tokens", "gauge", "Retries the retry budget would allow now.",
@@ -358,36 +462,42 @@ void Exposition::write(std::ostream& out) const {
           return components_of(it) != nullptr && components_of(it)->has_budget;
         },
         [&](const std::string& n, std::string_view labels, const auto& it) {
-          w.sample(n, "", labels, {}, components_of(it)->budget_tokens);
+          w.line(n, labels, t.close, components_of(it)->budget_tokens);
         });
     auto has_bulkhead = [&](const auto& it) {
       return components_of(it) != nullptr && components_of(it)->has_bulkhead;
     };
     auto bulkhead_max = [&](const auto& it) {
-      return components_of(it) != nullptr && components_of(it)->has_bulkhead &&
-             components_of(it)->bulkhead_max > 0;
+      return has_bulkhead(it) && components_of(it)->bulkhead_max > 0;
     };
     family(items, s + "bulkhead_concurrent_calls", "gauge", "Calls holding a bulkhead slot now.",
            has_bulkhead, [&](const std::string& n, std::string_view labels, const auto& it) {
-             w.sample(n, "", labels, {}, components_of(it)->bulkhead_in_use);
+             w.line(n, labels, t.close, components_of(it)->bulkhead_in_use);
            });
     family(items, s + "bulkhead_available_concurrent_calls", "gauge",
            "Free bulkhead slots (Resilience4j's name).", bulkhead_max,
            [&](const std::string& n, std::string_view labels, const auto& it) {
              const ComponentReading& c = *components_of(it);
-             w.sample(n, "", labels, {},
-                      c.bulkhead_max > c.bulkhead_in_use ? c.bulkhead_max - c.bulkhead_in_use : 0);
+             w.line(n, labels, t.close,
+                    c.bulkhead_max > c.bulkhead_in_use ? c.bulkhead_max - c.bulkhead_in_use : 0);
            });
     family(items, s + "bulkhead_max_allowed_concurrent_calls", "gauge",
            "The bulkhead's limit on concurrent calls (Resilience4j's name).", bulkhead_max,
            [&](const std::string& n, std::string_view labels, const auto& it) {
-             w.sample(n, "", labels, {}, components_of(it)->bulkhead_max);
+             w.line(n, labels, t.close, components_of(it)->bulkhead_max);
            });
     family(items, s + "bulkhead_rejected_calls_total", "counter",
            "Calls refused because the bulkhead was full.", has_bulkhead,
            [&](const std::string& n, std::string_view labels, const auto& it) {
-             w.sample(n, "", labels, {}, components_of(it)->bulkhead_rejected);
+             w.line(n, labels, t.close, components_of(it)->bulkhead_rejected);
            });
+  };
+  // Calls by outcome: the same four kinds per breaker and per registry.
+  auto calls = [&](const std::string& n, std::string_view labels, const auto& r) {
+    w.line(n, labels, t.successful, r.successes);
+    w.line(n, labels, t.failed, r.failures);
+    w.line(n, labels, t.ignored, r.ignored);
+    w.line(n, labels, t.cancelled, r.cancelled);
   };
 
   // ---- per breaker ----
@@ -395,71 +505,67 @@ void Exposition::write(std::ostream& out) const {
     family(rows_, "circuitbreaker_state", "gauge",
            "1 if the circuit breaker is in this state, else 0.", all,
            [&](const std::string& n, std::string_view labels, const Row& r) {
+             const auto current = static_cast<std::size_t>(r.state);
              for (std::size_t s = 0; s < kStateCount; ++s) {
-               w.sample(n, "", labels, kStateLabels[s],
-                        std::uint64_t{static_cast<std::size_t>(r.breaker.state) == s ? 1u : 0u});
+               w.line(n, labels, t.state[s], std::uint64_t{s == current ? 1u : 0u});
              }
            });
     family(rows_, "circuitbreaker_time_in_state_seconds", "gauge",
            "Seconds since the current state began.", all,
            [&](const std::string& n, std::string_view labels, const Row& r) {
-             w.sample(n, "", labels, {}, seconds(r.breaker.time_in_state));
+             w.line(n, labels, t.close, seconds(Nanos(r.time_in_state_nanos)));
            });
     family(rows_, "circuitbreaker_open_seconds", "gauge",
            "Seconds since the breaker left CLOSED (open, half-open and reopenings count as one "
-           "outage); 0 when "
-           "closed.",
+           "outage); 0 when closed.",
            all, [&](const std::string& n, std::string_view labels, const Row& r) {
-             w.sample(n, "", labels, {}, r.open_seconds);
+             w.line(n, labels, t.close, r.open_seconds);
            });
     family(rows_, "circuitbreaker_calls_total", "counter",
            "Calls the breaker admitted, by outcome: successful, failed, ignored, or cancelled (no "
            "outcome reported).",
            all, [&](const std::string& n, std::string_view labels, const Row& r) {
-             w.sample(n, "", labels, R"(kind="successful")", r.breaker.successes);
-             w.sample(n, "", labels, R"(kind="failed")", r.breaker.failures);
-             w.sample(n, "", labels, R"(kind="ignored")", r.breaker.ignored);
-             w.sample(n, "", labels, R"(kind="cancelled")", r.breaker.cancelled);
+             calls(n, labels, r);
            });
     family(
         rows_, "circuitbreaker_slow_calls_total", "counter",
         "Calls slower than slow_call_duration, by outcome (also counted in calls_total).",
-        [](const Row& r) { return r.breaker.has_slow; },
+        [&](const Row& r) { return r.more != kNone && more_[r.more].has_slow; },
         [&](const std::string& n, std::string_view labels, const Row& r) {
-          w.sample(n, "", labels, R"(kind="successful")", r.breaker.slow_successes);
-          w.sample(n, "", labels, R"(kind="failed")", r.breaker.slow_failures);
+          w.line(n, labels, t.successful, more_[r.more].slow_successes);
+          w.line(n, labels, t.failed, more_[r.more].slow_failures);
         });
     family(rows_, "circuitbreaker_not_permitted_calls_total", "counter",
            "Calls the breaker rejected.", all,
            [&](const std::string& n, std::string_view labels, const Row& r) {
-             w.sample(n, "", labels, {}, r.breaker.rejected);
+             w.line(n, labels, t.close, r.rejected);
            });
     family(rows_, "circuitbreaker_opens_total", "counter", "Transitions into OPEN or FORCED_OPEN.",
            all, [&](const std::string& n, std::string_view labels, const Row& r) {
-             w.sample(n, "", labels, {}, r.breaker.opens);
+             w.line(n, labels, t.close, r.opens);
            });
     family(
         rows_, "circuitbreaker_failure_ratio", "gauge",
         "Failure rate over the breaker's window, 0 to 1; NaN while it holds fewer than "
         "minimum_calls.",
-        [](const Row& r) { return r.breaker.has_rates; },
+        [&](const Row& r) { return r.more != kNone && more_[r.more].has_rates; },
         [&](const std::string& n, std::string_view labels, const Row& r) {
-          w.sample(n, "", labels, {}, r.breaker.failure_rate);
+          w.line(n, labels, t.close, more_[r.more].failure_rate);
         });
     family(
         rows_, "circuitbreaker_slow_call_ratio", "gauge",
         "Slow-call rate over the breaker's window, 0 to 1; NaN while it holds fewer than "
         "minimum_calls.",
-        [](const Row& r) { return r.breaker.has_rates; },
+        [&](const Row& r) { return r.more != kNone && more_[r.more].has_rates; },
         [&](const std::string& n, std::string_view labels, const Row& r) {
-          w.sample(n, "", labels, {}, r.breaker.slow_call_rate);
+          w.line(n, labels, t.close, more_[r.more].slow_call_rate);
         });
     family(
         rows_, "circuitbreaker_flapping", "gauge",
         "1 while the breaker is flapping (reopening again and again).",
-        [](const Row& r) { return r.breaker.has_flapping; },
+        [&](const Row& r) { return r.more != kNone && more_[r.more].has_flapping; },
         [&](const std::string& n, std::string_view labels, const Row& r) {
-          w.sample(n, "", labels, {}, std::uint64_t{r.breaker.flapping ? 1u : 0u});
+          w.line(n, labels, t.close, std::uint64_t{more_[r.more].flapping ? 1u : 0u});
         });
     transitions_family(rows_, "circuitbreaker_transitions_total", [&](const Row& r) {
       return r.detail == kNone ? nullptr : &details_[r.detail].transitions;
@@ -477,57 +583,54 @@ void Exposition::write(std::ostream& out) const {
   if (!registries_.empty()) {
     family(registries_, "registry_keys", "gauge", "Keys (breakers) the registry holds now.", all,
            [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, {}, r.reading.keys);
+             w.line(n, labels, t.close, r.reading.keys);
            });
     family(registries_, "registry_keys_created_total", "counter", "Keys the registry created.", all,
            [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, {}, r.reading.created);
+             w.line(n, labels, t.close, r.reading.created);
            });
     family(registries_, "registry_keys_evicted_total", "counter", "Keys evicted (idle) or removed.",
            all, [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, {}, r.reading.evicted);
+             w.line(n, labels, t.close, r.reading.evicted);
            });
     family(registries_, "registry_memory_bytes", "gauge",
            "Memory the registry occupies: entries, index, metrics blocks and key storage.", all,
            [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, {}, r.reading.memory_bytes);
+             w.line(n, labels, t.close, r.reading.memory_bytes);
            });
     family(registries_, "registry_breakers", "gauge", "Breakers in each state.", all,
            [&](const std::string& n, std::string_view labels, const Registry& r) {
              for (std::size_t s = 0; s < kStateCount; ++s) {
-               w.sample(n, "", labels, kStateLabels[s], r.reading.breakers_by_state[s]);
+               w.line(n, labels, t.state[s], r.reading.breakers_by_state[s]);
              }
            });
     family(registries_, "registry_max_open_seconds", "gauge",
            "The longest current outage among the registry's breakers, in seconds (see "
            "circuitbreaker_open_seconds).",
            all, [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, {}, r.reading.max_open_seconds);
+             w.line(n, labels, t.close, r.reading.max_open_seconds);
            });
     family(registries_, "registry_calls_total", "counter",
            "Calls admitted by the registry's breakers (evicted ones included), by outcome.", all,
            [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, R"(kind="successful")", r.reading.successes);
-             w.sample(n, "", labels, R"(kind="failed")", r.reading.failures);
-             w.sample(n, "", labels, R"(kind="ignored")", r.reading.ignored);
-             w.sample(n, "", labels, R"(kind="cancelled")", r.reading.cancelled);
+             calls(n, labels, r.reading);
            });
     family(
         registries_, "registry_slow_calls_total", "counter",
         "Slow calls of the registry's breakers, by outcome.",
         [](const Registry& r) { return r.reading.has_slow; },
         [&](const std::string& n, std::string_view labels, const Registry& r) {
-          w.sample(n, "", labels, R"(kind="successful")", r.reading.slow_successes);
-          w.sample(n, "", labels, R"(kind="failed")", r.reading.slow_failures);
+          w.line(n, labels, t.successful, r.reading.slow_successes);
+          w.line(n, labels, t.failed, r.reading.slow_failures);
         });
     family(registries_, "registry_not_permitted_calls_total", "counter",
            "Calls the registry's breakers rejected.", all,
            [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, {}, r.reading.rejected);
+             w.line(n, labels, t.close, r.reading.rejected);
            });
     family(registries_, "registry_opens_total", "counter", "Openings of the registry's breakers.",
            all, [&](const std::string& n, std::string_view labels, const Registry& r) {
-             w.sample(n, "", labels, {}, r.reading.opens);
+             w.line(n, labels, t.close, r.reading.opens);
            });
     transitions_family(registries_, "registry_transitions_total",
                        [](const Registry& r) { return &r.reading.transitions; });

@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <set>
 #include <string>
 #include <string_view>
@@ -307,11 +308,15 @@ TEST(Registry, NeverEvictsAKeyWithAHandleOrACallAlive) {
   EXPECT_EQ(call->breaker().snapshot().successes, 1u);
   EXPECT_EQ(reg.find("held").incarnation(), held_incarnation);
 
-  // Let go of both: now they are idle (their last use was an hour ago).
+  // Let go of both. "held" was just looked up: the first step gives it a second chance
+  // (its idle time starts then), the next one, after the ttl, evicts it.
   held.reset();
   call = reg.try_acquire("other");  // moving another call in releases "in-flight"
   clock.advance(2s);
-  EXPECT_EQ(reg.evict_idle(), 2u);  // "held" and "in-flight"; "other" is still pinned
+  std::size_t evicted = reg.evict_idle();
+  clock.advance(2s);
+  evicted += reg.evict_idle();
+  EXPECT_EQ(evicted, 2u);  // "held" and "in-flight"; "other" is still pinned
   EXPECT_EQ(reg.size(), 1u);
 }
 
@@ -346,17 +351,19 @@ TEST(Registry, EvictionHappensLazilyOnTheRequestPathInBoundedSteps) {
   Reg reg(std::move(o), clock);
   for (int i = 0; i < 64; ++i) (void)reg.get(key("k", i));
   clock.advance(2min);
-  // One lookup: one step, which evicts at most evict_batch keys.
-  (void)reg.get("k0");
+  // A lookup checks once every 64 lookups (of its thread) whether a step is due: any
+  // 64 consecutive lookups take exactly one look, so at most one step of at most
+  // evict_batch evictions.
+  for (int i = 0; i < 64; ++i) (void)reg.get("k0");
   EXPECT_GE(reg.size(), 64u - 4u);
   // More lookups, as time goes by, finish the job without anyone calling evict_idle().
-  int lookups = 0;
-  for (; lookups < 200 && reg.size() > 1; ++lookups) {
+  int rounds = 0;
+  for (; rounds < 200 && reg.size() > 1; ++rounds) {
     clock.advance(10s);
-    (void)reg.get("k0");
+    for (int i = 0; i < 64; ++i) (void)reg.get("k0");
   }
-  EXPECT_EQ(reg.size(), 1u);   // "k0" itself is in use
-  EXPECT_GE(lookups, 60 / 4);  // each step did bounded work
+  EXPECT_EQ(reg.size(), 1u);      // "k0" itself is in use
+  EXPECT_GE(rounds, 60 / 4 - 1);  // each step did bounded work
 }
 
 TEST(Registry, CreatingAKeyRunsAnEvictionStep) {
@@ -371,9 +378,19 @@ TEST(Registry, CreatingAKeyRunsAnEvictionStep) {
   EXPECT_EQ(reg.size(), 1u);
 }
 
+TEST(Registry, RemoveNeedsARegistryThatCountsReferences) {
+  ManualClock clock;
+  Reg reg(options(), clock);  // no idle_ttl, not removable: handles are plain pointers
+  (void)reg.get("x");
+  EXPECT_FALSE(reg.remove("x"));
+  EXPECT_EQ(reg.size(), 1u);
+}
+
 TEST(Registry, RemoveRefusesWhileReferenced) {
   ManualClock clock;
-  Reg reg(options(), clock);
+  Options o = options();
+  o.removable = true;
+  Reg reg(std::move(o), clock);
   auto h = reg.get("x");
   EXPECT_FALSE(reg.remove("x"));
   h.reset();
@@ -387,6 +404,8 @@ TEST(Registry, AnEvictedKeyComesBackAsANewEntryAndReusesMemory) {
   Reg reg(options(1s), clock);
   const auto before = reg.get("k").incarnation();
   fail_times(reg, "k", 1);
+  clock.advance(5s);
+  EXPECT_EQ(reg.evict_idle(), 0u);  // used since the last step: a second chance
   clock.advance(5s);
   EXPECT_EQ(reg.evict_idle(), 1u);
   const auto mem = reg.memory();
@@ -463,7 +482,10 @@ TEST(Registry, EventsCarryTheKeyAndListenersAreRemovable) {
   EXPECT_EQ(reg.find("api:443")->state(), State::open);
   (void)reg.find("api:443")->transition_to(State::closed);
   clock.advance(5s);
-  EXPECT_GE(reg.evict_idle(), 1u);
+  std::size_t evicted = reg.evict_idle();  // "other"; "api:443" was used: second chance
+  clock.advance(5s);
+  evicted += reg.evict_idle();
+  EXPECT_EQ(evicted, 2u);
   ASSERT_EQ(log.size(), 7u);
   const std::vector<std::string> expected = {
       "key_created upstream api:443", "transition upstream api:443", "rejection upstream api:443",
@@ -557,6 +579,61 @@ TEST(Registry, AForeignBreakerOnACopiedPolicyIsIgnored) {
   (void)stranger.transition_to(State::open);  // reaches the registry's listener: ignored
   fail_times(reg, "k", 2);
   EXPECT_EQ(keys, std::vector<std::string>{"k"});
+}
+
+}  // namespace
+
+namespace {
+
+TEST(KeyHashing, InlineEqualityAgreesWithMemcmpAtEveryLengthAndPosition) {
+  for (std::size_t n = 0; n <= 40; ++n) {
+    std::string a(n, 'x');
+    for (std::size_t i = 0; i < n; ++i) a[i] = static_cast<char>('a' + (i * 7) % 26);
+    EXPECT_TRUE(bulwark::detail::bytes_equal(a.data(), std::string(a).data(), n)) << n;
+    for (std::size_t pos = 0; pos < n; ++pos) {
+      std::string b = a;
+      b[pos] = static_cast<char>(b[pos] ^ 0x20);
+      EXPECT_FALSE(bulwark::detail::bytes_equal(a.data(), b.data(), n)) << n << " at " << pos;
+    }
+  }
+}
+
+TEST(KeyHashing, StringHashSpreadsHostKeysAndSeesEveryByte) {
+  std::set<std::uint64_t> hashes;
+  std::vector<std::size_t> per_shard(16, 0);
+  char buf[32];
+  for (int i = 0; i < 200000; ++i) {
+    const int n = std::snprintf(buf, sizeof buf, "host-%06d:443", i);
+    const std::uint64_t h = bulwark::detail::hash_bytes(buf, static_cast<std::size_t>(n));
+    hashes.insert(h);
+    // What the registry does with it: fmix64, then the low bits pick the shard.
+    std::uint64_t m = h;
+    m ^= m >> 33;
+    m *= 0xff51afd7ed558ccdULL;
+    m ^= m >> 33;
+    ++per_shard[m & 15];
+  }
+  EXPECT_EQ(hashes.size(), 200000u);  // no 64-bit collision among similar keys
+  for (std::size_t c : per_shard) {
+    EXPECT_GT(c, 200000u / 16 * 9 / 10);
+    EXPECT_LT(c, 200000u / 16 * 11 / 10);
+  }
+  // Every length and every byte position matters.
+  std::set<std::uint64_t> lengths;
+  const std::string zeros(64, '\0');
+  for (std::size_t n = 0; n <= 64; ++n)
+    lengths.insert(bulwark::detail::hash_bytes(zeros.data(), n));
+  EXPECT_EQ(lengths.size(), 65u);
+  for (std::size_t n = 1; n <= 40; ++n) {
+    std::set<std::uint64_t> flips;
+    for (std::size_t pos = 0; pos < n; ++pos) {
+      std::string s(n, 'k');
+      s[pos] = 'K';
+      flips.insert(bulwark::detail::hash_bytes(s.data(), n));
+    }
+    flips.insert(bulwark::detail::hash_bytes(std::string(n, 'k').data(), n));
+    EXPECT_EQ(flips.size(), n + 1) << n;
+  }
 }
 
 }  // namespace

@@ -49,8 +49,10 @@
 #define BULWARK_PROMETHEUS_H_
 
 #include <cstdint>
+#include <cstring>
 #include <iosfwd>
 #include <limits>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -98,16 +100,65 @@ class Writer {
               std::string_view extra, std::uint64_t value);
   void sample(std::string_view name, std::string_view suffix, std::string_view labels,
               std::string_view extra, double value);
+  // "<head><labels><tail><value>\n", verbatim: the fast form for writers that render
+  // their label sets once, e.g. head "x_total", labels `{name="a"`, tail `,kind="b"} `
+  // (or labels "" and tail " " for no labels).
+  void line(std::string_view head, std::string_view labels, std::string_view tail,
+            std::uint64_t value);
+  void line(std::string_view head, std::string_view labels, std::string_view tail, double value);
   // Writes the buffer to the stream.
   void flush();
 
  private:
-  void begin(std::string_view name, std::string_view suffix, std::string_view labels,
-             std::string_view extra);
-  void end();
+  static constexpr std::size_t kCapacity = 64 * 1024;
+  static constexpr std::size_t kValueRoom = 32;  // the longest value append_value writes
+
+  // Makes room for n bytes; false if even an empty buffer can't hold them.
+  bool room(std::size_t n);
+  // Copies without a call to memcpy for the short pieces a line is made of (names,
+  // label sets): fixed-size overlapping moves the compiler turns into a few vector
+  // loads and stores. The scrape's cost is mostly here.
+  void put(std::string_view s) noexcept {
+    const char* src = s.data();
+    const std::size_t n = s.size();
+    char* dst = pos_;
+    pos_ += n;
+    if (n <= 16) {
+      if (n >= 8) {
+        overlap<8>(dst, src, n);
+      } else {
+        for (std::size_t i = 0; i < n; ++i) dst[i] = src[i];
+      }
+    } else if (n <= 32) {
+      overlap<16>(dst, src, n);
+    } else if (n <= 64) {
+      overlap<32>(dst, src, n);
+    } else {
+      std::memcpy(dst, src, n);
+    }
+  }
+  // Copies n bytes, N <= n <= 2N, as two N-byte moves that may overlap. Both loads come
+  // before both stores, so the compiler keeps the bytes in registers.
+  template <std::size_t N>
+  static void overlap(char* dst, const char* src, std::size_t n) noexcept {
+    char head[N], tail[N];
+    std::memcpy(head, src, N);
+    std::memcpy(tail, src + n - N, N);
+    std::memcpy(dst, head, N);
+    std::memcpy(dst + n - N, tail, N);
+  }
+  template <class V>
+  void put_value(V value) noexcept;
+  template <class V>
+  void write_line(std::string_view head, std::string_view labels, std::string_view tail, V value);
+  template <class V>
+  void write_sample(std::string_view name, std::string_view suffix, std::string_view labels,
+                    std::string_view extra, V value);
 
   std::ostream& out_;
-  std::string buf_;
+  std::unique_ptr<char[]> buf_;
+  char* pos_;
+  char* end_;
 };
 
 // Appends `value` escaped as a label value: backslash, double quote and newline are
@@ -156,21 +207,40 @@ class Exposition {
   void add(const BasicRegistry<Key, Breaker, Extra, Hash, Eq>& registry) {
     using Reg = BasicRegistry<Key, Breaker, Extra, Hash, Eq>;
     const Ticks now = now_ticks(registry.clock());
+    if (options_.per_breaker) {
+      // One allocation each instead of a doubling series (a scrape of 10,000 keys would
+      // otherwise spend a good part of its time in page faults).
+      const std::size_t n = registry.size() + 16;
+      rows_.reserve(rows_.size() + n);
+      labels_.reserve(labels_.size() + n * 48);
+      if (registry.detailed_metrics()) details_.reserve(details_.size() + n);
+    }
     std::string key_text;
     RegistryReading totals =
         registry.collect([&](const typename Reg::EntryView& v, const BreakerReading& r) {
           if (!options_.per_breaker) return;
-          key_text.clear();
-          append_key_text(key_text, v.key);
-          Row& row = new_row(v.breaker.name(), key_text, true, r,
+          std::string_view key;
+          if constexpr (std::is_convertible_v<const Key&, std::string_view> &&
+                        !requires(std::string & out) { bulwark_key_text(v.key, out); }) {
+            key = std::string_view(v.key);  // no copy for string keys
+          } else {
+            key_text.clear();
+            append_key_text(key_text, v.key);
+            key = key_text;
+          }
+          Row& row = new_row(v.breaker.name(), key, true, r,
                              detail::outage_seconds(r, v.outage_since, now));
+          constexpr bool extra_reports = requires(const Extra& x, ComponentReading& c) {
+            x.read_metrics(c);
+          };
+          if (v.metrics == nullptr && !extra_reports) return;
           ComponentReading components;
           if (v.metrics != nullptr) {
             const DetailReading d = v.metrics->read();
             components = d.components;
             add_detail(row, d);
           }
-          if constexpr (requires(const Extra& x, ComponentReading& c) { x.read_metrics(c); }) {
+          if constexpr (extra_reports) {
             if (v.extra != nullptr) v.extra->read_metrics(components);
           }
           add_components(row, components);
@@ -188,13 +258,23 @@ class Exposition {
  private:
   static constexpr std::uint32_t kNone = std::numeric_limits<std::uint32_t>::max();
 
+  // One breaker, as compact as the families need (every family walks all rows, so row
+  // size is scrape time). Rarer readings live in side tables, by index.
   struct Row {
-    std::uint32_t labels_begin;  // `name="..",key=".."` in labels_
+    std::uint32_t labels_begin;  // `{name="..",key=".."` in labels_ (the brace included)
     std::uint32_t labels_size;
     std::uint32_t detail = kNone;      // index in details_
     std::uint32_t components = kNone;  // index in components_
+    std::uint32_t more = kNone;        // index in more_: slow calls, rates, flapping
+    State state;
+    std::uint64_t successes, failures, ignored, cancelled, rejected, opens;
+    std::int64_t time_in_state_nanos;
     double open_seconds;
-    BreakerReading breaker;
+  };
+  struct More {
+    bool has_slow, has_rates, has_flapping, flapping;
+    std::uint64_t slow_successes, slow_failures;
+    double failure_rate, slow_call_rate;
   };
   struct Registry {
     std::string name;
@@ -217,8 +297,11 @@ class Exposition {
   std::string labels_;
   std::vector<Row> rows_;
   std::vector<Detail> details_;
+  std::vector<More> more_;
   std::vector<ComponentReading> components_;
   std::vector<Registry> registries_;
+  std::string last_name_;        // the breaker name last rendered...
+  std::string last_name_label_;  // ...as `{name="<escaped>"`
 };
 
 // One registry's exposition, written to `out`.

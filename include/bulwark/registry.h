@@ -34,26 +34,33 @@
 // OPEN, HALF_OPEN, FORCED_OPEN, DISABLED or METRICS_ONLY is never evicted (that state
 // is information, or an operator's decision), nor is an entry with a handle or call
 // alive. Eviction runs in bounded steps (`evict_batch` table slots) when a key is
-// created, when a lookup notices a step is due, and in evict_idle(). An evicted key's
-// counters are folded into the registry's totals, so registry counters never decrease.
-// Memory is bounded by the peak number of live keys, not by the keys ever seen: freed
-// entries are reused; the index and entry storage keep their peak size.
+// created, when a lookup notices a step is due (it looks once every 64 lookups of its
+// thread), and in evict_idle(). Idle time is observed by the steps, as the CLOCK
+// algorithm of page replacement does: a lookup only sets a "used" bit in the entry's
+// reference word, in the CAS that pins it, and a step that finds the bit set (or the
+// entry referenced) clears it and starts the key's idle time again. Lookups therefore
+// never read the clock; a key goes at the first step that finds it idle for idle_ttl —
+// later than idle_ttl, never sooner. An evicted key's counters are folded into the
+// registry's totals, so registry counters never decrease. Memory is bounded by the peak
+// number of live keys, not by the keys ever seen: freed entries are reused; the index
+// and entry storage keep their peak size.
 //
 // How lookups stay lock-free. Keys are spread over `shards` shards; each shard has an
 // open-addressing table of 8-byte slots (32-bit hash tag + 32-bit entry index) that
 // readers probe with atomic loads, and an arena of entries that is never freed while
-// the registry lives (type-stable memory). A reader pins an entry with one CAS on its
-// reference word — which fails if the entry is being evicted — and only then compares
-// the key. Creation, eviction and table growth take the shard's mutex; a lookup that
-// misses takes it to create the key. Replaced tables are kept until the registry is
-// destroyed (a reader may still be probing one); they total less than the live table.
+// the registry lives (type-stable memory). When entries can be evicted, a reader pins
+// an entry with one CAS on its reference word — which fails if the entry is being
+// evicted — and only then compares the key. Creation, eviction and table growth take the shard's
+// mutex; a lookup that misses takes it to create the key. Replaced tables are kept until the
+// registry is destroyed (a reader may still be probing one); they total less than the live table.
 //
-// Cost. Lookup of an existing key: one hash, one probe (usually one cache line), one
-// CAS to pin and one atomic subtract to unpin, plus, with idle_ttl, one coarse clock
-// read. No allocation, no lock. Creating a key takes the shard mutex twice and
-// allocates only when the arena grows, the key owns heap memory, or a per-key policy
-// is built. Memory: sizeof(Entry) (128 bytes for std::string keys: the 64-byte breaker,
-// the reference word, outage start, metrics pointer, and the key) plus ~8-20 bytes of
+// Cost. Lookup of an existing key: one hash and one probe (usually one cache line).
+// If entries can go away (idle_ttl, or `removable` for remove()), also one CAS to pin
+// the entry and one atomic subtract to let it go. No clock read, no allocation, no lock
+// (with idle_ttl, one lookup in 64 reads the coarse clock to see if a step is due). Creating a key
+// takes the shard mutex twice and allocates only when the arena grows, the key owns heap memory, or
+// a per-key policy is built. Memory: sizeof(Entry) (128 bytes for std::string keys: the 64-byte
+// breaker, the reference word, outage start, metrics pointer, and the key) plus ~8-20 bytes of
 // index per key; see memory().
 //
 // Thread-safety: every member function may be called concurrently, except that the
@@ -71,6 +78,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -109,8 +117,74 @@ namespace bulwark {
 // The default per-key extra: nothing.
 struct NoExtra {};
 
-// The registry's hash: std::hash, made transparent for std::string keys so that a
-// lookup by std::string_view or const char* builds no string.
+namespace detail {
+
+inline std::uint64_t load_u64(const char* p) noexcept {
+  std::uint64_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline std::uint64_t load_u32(const char* p) noexcept {
+  std::uint32_t v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+// 64x64 -> 128-bit multiply, halves folded: the mixing step of wyhash.
+inline std::uint64_t mul_fold(std::uint64_t a, std::uint64_t b) noexcept {
+  __extension__ using u128 = unsigned __int128;
+  const u128 r = static_cast<u128>(a) * b;
+  return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64);
+}
+
+// A wyhash-style hash of a byte string, inline: keys like "host-123456:443" (<= 16
+// bytes) take two overlapping loads and two multiplies, where std::hash's out-of-line
+// MurmurHash2 costs a library call and a loop. Not seeded, like std::hash: for keys an
+// adversary chooses, give the registry a keyed hash of your own.
+inline std::uint64_t hash_bytes(const char* p, std::size_t n) noexcept {
+  constexpr std::uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL,
+                          k2 = 0x8ebc6af09c88c6e3ULL;
+  std::uint64_t seed = k0, a = 0, b = 0;
+  if (n <= 16) {
+    if (n >= 4) {
+      const std::size_t mid = (n >> 3) << 2;  // 0 for n < 8, 4 for n >= 8
+      a = (load_u32(p) << 32) | load_u32(p + mid);
+      b = (load_u32(p + n - 4) << 32) | load_u32(p + n - 4 - mid);
+    } else if (n > 0) {
+      const auto u = [&](std::size_t i) {
+        return static_cast<std::uint64_t>(static_cast<unsigned char>(p[i]));
+      };
+      a = (u(0) << 16) | (u(n >> 1) << 8) | u(n - 1);
+    }
+  } else {
+    std::size_t i = n;
+    for (; i > 16; i -= 16, p += 16) seed = mul_fold(load_u64(p) ^ k1, load_u64(p + 8) ^ seed);
+    a = load_u64(p + i - 16);
+    b = load_u64(p + i - 8);
+  }
+  return mul_fold(k1 ^ n, mul_fold(a ^ k1, b ^ seed ^ k2));
+}
+
+// Equality of two byte strings of the same length, inline for short ones (the call to
+// memcmp is a good part of a lookup otherwise).
+inline bool bytes_equal(const char* a, const char* b, std::size_t n) noexcept {
+  if (n <= 16) {
+    if (n >= 8)
+      return (load_u64(a) ^ load_u64(b)) == 0 && (load_u64(a + n - 8) ^ load_u64(b + n - 8)) == 0;
+    if (n >= 4)
+      return (load_u32(a) ^ load_u32(b)) == 0 && (load_u32(a + n - 4) ^ load_u32(b + n - 4)) == 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (a[i] != b[i]) return false;
+    }
+    return true;
+  }
+  return std::memcmp(a, b, n) == 0;
+}
+
+}  // namespace detail
+
+// The registry's hash: std::hash for most keys; for std::string keys an inline
+// wyhash-style hash (detail::hash_bytes), transparent, so that a lookup by
+// std::string_view or const char* builds no string.
 template <class Key>
 struct KeyHash {
   std::size_t operator()(const Key& key) const noexcept(noexcept(std::hash<Key>{}(key))) {
@@ -121,7 +195,7 @@ template <>
 struct KeyHash<std::string> {
   using is_transparent = void;
   std::size_t operator()(std::string_view key) const noexcept {
-    return std::hash<std::string_view>{}(key);
+    return static_cast<std::size_t>(detail::hash_bytes(key.data(), key.size()));
   }
 };
 
@@ -174,6 +248,12 @@ struct RegistryOptions {
   // Evict keys idle at least this long (see the header comment). Zero: never evict.
   // Otherwise at least 1 ms (idle time is kept in ~1 ms units).
   Nanos idle_ttl = Nanos::zero();
+  // Allow remove(key) in a registry without idle_ttl. Entries that can go away must
+  // count the handles that reference them: each lookup then costs two more atomic
+  // operations (a CAS to pin the entry, a subtraction to let it go). idle_ttl > 0
+  // implies it. Without either, entries live as long as the registry, and handles are
+  // plain pointers.
+  bool removable = false;
   // Table slots one eviction step examines (bounds the work a request may do). >= 1.
   std::uint32_t evict_batch = 32;
   // Shards, a power of two in [1, 1024]: creation and eviction in different shards
@@ -245,7 +325,7 @@ class BasicRegistry {
    public:
     Handle() noexcept = default;
     Handle(const Handle& o) noexcept : registry_(o.registry_), entry_(o.entry_) {
-      if (entry_ != nullptr) BasicRegistry::retain(entry_);
+      if (entry_ != nullptr) registry_->retain(entry_);
     }
     Handle(Handle&& o) noexcept
         : registry_(o.registry_), entry_(std::exchange(o.entry_, nullptr)) {}
@@ -258,7 +338,7 @@ class BasicRegistry {
 
     // Drops the reference now.
     void reset() noexcept {
-      if (entry_ != nullptr) BasicRegistry::unpin(std::exchange(entry_, nullptr));
+      if (entry_ != nullptr) registry_->unpin(std::exchange(entry_, nullptr));
     }
     explicit operator bool() const noexcept { return entry_ != nullptr; }
 
@@ -357,7 +437,7 @@ class BasicRegistry {
       for (std::uint32_t i = 0; i < n; ++i) {
         Entry* e = entry_at(s, i);
         if ((e->refs.load(std::memory_order_acquire) & kDead) == 0) destroy_payload(e);
-        delete e->metrics;
+        if (e->metrics != nullptr) std::destroy_at(e->metrics);
       }
       for (std::size_t k = 0; k < kMaxSegments; ++k) {
         if (Entry* seg = s.segments[k].load(std::memory_order_relaxed); seg != nullptr) {
@@ -365,6 +445,9 @@ class BasicRegistry {
           ASAN_UNPOISON_MEMORY_REGION(seg, segment_size(k) * sizeof(Entry));
 #endif
           ::operator delete (seg, std::align_val_t{alignof(Entry)});
+        }
+        if (BreakerMetrics* m = s.metric_segments[k]; m != nullptr) {
+          ::operator delete (m, std::align_val_t{alignof(BreakerMetrics)});
         }
       }
     }
@@ -379,35 +462,28 @@ class BasicRegistry {
   Handle get(const K& key) {
     const std::uint64_t h = hash_of(key);
     Shard& s = shard_for(h);
-    const Ticks now = ttl_units_ != 0 ? coarse_now_ticks(clock_.get()) : 0;
     if (Entry* e = find_pinned(s, h, key); e != nullptr) {
-      touch(e, now);
-      maybe_sweep(s, now);
+      maybe_sweep(s);
       return Handle(this, e);
     }
-    return Handle(this, create(s, h, key, now));
+    return Handle(this, create(s, h, key));
   }
 
   // Returns the key's entry if it exists, else an empty Handle. Never creates; counts
-  // as a use of the key (it resets its idle time). Lock-free, like get().
+  // as a use of the key. Lock-free, like get().
   template <class K>
   Handle find(const K& key) {
     const std::uint64_t h = hash_of(key);
     Shard& s = shard_for(h);
-    const Ticks now = ttl_units_ != 0 ? coarse_now_ticks(clock_.get()) : 0;
     for (int attempt = 0; attempt < 2; ++attempt) {
       const std::uint64_t seq = s.seq.load(std::memory_order_acquire);
-      if (Entry* e = find_pinned(s, h, key); e != nullptr) {
-        touch(e, now);
-        return Handle(this, e);
-      }
+      if (Entry* e = find_pinned(s, h, key); e != nullptr) return Handle(this, e);
       std::atomic_thread_fence(std::memory_order_acquire);
       // No eviction moved table slots while we probed: the miss is real.
       if ((seq & 1) == 0 && s.seq.load(std::memory_order_relaxed) == seq) return Handle();
     }
     std::lock_guard lock(s.mu);
     Entry* e = find_pinned(s, h, key);
-    if (e != nullptr) touch(e, now);
     return e != nullptr ? Handle(this, e) : Handle();
   }
 
@@ -420,9 +496,11 @@ class BasicRegistry {
 
   // Removes the key now, whatever its breaker's state, unless a Handle or Call for it
   // is alive. Returns true if it was removed. Its counters are folded into the
-  // registry's totals. (Resilience4j's registry.remove(name).)
+  // registry's totals. (Resilience4j's registry.remove(name).) Needs a registry whose
+  // entries count references (idle_ttl or `removable`); returns false otherwise.
   template <class K>
   bool remove(const K& key) {
+    if (!counted_) return false;  // see RegistryOptions::removable
     const std::uint64_t h = hash_of(key);
     Shard& s = shard_for(h);
     std::vector<Evicted> gone;
@@ -436,7 +514,7 @@ class BasicRegistry {
         if (v == 0) break;
         if (static_cast<std::uint32_t>(v >> 32) != tag) continue;
         Entry* e = entry_at(s, static_cast<std::uint32_t>(v) - 1);
-        if (!eq_(e->key(), key)) continue;
+        if (!key_equal(e->key(), key)) continue;
         std::uint64_t w = e->refs.load(std::memory_order_relaxed);
         if ((w >> kRefShift) != 0 ||
             !e->refs.compare_exchange_strong(w, w | kDead, std::memory_order_acquire))
@@ -485,7 +563,7 @@ class BasicRegistry {
       const std::uint32_t n = s.allocated.load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i) {
         Entry* e = entry_at(s, i);
-        if (!pin(e)) continue;
+        if (!pin(e, /*use=*/false)) continue;
         const Extra* extra = nullptr;
         if constexpr (!std::is_same_v<Extra, NoExtra>) extra = &e->extra();
         f(EntryView{e->key(), e->breaker(), e->metrics, extra,
@@ -584,11 +662,17 @@ class BasicRegistry {
   using ExtraStorage =
       std::conditional_t<std::is_same_v<Extra, NoExtra>, NoStorage, Storage<Extra>>;
 
-  // refs: [ count : 23 | dead : 1 | last use : 40 ], last use in ~1 ms units (ticks >> 20).
+  // refs: [ count : 23 | dead : 1 | used : 1 | idle since : 39 ]. `used` is set by every
+  // lookup (in the CAS that pins) and cleared by eviction steps, which then restart
+  // `idle since` (~1 ms units: ticks >> 20); see the header comment.
   static constexpr unsigned kUnitShift = 20;
   static constexpr unsigned kRefShift = 41;
-  static constexpr std::uint64_t kTimeMask = (std::uint64_t{1} << 40) - 1;
+  static constexpr std::uint64_t kTimeMask = (std::uint64_t{1} << 39) - 1;
+  static constexpr std::uint64_t kUsed = std::uint64_t{1} << 39;
   static constexpr std::uint64_t kDead = std::uint64_t{1} << 40;
+  // A lookup checks whether an eviction step is due once every this many lookups (per
+  // thread): the clock is read there, not on every lookup.
+  static constexpr std::uint32_t kLookupsPerStepCheck = 64;
   static constexpr std::uint64_t kOneRef = std::uint64_t{1} << kRefShift;
   static constexpr std::uint64_t kMaxRefs = (std::uint64_t{1} << (64 - kRefShift)) - 1;
 
@@ -626,6 +710,9 @@ class BasicRegistry {
   static constexpr std::size_t segment_size(std::size_t k) {
     return std::size_t{1} << (k + kFirstSegmentBits);
   }
+  static constexpr std::size_t segment_base(std::size_t k) {
+    return ((std::size_t{1} << k) - 1) << kFirstSegmentBits;
+  }
 
   struct Evicted {
     std::string name;
@@ -637,6 +724,9 @@ class BasicRegistry {
     // Read by every lookup; written only when the table grows or a segment is added.
     std::atomic<Table*> table{nullptr};
     std::array<std::atomic<Entry*>, kMaxSegments> segments{};
+    // BreakerMetrics blocks (detailed_metrics), in segments parallel to the entries':
+    // no allocation (and no allocator overhead) per key. Written under mu.
+    std::array<BreakerMetrics*, kMaxSegments> metric_segments{};
     std::atomic<Ticks> next_sweep{kTicksMin};
     std::atomic<std::uint64_t> seq{0};  // odd while an eviction moves slots (find())
 
@@ -682,7 +772,8 @@ class BasicRegistry {
                                               : 0),
         sweep_interval_(std::max<Ticks>(o.idle_ttl.count() / 8, Ticks{1} << kUnitShift)),
         evict_batch_(o.evict_batch),
-        detailed_(o.detailed_metrics) {
+        detailed_(o.detailed_metrics),
+        counted_(o.idle_ttl > Nanos::zero() || o.removable) {
     router_->target.store(this, std::memory_order_release);
     shared_listener_ = hook(shared_policy_);
     for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
@@ -730,8 +821,7 @@ class BasicRegistry {
     const std::size_t k = static_cast<std::size_t>(std::bit_width(
                               (static_cast<std::size_t>(index) >> kFirstSegmentBits) + 1)) -
                           1;
-    const std::size_t base = ((std::size_t{1} << k) - 1) << kFirstSegmentBits;
-    return s.segments[k].load(std::memory_order_acquire) + (index - base);
+    return s.segments[k].load(std::memory_order_acquire) + (index - segment_base(k));
   }
 
   static std::uint64_t now_units(Ticks t) noexcept {
@@ -741,13 +831,17 @@ class BasicRegistry {
   // ---- pinning ---------------------------------------------------------------------
 
   // Takes a reference unless the entry is dead (being evicted, free, or not yet made).
-  static bool pin(Entry* e) noexcept {
+  // Without reference counting, entries only die before they are published (a lost
+  // creation race), so a live-looking entry is simply used.
+  // `use` marks the entry used (a lookup); walks (for_each, scrapes) don't.
+  bool pin(Entry* e, bool use = true) const noexcept {
+    if (!counted_) return (e->refs.load(std::memory_order_acquire) & kDead) == 0;
     std::uint64_t w = e->refs.load(std::memory_order_relaxed);
     for (;;) {
       if ((w & kDead) != 0) return false;
       if ((w >> kRefShift) == kMaxRefs) overflow();
-      if (e->refs.compare_exchange_weak(w, w + kOneRef, std::memory_order_acquire,
-                                        std::memory_order_relaxed)) {
+      if (e->refs.compare_exchange_weak(w, (w + kOneRef) | (use ? kUsed : 0),
+                                        std::memory_order_acquire, std::memory_order_relaxed)) {
         return true;
       }
     }
@@ -756,17 +850,11 @@ class BasicRegistry {
     // 8 million live handles to one key is a leak, not a workload.
     std::abort();
   }
-  static void retain(Entry* e) noexcept { e->refs.fetch_add(kOneRef, std::memory_order_relaxed); }
-  static void unpin(Entry* e) noexcept { e->refs.fetch_sub(kOneRef, std::memory_order_release); }
-
-  // Records a use. Writes only when the ~1 ms unit changed: most lookups just load.
-  void touch(Entry* e, Ticks now) const noexcept {
-    if (ttl_units_ == 0) return;
-    const std::uint64_t u = now_units(now);
-    std::uint64_t w = e->refs.load(std::memory_order_relaxed);
-    while ((w & kTimeMask) != u) {
-      if (e->refs.compare_exchange_weak(w, (w & ~kTimeMask) | u, std::memory_order_relaxed)) return;
-    }
+  void retain(Entry* e) const noexcept {
+    if (counted_) e->refs.fetch_add(kOneRef, std::memory_order_relaxed);
+  }
+  void unpin(Entry* e) const noexcept {
+    if (counted_) e->refs.fetch_sub(kOneRef, std::memory_order_release);
   }
 
   // ---- lookup ----------------------------------------------------------------------
@@ -781,11 +869,29 @@ class BasicRegistry {
       if (v == 0) return nullptr;
       if (static_cast<std::uint32_t>(v >> 32) != tag) continue;
       Entry* e = entry_at(s, static_cast<std::uint32_t>(v) - 1);
+      // The breaker's line is needed next: fetch it while the key is compared.
+      __builtin_prefetch(e->breaker_bytes);
+      if (!counted_) {
+        // Entries never die once published: the slot's acquire load made it visible.
+        if (key_equal(e->key(), key)) return e;
+        continue;
+      }
       if (!pin(e)) continue;  // being evicted, or a stale slot of a reused entry
-      if (eq_(e->key(), key)) return e;
+      if (key_equal(e->key(), key)) return e;
       unpin(e);
     }
     return nullptr;
+  }
+
+  template <class K>
+  bool key_equal(const Key& stored, const K& key) const noexcept(noexcept(eq_(stored, key))) {
+    if constexpr (std::is_same_v<Eq, std::equal_to<>> && std::is_same_v<Key, std::string> &&
+                  std::is_convertible_v<const K&, std::string_view>) {
+      const std::string_view k(key);
+      return stored.size() == k.size() && detail::bytes_equal(stored.data(), k.data(), k.size());
+    } else {
+      return eq_(stored, key);
+    }
   }
 
   Expected<Call, Rejection> acquire_on(Handle h) {
@@ -800,7 +906,8 @@ class BasicRegistry {
   // ---- creation --------------------------------------------------------------------
 
   template <class K>
-  Entry* create(Shard& s, std::uint64_t h, const K& key, Ticks now) {
+  Entry* create(Shard& s, std::uint64_t h, const K& key) {
+    const Ticks now = ttl_units_ != 0 ? coarse_now_ticks(clock_.get()) : 0;
     Key owned(key);
     // User code first, with no lock held: it may even call back into the registry.
     std::optional<Policy> own_policy;
@@ -815,7 +922,6 @@ class BasicRegistry {
     {
       std::lock_guard lock(s.mu);
       if (Entry* found = find_pinned(s, h, owned); found != nullptr) {
-        touch(found, now);
         return found;
       }
       index = allocate(s);
@@ -831,7 +937,6 @@ class BasicRegistry {
         // Another thread created the key while we built ours: theirs wins.
         destroy_payload(e);
         s.free.push_back(index);
-        touch(found, now);
         result = found;
       } else {
         e->incarnation =
@@ -839,7 +944,7 @@ class BasicRegistry {
             static_cast<std::uint64_t>(&s - &shards_[0]);
         // Published with one reference (the caller's): the payload above is visible to
         // any thread whose pin reads this value.
-        e->refs.store(kOneRef | now_units(now), std::memory_order_release);
+        e->refs.store((counted_ ? kOneRef : 0) | now_units(now), std::memory_order_release);
         insert(s, static_cast<std::uint32_t>(h >> 32), index);
         s.live.fetch_add(1, std::memory_order_relaxed);
         if (ttl_units_ != 0) sweep(s, now, evict_batch_, gone);
@@ -874,7 +979,12 @@ class BasicRegistry {
     poison(e);
 #endif
     if (detailed_) {
-      e->metrics = new BreakerMetrics;
+      if (s.metric_segments[k] == nullptr) {
+        s.metric_segments[k] = static_cast<BreakerMetrics*>(::operator new (
+            segment_size(k) * sizeof(BreakerMetrics), std::align_val_t{alignof(BreakerMetrics)}));
+      }
+      e->metrics = ::new (static_cast<void*>(s.metric_segments[k] + (index - segment_base(k))))
+          BreakerMetrics;
       ++s.metrics_blocks;
     }
     s.allocated.store(index + 1, std::memory_order_release);
@@ -999,8 +1109,14 @@ class BasicRegistry {
 
   // ---- eviction ----------------------------------------------------------------------
 
-  void maybe_sweep(Shard& s, Ticks now) {
-    if (ttl_units_ == 0 || now < s.next_sweep.load(std::memory_order_relaxed)) return;
+  // On the lookup path: every kLookupsPerStepCheck lookups of this thread, read the
+  // clock and, if this shard's next step is due and nobody is at it, take one.
+  void maybe_sweep(Shard& s) {
+    if (ttl_units_ == 0) return;
+    static thread_local std::uint32_t lookups = 0;
+    if (++lookups % kLookupsPerStepCheck != 0) return;
+    const Ticks now = coarse_now_ticks(clock_.get());
+    if (now < s.next_sweep.load(std::memory_order_relaxed)) return;
     std::vector<Evicted> gone;
     {
       std::unique_lock lock(s.mu, std::try_to_lock);
@@ -1035,12 +1151,20 @@ class BasicRegistry {
     return evicted;
   }
 
-  // Marks an idle, unreferenced, CLOSED entry dead so no lookup can pin it again.
+  // Marks an idle, unreferenced, CLOSED entry dead so no lookup can pin it again. An
+  // entry used since the last step, or referenced now, is not idle: its idle time
+  // starts again now (the second chance of the CLOCK algorithm).
   bool try_mark_evicted(Entry* e, std::uint64_t now_u) noexcept {
     std::uint64_t w = e->refs.load(std::memory_order_relaxed);
-    if ((w & kDead) != 0 || (w >> kRefShift) != 0) return false;
-    // Idle units since the last use (mod 2^40, ~35 years). "+1" because both ends are
-    // rounded down to a unit: we never evict a key idle for less than idle_ttl.
+    if ((w & kDead) != 0) return false;
+    if ((w & kUsed) != 0 || (w >> kRefShift) != 0) {
+      // If the CAS loses to a lookup, the entry was just used anyway: next step.
+      e->refs.compare_exchange_strong(w, (w & ~(kUsed | kTimeMask)) | now_u,
+                                      std::memory_order_relaxed);
+      return false;
+    }
+    // Idle units since then (mod 2^39, ~17 years). "+1" because both ends are rounded
+    // down to a unit: we never evict a key idle for less than idle_ttl.
     const std::uint64_t idle = (now_u - (w & kTimeMask)) & kTimeMask;
     if (idle < ttl_units_ + 1) return false;
     if (e->breaker().state() != State::closed) return false;
@@ -1212,6 +1336,7 @@ class BasicRegistry {
   const Ticks sweep_interval_;
   const std::uint32_t evict_batch_;
   const bool detailed_;
+  const bool counted_;  // entries count their handles (they can be evicted or removed)
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
   EventHub events_;
