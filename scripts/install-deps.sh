@@ -5,7 +5,7 @@ set -euo pipefail
 
 packages=(
   # toolchain
-  cmake ninja-build g++ clang-14 libclang-rt-14-dev clang-format git ca-certificates
+  cmake ninja-build g++ clang-14 libclang-rt-14-dev clang-format git ca-certificates pkgconf
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # integrations and the command-line lab

@@ -252,6 +252,7 @@ class alignas(64) BasicCircuitBreaker {
   using Word = detail::Word;
   using Request = detail::Request;
   static constexpr bool kWindowed = Window::kind != WindowKind::none;
+  enum class Resolution : std::uint8_t;  // how a permit ended; defined below
 
  public:
   using clock_type = C;
