@@ -1,0 +1,50 @@
+// bulwark/lab/input_error.h — a user's input was wrong, and exactly where.
+//
+// Everything the lab reads from a person (a TOML file, a CSV trace, a command-line
+// value) is checked before anything runs, and a bad value stops the command with an
+// error that names the file, the line and the field, never a crash or a silent default:
+//
+//   breaker.toml:4:16: breaker.failure_rate: must be in (0, 1] (got 1.5)
+//   trace.csv:17: outcome: unknown outcome "sucess" (expected success, failure or ignored)
+//
+// The CLI prints what() and exits with status 2.
+
+#ifndef BULWARK_LAB_INPUT_ERROR_H_
+#define BULWARK_LAB_INPUT_ERROR_H_
+
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+
+namespace bulwark::lab {
+
+// Where in a file. line and column count from 1; 0 means unknown (the whole file, or
+// the whole line).
+struct SourceLocation {
+  std::string file;
+  std::uint32_t line = 0;
+  std::uint32_t column = 0;
+
+  // "file:line:column", "file:line" or "file".
+  std::string to_string() const;
+};
+
+class InputError : public std::runtime_error {
+ public:
+  // `field` is the key or column at fault, as the user wrote it ("breaker.failure_rate",
+  // "outcome"); it may be empty when the whole input is at fault (a file that is not TOML).
+  InputError(SourceLocation where, std::string field, std::string message);
+
+  const SourceLocation& where() const noexcept { return where_; }
+  const std::string& field() const noexcept { return field_; }
+  const std::string& message() const noexcept { return message_; }
+
+ private:
+  SourceLocation where_;
+  std::string field_;
+  std::string message_;
+};
+
+}  // namespace bulwark::lab
+
+#endif  // BULWARK_LAB_INPUT_ERROR_H_

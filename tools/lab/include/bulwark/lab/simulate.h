@@ -1,0 +1,132 @@
+// bulwark/lab/simulate.h — a scenario's traffic through real bulwark objects, in
+// virtual time.
+//
+// A discrete-event simulation: arrivals, attempt completions, retry wake-ups, bulkhead
+// wait expiries and page completions are events in one time-ordered queue, and a
+// ManualClock is set to each event's time before the library objects see it. The
+// breaker, bulkhead, retry policy and retry budget are the library's own, driven
+// through their non-blocking APIs (try_acquire / Permit::record, the bulkhead's
+// try_acquire, RetryPolicy::decide, RetryBudget::deposit / try_withdraw); nothing
+// blocks, sleeps or starts a thread, so ten minutes of 400 req/s take a fraction of a
+// second.
+//
+//   bulwark::lab::Scenario scenario = bulwark::lab::builtin_scenario();
+//   bulwark::lab::SimulationResult r = bulwark::lab::simulate(scenario);
+//   for (const auto& c : r.configurations)
+//     std::cout << c.name << ": " << c.lost << " requests lost\n";
+//
+// The model, per request (one search page):
+//   arrival      takes a caller worker, or is lost if every worker is busy
+//   breaker      try_acquire(); a rejection goes to the fallback (or fails the page)
+//   bulkhead     try_acquire(); when full, waits up to max_wait for a slot, FIFO
+//   attempts     each samples the dependency's phase at its start: latency and error.
+//                A call that would take longer than the timeout fails at the timeout.
+//   retry        after a failed attempt: RetryPolicy::decide, then the budget's ticket;
+//                the worker stays busy through the backoff
+//   fallback     a failure whose reason it covers serves the page degraded
+//   page         the page's own work, then the worker is free
+// Every configuration sees the same arrivals and, request by request and attempt by
+// attempt, the same latency and error draws (common random numbers), so differences
+// between configurations are the configurations' doing.
+//
+// Cost: O(events · log(events in flight)) time; memory bounded by the requests in
+// flight plus the timeline (one entry per step) — not by the number of requests.
+// Not thread-safe; each call builds and owns its objects.
+
+#ifndef BULWARK_LAB_SIMULATE_H_
+#define BULWARK_LAB_SIMULATE_H_
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bulwark/breaker_events.h"
+#include "bulwark/clock.h"
+#include "bulwark/fallback.h"
+#include "bulwark/lab/config.h"
+
+namespace bulwark::lab {
+
+struct SimulateOptions {
+  Nanos timeline_step = std::chrono::seconds(1);  // > 0; at most 1,000,000 steps
+};
+
+// One step of the timeline. Counts are of events inside the step; peaks are the
+// highest level reached during it (a level carried in from before counts).
+struct TimelineStep {
+  Nanos start = Nanos::zero();
+  std::uint64_t arrivals = 0;
+  std::uint64_t lost = 0;      // found every worker busy
+  std::uint64_t full = 0;      // pages done, with the dependency's answer
+  std::uint64_t degraded = 0;  // pages done by the fallback
+  std::uint64_t failed = 0;    // pages done with an error
+  std::uint64_t calls = 0;     // attempts sent to the dependency
+  std::uint32_t peak_in_flight = 0;
+  std::uint32_t peak_busy = 0;
+  std::optional<State> state;  // the breaker's state at the step's end (none: no breaker)
+};
+
+struct BreakerTransition {
+  Nanos at;
+  State from;
+  State to;
+  TransitionReason reason;
+};
+
+struct ConfigurationResult {
+  std::string name;
+
+  // Every request ends in exactly one of: lost, served_full, served_degraded, failed.
+  // Pages in progress at the scenario's end finish (no arrival comes after it); their
+  // counts go to these totals but not to the timeline.
+  std::uint64_t requests = 0;         // arrivals
+  std::uint64_t lost = 0;             // lost to caller saturation
+  std::uint64_t served_full = 0;      // pages with the dependency's answer
+  std::uint64_t served_degraded = 0;  // pages the fallback answered
+  std::uint64_t failed = 0;           // pages that failed (no fallback for the reason)
+
+  std::uint32_t peak_in_flight = 0;  // calls in flight to the dependency
+  std::uint32_t peak_busy = 0;       // caller workers busy
+  std::uint64_t calls = 0;           // attempts sent to the dependency
+  std::uint64_t calls_while_degraded = 0;
+
+  // Why pages did not get the dependency's answer, by Reason (fallback.h).
+  std::array<std::uint64_t, kReasonCount> reasons{};
+  std::uint64_t retries = 0;
+
+  // Page latency, arrival to page done, of every page that got a worker.
+  Nanos p50 = Nanos::zero();
+  Nanos p99 = Nanos::zero();
+  Nanos max = Nanos::zero();
+
+  // Breaker (empty/zero without one).
+  bool has_breaker = false;
+  std::optional<Nanos> time_to_open;  // from the first degraded phase's start
+  std::uint64_t opens = 0;
+  Nanos longest_open = Nanos::zero();        // longest stretch away from CLOSED
+  std::optional<Nanos> alert_when_open_for;  // the configuration's alert threshold
+  std::optional<Nanos> alert_at;             // when that threshold was exceeded
+  std::vector<BreakerTransition> transitions;
+
+  std::vector<TimelineStep> timeline;
+};
+
+struct SimulationResult {
+  Scenario scenario;
+  Nanos timeline_step = std::chrono::seconds(1);
+  std::vector<ConfigurationResult> configurations;
+};
+
+// Runs every configuration of `scenario`. Throws InputError for bad options.
+SimulationResult simulate(const Scenario& scenario, const SimulateOptions& options = {});
+
+// Runs one configuration (the building block of simulate()).
+ConfigurationResult simulate_configuration(const Scenario& scenario,
+                                           const ResilienceConfig& configuration,
+                                           const SimulateOptions& options = {});
+
+}  // namespace bulwark::lab
+
+#endif  // BULWARK_LAB_SIMULATE_H_

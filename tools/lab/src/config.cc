@@ -1,0 +1,760 @@
+#include "bulwark/lab/config.h"
+
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <fstream>
+#include <limits>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "bulwark/backoff.h"
+#include "bulwark/lab/duration.h"
+#include "bulwark/lab/input_error.h"
+
+namespace bulwark::lab {
+namespace {
+
+std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+
+std::string number_text(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+std::string type_name(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table:
+      return "a table";
+    case toml::node_type::array:
+      return "an array";
+    case toml::node_type::string:
+      return "the string " + quoted(n.as_string()->get());
+    case toml::node_type::integer:
+      return "the integer " + std::to_string(n.as_integer()->get());
+    case toml::node_type::floating_point:
+      return "the number " + number_text(n.as_floating_point()->get());
+    case toml::node_type::boolean:
+      return n.as_boolean()->get() ? "true" : "false";
+    case toml::node_type::date:
+    case toml::node_type::time:
+    case toml::node_type::date_time:
+      return "a date/time";
+    case toml::node_type::none:
+      break;
+  }
+  return "nothing";
+}
+
+std::size_t edit_distance(std::string_view a, std::string_view b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// One TOML table being read. Every key asked for (present or not) is a known key;
+// finish() reports the keys present that nobody asked for, which is how unknown keys
+// are found without a separate list of names that could drift from the reader.
+class Reader {
+ public:
+  Reader(const toml::table& table, std::string path, std::shared_ptr<const std::string> file)
+      : table_(&table), path_(std::move(path)), file_(std::move(file)) {}
+
+  const std::string& path() const { return path_; }
+  std::string key_path(std::string_view key) const {
+    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+  }
+  // "[breaker]", or "the top level".
+  std::string table_name() const { return path_.empty() ? "the top level" : "[" + path_ + "]"; }
+
+  SourceLocation where(const toml::node& n) const {
+    return {*file_, n.source().begin.line, n.source().begin.column};
+  }
+  SourceLocation where() const { return where(*table_); }
+  const std::shared_ptr<const std::string>& file() const { return file_; }
+
+  [[noreturn]] void fail(std::string_view key, std::string message) const {
+    if (const toml::node* n = table_->get(key)) {
+      throw InputError(where(*n), key_path(key), std::move(message));
+    }
+    throw InputError(where(), key_path(key), std::move(message));
+  }
+  [[noreturn]] void fail_here(std::string message) const {
+    throw InputError(where(), path_, std::move(message));
+  }
+
+  const toml::node* get(std::string_view key) {
+    known_.emplace_back(key);
+    return table_->get(key);
+  }
+  bool has(std::string_view key) const { return table_->get(key) != nullptr; }
+
+  std::optional<std::string> string(std::string_view key) {
+    const toml::node* n = get(key);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_string()) fail(key, "expected a string, got " + type_name(*n));
+    return n->as_string()->get();
+  }
+
+  std::optional<bool> boolean(std::string_view key) {
+    const toml::node* n = get(key);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_boolean()) fail(key, "expected true or false, got " + type_name(*n));
+    return n->as_boolean()->get();
+  }
+
+  std::optional<double> number(std::string_view key) {
+    const toml::node* n = get(key);
+    if (n == nullptr) return std::nullopt;
+    double v = 0;
+    if (n->is_integer()) {
+      v = static_cast<double>(n->as_integer()->get());
+    } else if (n->is_floating_point()) {
+      v = n->as_floating_point()->get();
+    } else {
+      fail(key, "expected a number, got " + type_name(*n));
+    }
+    if (!std::isfinite(v)) fail(key, "must be a finite number (got " + number_text(v) + ")");
+    return v;
+  }
+
+  std::optional<std::uint64_t> unsigned_integer(std::string_view key, std::uint64_t max) {
+    const toml::node* n = get(key);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_integer()) {
+      fail(key, "expected a whole number, got " + type_name(*n));
+    }
+    const std::int64_t v = n->as_integer()->get();
+    if (v < 0) fail(key, "must not be negative (got " + std::to_string(v) + ")");
+    if (static_cast<std::uint64_t>(v) > max) {
+      fail(key, "must be at most " + std::to_string(max) + " (got " + std::to_string(v) + ")");
+    }
+    return static_cast<std::uint64_t>(v);
+  }
+  std::optional<std::uint32_t> u32(std::string_view key) {
+    const auto v = unsigned_integer(key, std::numeric_limits<std::uint32_t>::max());
+    if (!v) return std::nullopt;
+    return static_cast<std::uint32_t>(*v);
+  }
+
+  std::optional<Nanos> duration(std::string_view key) {
+    const toml::node* n = get(key);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_string()) {
+      std::string hint;
+      if (n->is_integer() || n->is_floating_point()) {
+        const std::string v = n->is_integer() ? std::to_string(n->as_integer()->get())
+                                              : number_text(n->as_floating_point()->get());
+        hint = "; a bare number has no unit: write e.g. " + quoted(v + "s") + " or " +
+               quoted(v + "ms");
+      }
+      fail(key,
+           "expected a duration string such as \"800ms\" or \"30s\", got " + type_name(*n) + hint);
+    }
+    auto d = parse_duration(n->as_string()->get());
+    if (!d) fail(key, d.error());
+    return *d;
+  }
+
+  // One of `choices`, or an error listing them.
+  std::optional<std::string> choice(std::string_view key,
+                                    std::initializer_list<std::string_view> choices) {
+    auto v = string(key);
+    if (!v) return std::nullopt;
+    for (std::string_view c : choices) {
+      if (*v == c) return v;
+    }
+    std::string list;
+    for (std::string_view c : choices) list += (list.empty() ? "" : ", ") + quoted(c);
+    fail(key, "must be one of " + list + " (got " + quoted(*v) + ")");
+  }
+
+  std::optional<Reader> table(std::string_view key) {
+    const toml::node* n = get(key);
+    if (n == nullptr) return std::nullopt;
+    if (!n->is_table()) fail(key, "expected a table, got " + type_name(*n));
+    return Reader(*n->as_table(), key_path(key), file_);
+  }
+
+  const toml::array* array(std::string_view key) {
+    const toml::node* n = get(key);
+    if (n == nullptr) return nullptr;
+    if (!n->is_array()) fail(key, "expected an array, got " + type_name(*n));
+    return n->as_array();
+  }
+
+  template <class T>
+  T required(std::optional<T> v, std::string_view key) const {
+    if (!v) fail_here("missing required key " + quoted(key) + " in " + table_name());
+    return std::move(*v);
+  }
+
+  // Reports the first key (in file order) that no getter asked for.
+  void finish(std::string_view hint = {}) const {
+    const toml::node* first = nullptr;
+    std::string first_key;
+    for (auto&& [k, v] : *table_) {
+      if (std::find(known_.begin(), known_.end(), k.str()) != known_.end()) continue;
+      const auto& src = k.source();
+      if (first == nullptr || src.begin.line < first->source().begin.line ||
+          (src.begin.line == first->source().begin.line &&
+           src.begin.column < first->source().begin.column)) {
+        first = &v;
+        first_key = std::string(k.str());
+      }
+    }
+    if (first == nullptr) return;
+    std::string message = "unknown key " + quoted(first_key) + " in " + table_name();
+    std::string best;
+    std::size_t best_d = 3;  // suggest only close matches
+    for (const std::string& k : known_) {
+      const std::size_t d = edit_distance(first_key, k);
+      if (d < best_d) best_d = d, best = k;
+    }
+    if (!best.empty()) {
+      message += " (did you mean " + quoted(best) + "?)";
+    } else if (!hint.empty()) {
+      message += " (" + std::string(hint) + ")";
+    }
+    // The key's own position, not its value's: that is what is misspelt.
+    for (auto&& [k, v] : *table_) {
+      if (k.str() == first_key) {
+        throw InputError({*file_, k.source().begin.line, k.source().begin.column},
+                         key_path(first_key), std::move(message));
+      }
+    }
+    throw InputError(where(*first), key_path(first_key), std::move(message));
+  }
+
+  // Maps a library ConfigError (whose field may be dotted: "backoff.initial") to the key
+  // and line it came from, or to this table when the key is not written.
+  [[noreturn]] void fail_config(const ConfigError& e) const {
+    const toml::table* t = table_;
+    const toml::node* n = nullptr;
+    std::string_view rest = e.field;
+    while (t != nullptr && !rest.empty()) {
+      const std::size_t dot = rest.find('.');
+      n = t->get(rest.substr(0, dot));
+      if (n == nullptr || dot == std::string_view::npos) break;
+      rest = rest.substr(dot + 1);
+      t = n->as_table();
+    }
+    if (n != nullptr) throw InputError(where(*n), key_path(e.field), e.message);
+    throw InputError(where(), key_path(e.field), e.message);
+  }
+
+ private:
+  const toml::table* table_;
+  std::string path_;
+  std::shared_ptr<const std::string> file_;
+  std::vector<std::string> known_;
+};
+
+toml::table parse_toml(std::string_view text, const std::string& source_name) {
+  try {
+    return toml::parse(text, std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    throw InputError({source_name, e.source().begin.line, e.source().begin.column}, "",
+                     "not valid TOML: " + std::string(e.description()));
+  }
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError({path, 0, 0}, "", "cannot open the file");
+  std::ostringstream out;
+  out << in.rdbuf();
+  if (in.bad()) throw InputError({path, 0, 0}, "", "cannot read the file");
+  return out.str();
+}
+
+// ---- breaker ---------------------------------------------------------------------
+
+BreakerSpec read_breaker(Reader& r) {
+  BreakerSpec spec;
+  BreakerConfig& c = spec.config;
+  if (auto v = r.string("name")) c.name = *v;
+  if (auto v = r.choice("window", {"none", "count", "time"})) {
+    spec.window = *v == "count"  ? WindowKind::count
+                  : *v == "time" ? WindowKind::time
+                                 : WindowKind::none;
+  }
+  if (auto v = r.u32("consecutive_failures")) c.consecutive_failures = *v;
+  if (auto v = r.number("failure_rate")) c.failure_rate = *v;
+  if (auto v = r.number("slow_call_rate")) c.slow_call_rate = *v;
+  if (auto v = r.duration("slow_call_duration")) c.slow_call_duration = *v;
+  if (auto v = r.u32("minimum_calls")) c.minimum_calls = *v;
+  if (auto v = r.u32("window_size")) c.window_size = *v;
+  if (auto v = r.duration("window_length")) c.window_length = *v;
+  if (auto v = r.u32("window_buckets")) c.window_buckets = *v;
+  if (auto v = r.boolean("count_in_flight_slow_calls")) c.count_in_flight_slow_calls = *v;
+  if (auto v = r.duration("open_duration")) c.open_duration = *v;
+  if (auto v = r.number("open_duration_multiplier")) c.open_duration_multiplier = *v;
+  if (auto v = r.duration("max_open_duration")) c.max_open_duration = *v;
+  if (auto v = r.u32("half_open_max_calls")) c.half_open_max_calls = *v;
+  if (auto v = r.u32("half_open_successes")) c.half_open_successes = *v;
+  if (auto v = r.number("half_open_fraction")) c.half_open_fraction = *v;
+  if (const toml::array* ramp = r.array("half_open_ramp")) {
+    for (std::size_t i = 0; i < ramp->size(); ++i) {
+      const toml::node& n = *ramp->get(i);
+      if (!n.is_number()) {
+        throw InputError(
+            r.where(n), r.key_path("half_open_ramp"),
+            "stage " + std::to_string(i + 1) + ": expected a number, got " + type_name(n));
+      }
+      c.half_open_ramp.push_back(n.value<double>().value_or(0.0));
+    }
+  }
+  if (auto v = r.duration("half_open_max_wait")) c.half_open_max_wait = *v;
+  if (auto v = r.duration("flapping_period")) c.flapping_period = *v;
+  if (auto v = r.unsigned_integer("random_seed", std::numeric_limits<std::int64_t>::max())) {
+    c.random_seed = *v;
+  }
+  r.finish();
+
+  // Keys that this kind of window would silently ignore are mistakes, not no-ops.
+  auto only_for = [&](std::string_view key, std::string_view kinds) {
+    if (r.has(key)) {
+      r.fail(key, "only applies to window = " + std::string(kinds) +
+                      " (this breaker has window = " + quoted(to_string(spec.window)) + ")");
+    }
+  };
+  if (spec.window != WindowKind::count) only_for("window_size", "\"count\"");
+  if (spec.window != WindowKind::time) {
+    only_for("window_length", "\"time\"");
+    only_for("window_buckets", "\"time\"");
+  }
+  if (spec.window == WindowKind::none) {
+    only_for("minimum_calls", "\"count\" or \"time\" (it is the rate rules' minimum volume)");
+    only_for("count_in_flight_slow_calls", "\"count\" or \"time\"");
+    for (std::string_view key : {"failure_rate", "slow_call_rate", "slow_call_duration"}) {
+      if (r.has(key)) {
+        r.fail(key,
+               "needs a sliding window: set window = \"count\" (the last window_size calls) "
+               "or window = \"time\" (the last window_length) in " +
+                   r.table_name());
+      }
+    }
+  }
+  if (auto ok = validate(c, spec.window, kTimeWindowCapacity); !ok) r.fail_config(ok.error());
+  return spec;
+}
+
+// ---- retry, budget, bulkhead, fallback --------------------------------------------
+
+Backoff read_backoff(Reader& r) {
+  const std::string kind = r.required(r.choice("kind", {"exponential", "constant"}), "kind");
+  std::optional<Nanos> delay, initial, max;
+  std::optional<double> multiplier;
+  if (kind == "constant") {
+    delay = r.duration("delay");
+  } else {
+    initial = r.duration("initial");
+    multiplier = r.number("multiplier");
+    max = r.duration("max");
+  }
+  const auto jitter = r.choice("jitter", {"none", "full", "equal", "decorrelated"});
+  r.finish(kind == "constant" ? "kind = \"constant\" takes delay and jitter"
+                              : "kind = \"exponential\" takes initial, multiplier, max and jitter");
+  // Unset fields take the values of RetryConfig's default backoff (exponential 100 ms
+  // x 2 up to 10 s, full jitter); a constant backoff has no default delay.
+  const Backoff defaults = RetryConfig{}.backoff;
+  Backoff b = kind == "constant" ? Backoff::constant(r.required(delay, "delay"))
+                                 : Backoff::exponential(initial.value_or(defaults.initial()),
+                                                        multiplier.value_or(defaults.multiplier()),
+                                                        max.value_or(defaults.max()));
+  Jitter j = defaults.jitter();
+  if (jitter) {
+    j = *jitter == "none"    ? Jitter::none
+        : *jitter == "full"  ? Jitter::full
+        : *jitter == "equal" ? Jitter::equal
+                             : Jitter::decorrelated;
+  }
+  return b.with_jitter(j);
+}
+
+RetrySpec read_retry(Reader& r) {
+  RetrySpec spec;
+  RetryConfig& c = spec.config;
+  if (auto v = r.string("name")) c.name = *v;
+  if (auto v = r.u32("max_attempts")) c.max_attempts = *v;
+  if (auto v = r.boolean("honor_retry_after")) c.honor_retry_after = *v;
+  if (auto v = r.unsigned_integer("random_seed", std::numeric_limits<std::int64_t>::max())) {
+    spec.random_seed = *v;
+  }
+  if (auto b = r.table("backoff")) c.backoff = read_backoff(*b);
+  r.finish();
+  if (auto ok = validate(c); !ok) r.fail_config(ok.error());
+  // Seeded, so a simulation is reproducible. One generator per policy: the simulator
+  // is single-threaded.
+  auto rng = std::make_shared<SplitMix64>(spec.random_seed);
+  c.random = [rng] { return (*rng)(); };
+  return spec;
+}
+
+RetryBudgetConfig read_retry_budget(Reader& r) {
+  RetryBudgetConfig c;
+  if (auto v = r.string("name")) c.name = *v;
+  if (auto v = r.number("ratio")) c.ratio = *v;
+  if (auto v = r.number("min_retries_per_second")) c.min_retries_per_second = *v;
+  if (auto v = r.number("max_tokens")) c.max_tokens = *v;
+  r.finish();
+  if (auto ok = validate(c); !ok) r.fail_config(ok.error());
+  return c;
+}
+
+BulkheadConfig read_bulkhead(Reader& r) {
+  BulkheadConfig c;
+  if (auto v = r.string("name")) c.name = *v;
+  if (auto v = r.u32("max_concurrent")) c.max_concurrent = *v;
+  if (auto v = r.duration("max_wait")) c.max_wait = *v;
+  r.finish();
+  if (auto ok = validate(c); !ok) r.fail_config(ok.error());
+  return c;
+}
+
+constexpr Reason kAllReasons[] = {
+    Reason::breaker_open,      Reason::breaker_half_open_full, Reason::breaker_forced_open,
+    Reason::bulkhead_full,     Reason::deadline_exceeded,      Reason::cancelled,
+    Reason::retries_exhausted, Reason::budget_exhausted,       Reason::timeout,
+    Reason::call_error};
+
+Reasons read_fallback(Reader& r) {
+  Reasons on = Reasons::all();
+  if (const toml::array* list = r.array("on")) {
+    on = Reasons::none();
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const toml::node& n = *list->get(i);
+      const auto name = n.value<std::string>();
+      bool found = false;
+      if (name == "all") {
+        on = on | Reasons::all(), found = true;
+      } else if (name == "breaker") {
+        on = on | Reasons::breaker(), found = true;
+      } else if (name) {
+        for (Reason reason : kAllReasons) {
+          if (*name == to_string(reason)) on = on | reason, found = true;
+        }
+      }
+      if (!found) {
+        std::string names = "\"all\", \"breaker\"";
+        for (Reason reason : kAllReasons) names += ", " + quoted(to_string(reason));
+        throw InputError(r.where(n), r.key_path("on"),
+                         "unknown reason " + (name ? quoted(*name) : type_name(n)) +
+                             " (reasons are " + names + ")");
+      }
+    }
+  }
+  r.finish();
+  return on;
+}
+
+ResilienceConfig read_configuration(Reader& r, std::string name) {
+  ResilienceConfig c;
+  c.name = std::move(name);
+  if (auto v = r.duration("timeout")) {
+    if (*v <= Nanos::zero())
+      r.fail("timeout", "must be positive (got " + format_duration(*v) + ")");
+    c.timeout = *v;
+  }
+  if (auto v = r.choice("breaker_scope", {"call", "attempt"})) {
+    c.breaker_scope = *v == "attempt" ? BreakerScope::attempt : BreakerScope::call;
+  }
+  if (auto v = r.duration("alert_when_open_for")) {
+    if (*v <= Nanos::zero()) {
+      r.fail("alert_when_open_for", "must be positive (got " + format_duration(*v) + ")");
+    }
+    c.alert_when_open_for = *v;
+  }
+  if (auto t = r.table("breaker")) c.breaker = read_breaker(*t);
+  if (auto t = r.table("bulkhead")) c.bulkhead = read_bulkhead(*t);
+  if (auto t = r.table("retry")) c.retry = read_retry(*t);
+  if (auto t = r.table("retry_budget")) c.retry_budget = read_retry_budget(*t);
+  if (auto t = r.table("fallback")) c.fallback = read_fallback(*t);
+  r.finish();
+  if (c.retry_budget && !c.retry) {
+    r.fail("retry_budget", "needs a [" + r.key_path("retry") + "] table (a budget limits retries)");
+  }
+  if (r.has("breaker_scope") && !c.breaker) {
+    r.fail("breaker_scope", "needs a [" + r.key_path("breaker") + "] table");
+  }
+  if (r.has("alert_when_open_for") && !c.breaker) {
+    r.fail("alert_when_open_for", "needs a [" + r.key_path("breaker") + "] table");
+  }
+  return c;
+}
+
+// ---- scenario --------------------------------------------------------------------
+
+constexpr double kZ99 = 2.3263478740408408;  // the standard normal's 99th percentile
+
+Latency read_latency(Reader& phase) {
+  Latency l;
+  const toml::node* n = phase.get("latency");
+  if (n == nullptr) phase.fail_here("missing required key \"latency\" in " + phase.table_name());
+  if (n->is_string()) {  // "14s": a constant latency
+    l.value = phase.required(phase.duration("latency"), "latency");
+    return l;
+  }
+  auto r = phase.table("latency");
+  const std::string d =
+      r->required(r->choice("distribution", {"constant", "uniform", "exponential", "lognormal"}),
+                  "distribution");
+  auto positive = [&](std::string_view key, Nanos v) {
+    if (v <= Nanos::zero()) r->fail(key, "must be positive (got " + format_duration(v) + ")");
+    return v;
+  };
+  if (d == "constant") {
+    l.distribution = Latency::Distribution::constant;
+    l.value = r->required(r->duration("value"), "value");
+    r->finish("distribution = \"constant\" takes value");
+  } else if (d == "uniform") {
+    l.distribution = Latency::Distribution::uniform;
+    l.min = r->required(r->duration("min"), "min");
+    l.max = r->required(r->duration("max"), "max");
+    r->finish("distribution = \"uniform\" takes min and max");
+    if (l.max < l.min) {
+      r->fail("max", "must be at least min (got " + format_duration(l.max) + " < " +
+                         format_duration(l.min) + ")");
+    }
+  } else if (d == "exponential") {
+    l.distribution = Latency::Distribution::exponential;
+    l.mean = positive("mean", r->required(r->duration("mean"), "mean"));
+    r->finish("distribution = \"exponential\" takes mean");
+  } else {
+    l.distribution = Latency::Distribution::lognormal;
+    l.median = positive("median", r->required(r->duration("median"), "median"));
+    const auto sigma = r->number("sigma");
+    const auto p99 = r->duration("p99");
+    r->finish("distribution = \"lognormal\" takes median, and sigma or p99");
+    if (sigma && p99) r->fail("p99", "give sigma or p99, not both");
+    if (!sigma && !p99) r->fail_here("distribution = \"lognormal\" needs sigma or p99");
+    if (sigma) {
+      if (*sigma <= 0 || *sigma > 5) {
+        r->fail("sigma", "must be in (0, 5] (got " + number_text(*sigma) + ")");
+      }
+      l.sigma = *sigma;
+    } else {
+      if (*p99 <= l.median) {
+        r->fail("p99", "must be above median (got " + format_duration(*p99) +
+                           " <= " + format_duration(l.median) + ")");
+      }
+      l.sigma =
+          std::log(static_cast<double>(p99->count()) / static_cast<double>(l.median.count())) /
+          kZ99;
+      if (l.sigma > 5) r->fail("p99", "is too far above the median (sigma would exceed 5)");
+    }
+  }
+  return l;
+}
+
+Phase read_phase(Reader& r) {
+  Phase p;
+  if (auto v = r.string("name")) p.name = *v;
+  p.start = r.required(r.duration("start"), "start");
+  p.latency = read_latency(r);
+  if (auto v = r.number("error_rate")) {
+    if (*v < 0 || *v > 1) r.fail("error_rate", "must be in [0, 1] (got " + number_text(*v) + ")");
+    p.error_rate = *v;
+  }
+  if (auto v = r.boolean("degraded")) p.degraded = *v;
+  r.finish();
+  return p;
+}
+
+Scenario read_scenario(Reader& root) {
+  Scenario s;
+  s.source = *root.file();
+  if (auto v = root.string("name")) s.name = *v;
+  if (auto v = root.string("description")) s.description = *v;
+  s.duration = root.required(root.duration("duration"), "duration");
+  if (s.duration <= Nanos::zero()) root.fail("duration", "must be positive");
+  if (s.duration > std::chrono::hours(24 * 30)) root.fail("duration", "must be at most 30 days");
+  if (auto v = root.unsigned_integer("seed", std::numeric_limits<std::int64_t>::max())) s.seed = *v;
+
+  {
+    auto r = root.table("arrivals");
+    if (!r) root.fail_here("missing required table [arrivals]");
+    if (auto v = r->choice("process", {"poisson", "constant"})) {
+      s.arrivals.process = *v == "constant" ? ArrivalProcess::constant : ArrivalProcess::poisson;
+    }
+    s.arrivals.rate = r->required(r->number("rate"), "rate");
+    r->finish();
+    if (s.arrivals.rate <= 0 || s.arrivals.rate > 1e6) {
+      r->fail("rate", "must be in (0, 1000000] requests per second (got " +
+                          number_text(s.arrivals.rate) + ")");
+    }
+    const double expected = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
+    if (expected > 2e9) {
+      r->fail("rate", "with duration " + format_duration(s.duration) + " makes about " +
+                          number_text(expected) + " requests; the simulator takes at most 2e9");
+    }
+  }
+  {
+    auto r = root.table("caller");
+    if (!r) root.fail_here("missing required table [caller]");
+    s.caller.workers = r->required(r->u32("workers"), "workers");
+    if (auto v = r->duration("work")) s.caller.work = *v;
+    r->finish();
+    if (s.caller.workers < 1 || s.caller.workers > 10'000'000) {
+      r->fail("workers",
+              "must be between 1 and 10000000 (got " + std::to_string(s.caller.workers) + ")");
+    }
+  }
+  {
+    auto r = root.table("dependency");
+    if (!r) root.fail_here("missing required table [dependency]");
+    if (auto v = r->string("name")) s.dependency.name = *v;
+    const toml::node* phases = r->get("phases");
+    if (phases == nullptr) r->fail_here("missing required key \"phases\" in " + r->table_name());
+    const toml::array* list = phases->as_array();
+    if (list == nullptr || list->empty() || !list->is_array_of_tables()) {
+      r->fail("phases", "expected one or more [[dependency.phases]] tables");
+    }
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      Reader pr(*list->get(i)->as_table(), r->key_path("phases") + "[" + std::to_string(i) + "]",
+                root.file());
+      Phase p = read_phase(pr);
+      if (i == 0 && p.start != Nanos::zero()) {
+        pr.fail("start",
+                "the first phase must start at \"0s\" (got " + format_duration(p.start) + ")");
+      }
+      if (i > 0 && p.start <= s.dependency.phases.back().start) {
+        pr.fail("start", "must be after the previous phase's start (" +
+                             format_duration(s.dependency.phases.back().start) + ")");
+      }
+      if (p.name.empty()) p.name = "phase " + std::to_string(i + 1);
+      s.dependency.phases.push_back(std::move(p));
+    }
+    r->finish();
+  }
+  {
+    auto r = root.table("config");
+    if (!r)
+      root.fail_here("missing required table [config.NAME]: at least one configuration to run");
+    // Tables are kept sorted by name; the report keeps the file's order.
+    std::vector<std::pair<toml::source_position, std::string>> names;
+    const toml::node* node = root.get("config");
+    for (auto&& [k, v] : *node->as_table())
+      names.emplace_back(k.source().begin, std::string(k.str()));
+    std::sort(names.begin(), names.end(), [](const auto& a, const auto& b) {
+      return a.first.line != b.first.line ? a.first.line < b.first.line
+                                          : a.first.column < b.first.column;
+    });
+    if (names.empty()) r->fail_here("needs at least one [config.NAME] table");
+    for (const auto& [pos, name] : names) {
+      auto c = r->table(name);
+      s.configurations.push_back(read_configuration(*c, name));
+    }
+    r->finish();
+  }
+  root.finish();
+  return s;
+}
+
+}  // namespace
+
+std::optional<Nanos> Scenario::degraded_from() const {
+  for (const Phase& p : dependency.phases) {
+    if (p.degraded) return p.start;
+  }
+  return std::nullopt;
+}
+
+Nanos Scenario::degraded_until() const {
+  bool in = false;
+  for (const Phase& p : dependency.phases) {
+    if (p.degraded) in = true;
+    if (in && !p.degraded) return p.start;
+  }
+  return duration;
+}
+
+Scenario parse_scenario(std::string_view text, const std::string& source_name) {
+  const toml::table doc = parse_toml(text, source_name);
+  Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  return read_scenario(root);
+}
+
+Scenario load_scenario_file(const std::string& path) {
+  return parse_scenario(read_file(path), path);
+}
+
+Scenario builtin_scenario() { return parse_scenario(builtin_scenario_toml(), "built-in"); }
+
+BreakerSpec parse_breaker(std::string_view text, const std::string& source_name) {
+  const toml::table doc = parse_toml(text, source_name);
+  Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  auto breaker = root.table("breaker");
+  root.finish("a breaker file has one [breaker] table");
+  if (!breaker) root.fail_here("missing the [breaker] table");
+  return read_breaker(*breaker);
+}
+
+BreakerSpec load_breaker_file(const std::string& path) {
+  return parse_breaker(read_file(path), path);
+}
+
+std::string_view to_string(WindowKind kind) noexcept {
+  switch (kind) {
+    case WindowKind::none:
+      return "none";
+    case WindowKind::count:
+      return "count";
+    case WindowKind::time:
+      return "time";
+  }
+  return "unknown";
+}
+
+std::string_view to_string(ArrivalProcess process) noexcept {
+  return process == ArrivalProcess::constant ? "constant" : "poisson";
+}
+
+std::string_view to_string(Latency::Distribution d) noexcept {
+  switch (d) {
+    case Latency::Distribution::constant:
+      return "constant";
+    case Latency::Distribution::uniform:
+      return "uniform";
+    case Latency::Distribution::exponential:
+      return "exponential";
+    case Latency::Distribution::lognormal:
+      return "lognormal";
+  }
+  return "unknown";
+}
+
+std::string describe(const Latency& l) {
+  switch (l.distribution) {
+    case Latency::Distribution::constant:
+      return format_duration(l.value);
+    case Latency::Distribution::uniform:
+      return "uniform " + format_duration(l.min) + ".." + format_duration(l.max);
+    case Latency::Distribution::exponential:
+      return "exponential mean " + format_duration(l.mean);
+    case Latency::Distribution::lognormal: {
+      const double p99 = static_cast<double>(l.median.count()) * std::exp(l.sigma * kZ99);
+      return "lognormal median " + format_duration(l.median) + ", p99 " +
+             format_duration(Nanos(static_cast<std::int64_t>(std::llround(p99 / 1e6) * 1'000'000)));
+    }
+  }
+  return "";
+}
+
+}  // namespace bulwark::lab

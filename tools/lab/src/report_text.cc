@@ -1,0 +1,251 @@
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bulwark/lab/duration.h"
+#include "bulwark/lab/report.h"
+
+namespace bulwark::lab {
+
+std::string group_thousands(std::uint64_t n) {
+  std::string digits = std::to_string(n);
+  std::string out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return out;
+}
+
+std::string format_clock(Nanos t) {
+  const auto total_ms = std::chrono::duration_cast<std::chrono::milliseconds>(t).count();
+  const long long s = total_ms / 1000, ms = total_ms % 1000;
+  char buf[48];
+  if (s >= 3600) {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", s / 3600, (s / 60) % 60, s % 60);
+  } else {
+    std::snprintf(buf, sizeof buf, "%lld:%02lld", s / 60, s % 60);
+  }
+  std::string out = buf;
+  if (ms != 0) {
+    std::snprintf(buf, sizeof buf, ".%03lld", ms);
+    out += buf;
+  }
+  return out;
+}
+
+namespace {
+
+std::string pad_left(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : std::string(width - s.size(), ' ') + s;
+}
+std::string pad_right(const std::string& s, std::size_t width) {
+  return s.size() >= width ? s : s + std::string(width - s.size(), ' ');
+}
+
+std::string percent(double fraction) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fraction);
+  return buf;
+}
+
+// A duration for the summary: "6.31s", "830ms", "14.1s", "6min 2s".
+std::string readable(Nanos d) {
+  const double s = std::chrono::duration<double>(d).count();
+  char buf[48];
+  if (s >= 120) {
+    const auto whole = static_cast<long long>(std::llround(s));
+    std::snprintf(buf, sizeof buf, "%lldmin %llds", whole / 60, whole % 60);
+  } else if (s >= 10) {
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  } else if (s >= 1) {
+    std::snprintf(buf, sizeof buf, "%.2fs", s);
+  } else {
+    std::snprintf(buf, sizeof buf, "%.0fms", s * 1000);
+  }
+  return buf;
+}
+
+std::string state_name(const std::optional<State>& s) {
+  if (!s) return "-";
+  switch (*s) {
+    case State::closed:
+      return "closed";
+    case State::open:
+      return "OPEN";
+    case State::half_open:
+      return "half-open";
+    case State::forced_open:
+      return "FORCED";
+    case State::disabled:
+      return "disabled";
+    case State::metrics_only:
+      return "metrics";
+  }
+  return "?";
+}
+
+void write_scenario(std::ostream& out, const Scenario& s) {
+  out << "bulwark simulate: " << (s.name.empty() ? "(unnamed scenario)" : s.name) << "  ["
+      << s.source << "]\n";
+  if (!s.description.empty()) out << "  " << s.description << "\n";
+  char rate[32];
+  std::snprintf(rate, sizeof rate, "%g", s.arrivals.rate);
+  out << "  " << format_duration(s.duration) << " of " << to_string(s.arrivals.process)
+      << " arrivals at " << rate << "/s (seed " << s.seed
+      << "); caller: " << group_thousands(s.caller.workers) << " workers";
+  if (s.caller.work > Nanos::zero())
+    out << ", " << format_duration(s.caller.work) << " of own work per page";
+  out << "\n";
+  const std::string label = "  " + s.dependency.name + ": ";
+  for (std::size_t i = 0; i < s.dependency.phases.size(); ++i) {
+    const Phase& p = s.dependency.phases[i];
+    out << (i == 0 ? label : std::string(label.size(), ' ')) << "from "
+        << pad_right(format_clock(p.start), 6) << p.name << ": " << describe(p.latency) << ", "
+        << percent(p.error_rate) << " errors" << (p.degraded ? "  [degraded]" : "") << "\n";
+  }
+  out << "\n";
+}
+
+constexpr std::size_t kCol = 6;
+constexpr std::size_t kStateCol = 10;
+
+void write_timeline(std::ostream& out, const SimulationResult& r) {
+  const auto& configs = r.configurations;
+  if (configs.empty()) return;
+  out << "Timeline, one row per " << format_duration(r.timeline_step)
+      << " (in-flt: peak calls in flight to " << r.scenario.dependency.name
+      << "; busy: peak caller workers busy;\n"
+         "  full/degr/fail: pages done with the answer / by the fallback / with an error; "
+         "lost: requests\n"
+         "  that found no free worker; breaker: its state at the end of the row)\n\n";
+  const std::size_t block = 6 * kCol + 1 + kStateCol + 2;
+  std::string head1 = pad_left("", 8), head2 = pad_left("time", 8);
+  for (const auto& c : configs) {
+    std::string name = " " + c.name;
+    head1 += " |" + pad_right(name.substr(0, block), block);
+    head2 += " |" + pad_left("in-flt", kCol + 1) + pad_left("busy", kCol) + pad_left("full", kCol) +
+             pad_left("degr", kCol) + pad_left("fail", kCol) + pad_left("lost", kCol) + "  " +
+             pad_right("breaker", kStateCol);
+  }
+  for (std::string* h : {&head1, &head2}) {
+    while (!h->empty() && h->back() == ' ') h->pop_back();
+  }
+  out << head1 << "\n" << head2 << "\n";
+  const std::size_t rows = configs.front().timeline.size();
+  for (std::size_t i = 0; i < rows; ++i) {
+    std::string line = pad_left(format_clock(configs.front().timeline[i].start), 8);
+    for (const auto& c : configs) {
+      if (i >= c.timeline.size()) continue;
+      const TimelineStep& t = c.timeline[i];
+      line += " |" + pad_left(std::to_string(t.peak_in_flight), kCol + 1) +
+              pad_left(std::to_string(t.peak_busy), kCol) + pad_left(std::to_string(t.full), kCol) +
+              pad_left(std::to_string(t.degraded), kCol) +
+              pad_left(std::to_string(t.failed), kCol) + pad_left(std::to_string(t.lost), kCol) +
+              "  " + pad_right(c.has_breaker ? state_name(t.state) : "-", kStateCol);
+    }
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    out << line << "\n";
+  }
+  out << "\n";
+}
+
+void write_summary(std::ostream& out, const SimulationResult& r) {
+  const auto& configs = r.configurations;
+  const std::string dep = r.scenario.dependency.name;
+  std::vector<std::pair<std::string, std::vector<std::string>>> rows;
+  auto row = [&](std::string label, auto cell) {
+    std::vector<std::string> cells;
+    for (const auto& c : configs) cells.push_back(cell(c));
+    rows.emplace_back(std::move(label), std::move(cells));
+  };
+  auto share = [](std::uint64_t n, std::uint64_t of) {
+    if (n == 0 || of == 0) return group_thousands(n);
+    return group_thousands(n) + " (" + percent(static_cast<double>(n) / static_cast<double>(of)) +
+           ")";
+  };
+  const bool any_breaker =
+      std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.has_breaker; });
+
+  row("requests", [](const auto& c) { return group_thousands(c.requests); });
+  row("lost to caller saturation", [&](const auto& c) { return share(c.lost, c.requests); });
+  row("pages served fully", [&](const auto& c) { return share(c.served_full, c.requests); });
+  row("pages served degraded (fallback)",
+      [&](const auto& c) { return share(c.served_degraded, c.requests); });
+  row("pages failed", [&](const auto& c) { return share(c.failed, c.requests); });
+  row("peak calls in flight to " + dep,
+      [](const auto& c) { return group_thousands(c.peak_in_flight); });
+  row("peak caller workers busy", [&](const auto& c) {
+    return group_thousands(c.peak_busy) + " / " + group_thousands(r.scenario.caller.workers);
+  });
+  row("calls to " + dep, [](const auto& c) { return group_thousands(c.calls); });
+  if (r.scenario.degraded_from()) {
+    row("calls to " + dep + " while degraded",
+        [](const auto& c) { return group_thousands(c.calls_while_degraded); });
+  }
+  if (std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.retries > 0; })) {
+    row("retries", [](const auto& c) { return group_thousands(c.retries); });
+  }
+  if (any_breaker) {
+    if (r.scenario.degraded_from()) {
+      row("time from degradation to breaker open", [](const auto& c) -> std::string {
+        if (!c.has_breaker) return "-";
+        return c.time_to_open ? readable(*c.time_to_open) : "never";
+      });
+    }
+    row("breaker openings", [](const auto& c) -> std::string {
+      return c.has_breaker ? group_thousands(c.opens) : "-";
+    });
+    row("longest time away from closed", [](const auto& c) -> std::string {
+      return c.has_breaker ? readable(c.longest_open) : "-";
+    });
+    if (std::any_of(configs.begin(), configs.end(),
+                    [](const auto& c) { return c.alert_when_open_for.has_value(); })) {
+      row("open-too-long alert", [&](const auto& c) -> std::string {
+        if (!c.alert_when_open_for) return "-";
+        return c.alert_at ? "fired at " + format_clock(*c.alert_at) : "not fired";
+      });
+    }
+  }
+  row("page latency p50", [](const auto& c) { return readable(c.p50); });
+  row("page latency p99", [](const auto& c) { return readable(c.p99); });
+  for (int k = 0; k < kReasonCount; ++k) {
+    const auto reason = static_cast<Reason>(k);
+    if (std::none_of(configs.begin(), configs.end(),
+                     [&](const auto& c) { return c.reasons[static_cast<std::size_t>(k)] > 0; })) {
+      continue;
+    }
+    row("  pages without the answer: " + std::string(to_string(reason)),
+        [&](const auto& c) { return group_thousands(c.reasons[static_cast<std::size_t>(k)]); });
+  }
+
+  std::size_t label_width = 0;
+  for (const auto& [label, cells] : rows) label_width = std::max(label_width, label.size());
+  std::vector<std::size_t> widths;
+  for (std::size_t j = 0; j < configs.size(); ++j) {
+    std::size_t w = configs[j].name.size();
+    for (const auto& [label, cells] : rows) w = std::max(w, cells[j].size());
+    widths.push_back(w + 3);
+  }
+  std::string head = pad_right("Summary", label_width + 2);
+  for (std::size_t j = 0; j < configs.size(); ++j) head += pad_left(configs[j].name, widths[j]);
+  out << head << "\n";
+  for (const auto& [label, cells] : rows) {
+    std::string line = pad_right("  " + label, label_width + 2);
+    for (std::size_t j = 0; j < cells.size(); ++j) line += pad_left(cells[j], widths[j]);
+    out << line << "\n";
+  }
+}
+
+}  // namespace
+
+void write_text(std::ostream& out, const SimulationResult& result, const TextOptions& options) {
+  write_scenario(out, result.scenario);
+  if (options.timeline) write_timeline(out, result);
+  write_summary(out, result);
+}
+
+}  // namespace bulwark::lab
