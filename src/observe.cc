@@ -73,12 +73,6 @@ void append_seconds(std::string& out, std::string_view name, Ticks nanos) {
   append_field(out, name, text);
 }
 
-void append_uint(std::string& out, std::string_view name, std::uint64_t v) {
-  char buf[24];
-  const auto r = std::to_chars(buf, buf + sizeof buf, v);
-  append_field(out, name, std::string_view(buf, static_cast<std::size_t>(r.ptr - buf)));
-}
-
 }  // namespace
 
 void append_logfmt(std::string& out, const Event& e) {
@@ -101,8 +95,7 @@ void append_logfmt(std::string& out, const Event& e) {
           if (!info.reason.empty()) append_field(line, "reason", info.reason);
         } else if constexpr (std::is_same_v<T, FlappingInfo>) {
           append_field(line, "flapping", info.flapping ? "true" : "false");
-          append_uint(line, "openings", info.openings);
-          append_seconds(line, "window", info.window.count());
+          append_seconds(line, "period", info.period.count());
         } else if constexpr (std::is_same_v<T, KeyInfo>) {
           if (e.kind == EventKind::key_evicted) append_seconds(line, "idle", info.idle.count());
         }

@@ -1,5 +1,6 @@
 #include "bulwark/prometheus.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <cmath>
@@ -277,11 +278,22 @@ Exposition::Row& Exposition::new_row(std::string_view name, std::string_view key
   row.rejected = reading.rejected;
   row.opens = reading.opens;
   row.time_in_state_nanos = reading.time_in_state.count();
-  if (reading.has_slow || reading.has_rates || reading.has_flapping) {
+  if (reading.has_slow || reading.has_rates || reading.has_window || reading.has_flapping) {
     row.more = static_cast<std::uint32_t>(more_.size());
-    more_.push_back(More{reading.has_slow, reading.has_rates, reading.has_flapping,
-                         reading.flapping, reading.slow_successes, reading.slow_failures,
-                         reading.failure_rate, reading.slow_call_rate});
+    More& m = more_.emplace_back();
+    m.has_slow = reading.has_slow;
+    m.has_rates = reading.has_rates;
+    m.has_window = reading.has_window;
+    m.has_flapping = reading.has_flapping;
+    m.flapping = reading.flapping;
+    m.slow_successes = reading.slow_successes;
+    m.slow_failures = reading.slow_failures;
+    m.failure_rate = reading.failure_rate;
+    m.slow_call_rate = reading.slow_call_rate;
+    m.window_calls = reading.window_calls;
+    m.window_failures = reading.window_failures;
+    m.window_slow_successes = reading.window_slow_successes;
+    m.window_slow_failures = reading.window_slow_failures;
   }
   return row;
 }
@@ -559,6 +571,25 @@ void Exposition::write(std::ostream& out) const {
         [&](const Row& r) { return r.more != kNone && more_[r.more].has_rates; },
         [&](const std::string& n, std::string_view labels, const Row& r) {
           w.line(n, labels, t.close, more_[r.more].slow_call_rate);
+        });
+    family(
+        rows_, "circuitbreaker_buffered_calls", "gauge",
+        "Calls in the breaker's sliding window now, by outcome (Resilience4j's name).",
+        [&](const Row& r) { return r.more != kNone && more_[r.more].has_window; },
+        [&](const std::string& n, std::string_view labels, const Row& r) {
+          const More& m = more_[r.more];
+          w.line(n, labels, t.successful,
+                 m.window_calls - std::min(m.window_calls, m.window_failures));
+          w.line(n, labels, t.failed, m.window_failures);
+        });
+    family(
+        rows_, "circuitbreaker_slow_calls", "gauge",
+        "Calls slower than slow_call_duration in the breaker's sliding window now, by outcome "
+        "(Resilience4j's name).",
+        [&](const Row& r) { return r.more != kNone && more_[r.more].has_window; },
+        [&](const std::string& n, std::string_view labels, const Row& r) {
+          w.line(n, labels, t.successful, more_[r.more].window_slow_successes);
+          w.line(n, labels, t.failed, more_[r.more].window_slow_failures);
         });
     family(
         rows_, "circuitbreaker_flapping", "gauge",

@@ -240,10 +240,39 @@ TEST(ReadBreaker, PicksUpSnapshotFieldsWhenTheBreakerHasThem) {
   EXPECT_EQ(r.failure_rate, 0.25);
   EXPECT_EQ(r.slow_call_rate, 0.5);
 
+  // The breaker without a window: rates and window counts mean nothing, so none.
   bulwark::ManualClock clock;
-  bulwark::BasicCircuitBreaker<bulwark::ManualClock> today({}, clock);
-  const auto t = bulwark::read_breaker(today);
-  EXPECT_FALSE(t.has_slow || t.has_rates || t.has_flapping);
+  bulwark::BasicCircuitBreaker<bulwark::ManualClock> plain({}, clock);
+  const auto t = bulwark::read_breaker(plain);
+  EXPECT_FALSE(t.has_rates || t.has_window);
+  EXPECT_TRUE(t.has_flapping);
+}
+
+TEST(ReadBreaker, WindowedBreakerRatesAndWindowCounts) {
+  bulwark::ManualClock clock;
+  bulwark::BasicCircuitBreaker<bulwark::ManualClock, bulwark::CountWindow> b(
+      {.name = "windowed",
+       .consecutive_failures = 0,
+       .failure_rate = 0.9,
+       .slow_call_duration = 100ms,
+       .minimum_calls = 4,
+       .window_size = 4},
+      clock);
+  b.try_acquire()->record(bulwark::Outcome::success, 10ms);
+  b.try_acquire()->record(bulwark::Outcome::failure, 200ms);  // slow failure
+  auto r = bulwark::read_breaker(b);
+  EXPECT_TRUE(r.has_rates && r.has_window);
+  EXPECT_TRUE(std::isnan(r.failure_rate));  // 2 calls < minimum_calls: not enough calls
+  EXPECT_EQ(r.window_calls, 2u);
+  EXPECT_EQ(r.window_failures, 1u);
+  EXPECT_EQ(r.window_slow_failures, 1u);
+  b.try_acquire()->record(bulwark::Outcome::success, 300ms);  // slow success
+  b.try_acquire()->record(bulwark::Outcome::success, 10ms);
+  r = bulwark::read_breaker(b);
+  EXPECT_EQ(r.failure_rate, 0.25);
+  EXPECT_EQ(r.slow_call_rate, 0.5);
+  EXPECT_EQ(r.window_slow_successes, 1u);
+  EXPECT_EQ(r.state, State::closed);
 }
 
 TEST(Outage, OpenHalfOpenAndReopeningAreOneOutage) {

@@ -142,10 +142,8 @@ TEST(Logfmt, RejectionFallbackFlappingAndKeyLines) {
                  bulwark::FallbackInfo{bulwark::FallbackKind::rejected, "breaker_open"}};
   EXPECT_EQ(bulwark::to_logfmt(fb),
             "event=fallback name=reviews kind=rejected reason=breaker_open at=0");
-  const Event fl{
-      EventKind::flapping, "reviews", "", nullptr, 0, bulwark::FlappingInfo{true, 5, 10min}};
-  EXPECT_EQ(bulwark::to_logfmt(fl),
-            "event=flapping name=reviews flapping=true openings=5 window=600 at=0");
+  const Event fl{EventKind::flapping, "reviews", "", nullptr, 0, bulwark::FlappingInfo{true, 60s}};
+  EXPECT_EQ(bulwark::to_logfmt(fl), "event=flapping name=reviews flapping=true period=60 at=0");
   const Event ev{EventKind::key_evicted, "reviews", "h", nullptr, 0, bulwark::KeyInfo{90s}};
   EXPECT_EQ(bulwark::to_logfmt(ev), "event=key_evicted name=reviews key=h idle=90 at=0");
 }
@@ -175,6 +173,34 @@ TEST(Event, MakeEventFromABreakerTransition) {
   const auto& info = std::get<bulwark::TransitionInfo>(e.info);
   EXPECT_EQ(info.to, bulwark::State::closed);
   EXPECT_EQ(info.generation, 7u);
+}
+
+TEST(ForwardTransitions, AStandaloneBreakersTransitionsAndFlappingReachAHub) {
+  bulwark::ManualClock clock;
+  bulwark::BreakerPolicy<bulwark::ManualClock> policy(
+      {.name = "solo", .consecutive_failures = 1, .open_duration = 10s, .flapping_period = 60s},
+      clock);
+  bulwark::BasicCircuitBreaker<bulwark::ManualClock> breaker(policy);
+  EventHub hub;
+  std::vector<std::string> lines;
+  auto sub = hub.subscribe(EventMask::all(),
+                           [&](const Event& e) { lines.push_back(bulwark::to_logfmt(e)); });
+  const auto id = bulwark::forward_transitions(policy, hub);
+  breaker.try_acquire()->record(bulwark::Outcome::failure);  // t=0: opens
+  clock.advance(10s);
+  breaker.try_acquire()->record(bulwark::Outcome::success);  // t=10: probe closes it
+  clock.advance(5s);
+  breaker.try_acquire()->record(bulwark::Outcome::failure);  // t=15: reopens within 60 s
+  EXPECT_TRUE(policy.remove_listener(id));
+  const std::vector<std::string> expected = {
+      "event=transition name=solo from=closed to=open reason=consecutive_failures at=0",
+      "event=transition name=solo from=open to=half_open reason=open_period_elapsed at=10",
+      "event=transition name=solo from=half_open to=closed reason=probes_succeeded at=10",
+      "event=transition name=solo from=closed to=open reason=consecutive_failures at=15",
+      "event=flapping name=solo flapping=true period=60 at=15",
+  };
+  EXPECT_EQ(lines, expected);
+  EXPECT_TRUE(breaker.snapshot().flapping);
 }
 
 }  // namespace

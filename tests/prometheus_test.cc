@@ -315,3 +315,50 @@ TEST(Exposition, StandaloneBreakerWithoutMetricsUsesTimeInState) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(Exposition, WindowedBreakersShowRatesAndTheirWindow) {
+  ManualClock clock;
+  using Windowed = bulwark::BasicCircuitBreaker<ManualClock, bulwark::CountWindow>;
+  bulwark::BasicRegistry<std::string, Windowed> reg({.name = "w",
+                                                     .breaker = {.name = "win",
+                                                                 .consecutive_failures = 0,
+                                                                 .failure_rate = 0.9,
+                                                                 .slow_call_duration = 100ms,
+                                                                 .minimum_calls = 4,
+                                                                 .window_size = 4}},
+                                                    clock);
+  reg.try_acquire("few")->record(Outcome::failure, 200ms);
+  for (int i = 0; i < 3; ++i) reg.try_acquire("many")->record(Outcome::success, 10ms);
+  reg.try_acquire("many")->record(Outcome::failure, 150ms);
+  std::ostringstream out;
+  prom::write(out, reg);
+  const auto s = samples_of(out.str());
+  EXPECT_EQ(s.at(R"(bulwark_circuitbreaker_failure_ratio{name="win",key="few"})"), "NaN");
+  EXPECT_EQ(s.at(R"(bulwark_circuitbreaker_failure_ratio{name="win",key="many"})"), "0.25");
+  EXPECT_EQ(s.at(R"(bulwark_circuitbreaker_slow_call_ratio{name="win",key="many"})"), "0.25");
+  EXPECT_EQ(
+      s.at(R"(bulwark_circuitbreaker_buffered_calls{name="win",key="many",kind="successful"})"),
+      "3");
+  EXPECT_EQ(s.at(R"(bulwark_circuitbreaker_buffered_calls{name="win",key="many",kind="failed"})"),
+            "1");
+  EXPECT_EQ(s.at(R"(bulwark_circuitbreaker_slow_calls{name="win",key="few",kind="failed"})"), "1");
+  EXPECT_EQ(s.at(R"(bulwark_circuitbreaker_flapping{name="win",key="many"})"), "0");
+  EXPECT_NE(out.str().find("# TYPE bulwark_circuitbreaker_buffered_calls gauge\n"),
+            std::string::npos);
+}
+
+TEST(Exposition, BreakersWithoutAWindowHaveNoRateSeries) {
+  ManualClock clock;
+  Reg reg({.name = "plain"}, clock);
+  (void)reg.get("k");
+  std::ostringstream out;
+  prom::write(out, reg);
+  EXPECT_EQ(out.str().find("failure_ratio"), std::string::npos);
+  EXPECT_EQ(out.str().find("buffered_calls"), std::string::npos);
+  EXPECT_NE(out.str().find("bulwark_circuitbreaker_flapping{name=\"default\",key=\"k\"} 0\n"),
+            std::string::npos);
+}
+
+}  // namespace

@@ -637,3 +637,82 @@ TEST(KeyHashing, StringHashSpreadsHostKeysAndSeesEveryByte) {
 }
 
 }  // namespace
+
+#if defined(BULWARK_REGISTRY_ASAN)
+namespace {
+
+// Under AddressSanitizer the payload of an evicted entry is poisoned: a reference kept
+// past its handle (a bug) is a report, not a silent read of a reused entry. This is
+// what makes the ASan run of registry_stress_test a check of "no reference dangles".
+TEST(RegistryAsanDeathTest, TouchingAnEvictedBreakerIsReported) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ManualClock clock;
+        Reg reg(options(1s), clock);
+        const Breaker* dangling = &reg.get("k").breaker();  // the handle dies here
+        clock.advance(5s);
+        if (reg.evict_idle() != 1) std::abort();
+        (void)dangling->state();
+      },
+      "use-after-poison");
+}
+
+}  // namespace
+#endif
+
+namespace {
+
+TEST(RegistryEvents, FlappingIsForwardedWithTheKey) {
+  ManualClock clock;
+  Options o = options();
+  o.breaker = {
+      .name = "upstream", .consecutive_failures = 1, .open_duration = 10s, .flapping_period = 60s};
+  Reg reg(std::move(o), clock);
+  std::vector<std::string> flapping;
+  auto sub = reg.events().subscribe(EventKind::flapping, [&](const bulwark::Event& e) {
+    flapping.push_back(std::string(e.key) + " " + bulwark::to_logfmt(e));
+  });
+  fail_times(reg, "k", 1);
+  clock.advance(10s);
+  reg.try_acquire("k")->record_success();  // recovers
+  EXPECT_TRUE(flapping.empty());
+  clock.advance(30s);
+  fail_times(reg, "k", 1);  // reopens 30 s after recovering: flapping
+  ASSERT_EQ(flapping.size(), 1u);
+  EXPECT_EQ(flapping[0], "k event=flapping name=upstream key=k flapping=true period=60 at=40");
+  EXPECT_TRUE(reg.get("k")->snapshot().flapping);
+}
+
+}  // namespace
+
+namespace {
+
+// Checks that depend on the breaker type: a failure_rate needs a window.
+TEST(RegistryConfig, ValidatedForTheBreakersWindow) {
+  ManualClock clock;
+  Options o = options();
+  o.breaker.failure_rate = 0.5;
+  auto ok = bulwark::validate(o);
+  ASSERT_FALSE(ok);  // Breaker has no window
+  EXPECT_EQ(ok.error().field, "failure_rate");
+  EXPECT_THROW(Reg(o, clock), bulwark::InvalidConfig);
+
+  using Windowed = bulwark::BasicCircuitBreaker<ManualClock, bulwark::CountWindow>;
+  bulwark::RegistryOptions<std::string, Windowed> w;
+  w.name = "windowed";
+  w.breaker.failure_rate = 0.5;
+  EXPECT_TRUE(bulwark::validate(w));
+
+  // A per-key configuration the breaker type can't honour: refused, nothing leaks.
+  Options per_key = options();
+  per_key.config_for = [](const std::string&) -> std::optional<bulwark::BreakerConfig> {
+    return bulwark::BreakerConfig{.name = "rated", .failure_rate = 0.5};
+  };
+  Reg reg(std::move(per_key), clock);
+  for (int i = 0; i < 3; ++i) EXPECT_THROW((void)reg.get("k"), bulwark::InvalidConfig);
+  EXPECT_EQ(reg.size(), 0u);
+  EXPECT_EQ(reg.memory().entries, 0u);  // refused before an entry was taken
+}
+
+}  // namespace

@@ -350,10 +350,18 @@ struct BreakerReading {
   std::uint64_t slow_successes = 0;
   std::uint64_t slow_failures = 0;
   // Failure and slow-call rates over the breaker's window, as ratios in [0, 1]; NaN
-  // while the window holds fewer than minimum_calls ("not enough calls").
+  // while the window holds fewer than minimum_calls ("not enough calls") or while the
+  // breaker is not counting (OPEN, HALF_OPEN). Only breakers with a window have them.
   bool has_rates = false;
   double failure_rate = std::numeric_limits<double>::quiet_NaN();
   double slow_call_rate = std::numeric_limits<double>::quiet_NaN();
+  // What the window holds now (zeros while it holds nothing): Resilience4j's buffered
+  // and slow calls.
+  bool has_window = false;
+  std::uint64_t window_calls = 0;
+  std::uint64_t window_failures = 0;
+  std::uint64_t window_slow_successes = 0;
+  std::uint64_t window_slow_failures = 0;
   bool has_flapping = false;
   bool flapping = false;
 };
@@ -375,12 +383,24 @@ double rate_value(const R& r) noexcept {
   }
 }
 
+// Whether a breaker type keeps a sliding window (its rates mean something). Decided by
+// the type, not by a snapshot: the window reads empty while the breaker is OPEN, and a
+// series must not come and go with the state.
+template <class Breaker>
+constexpr bool breaker_has_window() noexcept {
+  if constexpr (requires { typename Breaker::window_type; }) {
+    return !std::is_same_v<typename Breaker::window_type, NoWindow>;
+  } else {
+    return true;  // a breaker that reports rates without saying what window it has
+  }
+}
+
 }  // namespace detail
 
 // THE adapter from a breaker's snapshot to what exporters show. Fields the breaker
-// does not have yet (slow calls, rates, flapping) are detected at compile time and
-// reported as absent; when the breaker gains one, it appears in every exporter.
-// Cost: one snapshot() (a handful of relaxed loads and, for time_in_state, one clock
+// does not have (slow-call totals, rates, window counts, flapping) are detected at
+// compile time and reported as absent; when the breaker gains one, it appears in every
+// exporter. Cost: one snapshot() (relaxed loads, the window's counts, and one clock
 // read). Thread-safe.
 template <class Breaker>
 BreakerReading read_breaker(const Breaker& breaker) noexcept {
@@ -394,21 +414,27 @@ BreakerReading read_breaker(const Breaker& breaker) noexcept {
   r.cancelled = s.cancelled;
   r.rejected = s.rejected;
   r.opens = s.opens;
-  if constexpr (requires {
-                  s.slow_successes;
-                  s.slow_failures;
-                }) {
+  // Monotonic slow-call totals (subsets of successes / failures), when the breaker
+  // keeps them.
+  if constexpr (requires { s.slow_successes + s.slow_failures; }) {
     r.has_slow = true;
     r.slow_successes = static_cast<std::uint64_t>(s.slow_successes);
     r.slow_failures = static_cast<std::uint64_t>(s.slow_failures);
   }
-  if constexpr (requires {
-                  s.failure_rate;
-                  s.slow_call_rate;
-                }) {
+  constexpr bool windowed = detail::breaker_has_window<Breaker>();
+  if constexpr (windowed && requires { s.failure_rate, s.slow_call_rate; }) {
     r.has_rates = true;
     r.failure_rate = detail::rate_value(s.failure_rate);
     r.slow_call_rate = detail::rate_value(s.slow_call_rate);
+  }
+  if constexpr (windowed && requires { s.window->calls + s.window->slow_failures; }) {
+    r.has_window = true;
+    if (s.window.has_value()) {
+      r.window_calls = static_cast<std::uint64_t>(s.window->calls);
+      r.window_failures = static_cast<std::uint64_t>(s.window->failures);
+      r.window_slow_successes = static_cast<std::uint64_t>(s.window->slow_successes);
+      r.window_slow_failures = static_cast<std::uint64_t>(s.window->slow_failures);
+    }
   }
   if constexpr (requires { s.flapping; }) {
     r.has_flapping = true;

@@ -127,12 +127,14 @@ struct FallbackInfo {
   std::string_view reason;  // the pipeline's reason, e.g. "breaker_open" (fallback.h's Reason)
 };
 
-// A breaker is flapping when it keeps reopening: `openings` openings within `window`.
-// Emitted once when it starts (flapping = true) and once when it stops.
+// A breaker is flapping when it reopens within `period` (its flapping_period) of
+// having recovered: seed 003's "flickering circuit". The breaker flags the opening; a
+// registry (or forward_transitions()) emits this event right after that transition.
+// That it stopped flapping is not an event: the snapshot (and the flapping gauge) say
+// so once it has stayed closed for a period.
 struct FlappingInfo {
   bool flapping;
-  std::uint32_t openings;
-  Nanos window;
+  Nanos period;
 };
 
 // A registry created or evicted a key. `idle` is how long it had been idle (eviction).
@@ -173,6 +175,12 @@ void append_logfmt(std::string& out, const Event& event);
 using EventListener = std::function<void(const Event&)>;
 
 class EventHub;
+
+// Forwards a policy's transitions (and the flapping they reveal) to `hub`, for
+// breakers outside a registry: one hub can then carry everything an integration logs.
+// Returns the listener's id: policy.remove_listener(id) before the hub goes away.
+template <class Policy>
+ListenerId forward_transitions(Policy& policy, EventHub& hub);
 
 // Removes its listener when destroyed or reset(). Move-only. Must not outlive its hub.
 class [[nodiscard]] Subscription {
@@ -253,6 +261,41 @@ class EventHub {
 
 inline void Subscription::reset() noexcept {
   if (hub_ != nullptr) (void)std::exchange(hub_, nullptr)->unsubscribe(id_);
+}
+
+namespace detail {
+
+// Emits a transition, then a flapping event if the breaker flagged the opening (a
+// breaker without flapping detection has no such flag).
+inline void emit_transition(const EventHub& hub, const TransitionEvent& e, std::string_view key,
+                            Nanos period) {
+  if (hub.wants(EventKind::transition)) hub.emit(make_event(e, key));
+  if constexpr (requires { e.flapping; }) {
+    if (e.flapping && hub.wants(EventKind::flapping)) {
+      hub.emit(
+          Event{EventKind::flapping, e.name, key, e.breaker, e.at, FlappingInfo{true, period}});
+    }
+  }
+}
+
+// A breaker's (or policy's) flapping_period, or zero if it has none.
+template <class T>
+Nanos flapping_period(const T& breaker_or_policy) noexcept {
+  if constexpr (requires { breaker_or_policy.config().flapping_period; }) {
+    return breaker_or_policy.config().flapping_period;
+  } else {
+    return Nanos::zero();
+  }
+}
+
+}  // namespace detail
+
+template <class Policy>
+ListenerId forward_transitions(Policy& policy, EventHub& hub) {
+  return policy.on_transition(
+      [&hub, period = detail::flapping_period(policy)](const TransitionEvent& e) {
+        detail::emit_transition(hub, e, std::string_view(), period);
+      });
 }
 
 }  // namespace bulwark

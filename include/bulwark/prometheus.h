@@ -26,6 +26,8 @@
 //   <p>_circuitbreaker_not_permitted_calls_total    rejections (Resilience4j's name)
 //   <p>_circuitbreaker_opens_total                  transitions into OPEN / FORCED_OPEN
 //   <p>_circuitbreaker_failure_ratio, _slow_call_ratio   0..1, NaN = not enough calls
+//   <p>_circuitbreaker_buffered_calls{kind}         calls in the window now (Resilience4j)
+//   <p>_circuitbreaker_slow_calls{kind}             slow calls in the window now (Resilience4j)
 //   <p>_circuitbreaker_flapping                     gauge 1/0
 //   <p>_circuitbreaker_transitions_total{from,to}   (detailed metrics)
 //   <p>_circuitbreaker_call_duration_seconds        histogram (detailed metrics)
@@ -272,9 +274,10 @@ class Exposition {
     double open_seconds;
   };
   struct More {
-    bool has_slow, has_rates, has_flapping, flapping;
+    bool has_slow, has_rates, has_window, has_flapping, flapping;
     std::uint64_t slow_successes, slow_failures;
     double failure_rate, slow_call_rate;
+    std::uint64_t window_calls, window_failures, window_slow_successes, window_slow_failures;
   };
   struct Registry {
     std::string name;

@@ -266,6 +266,21 @@ struct RegistryOptions {
 };
 
 namespace detail {
+
+// Checks a breaker configuration for the breaker type it will build: the checks
+// depend on its sliding window (a failure_rate needs one).
+template <class Breaker>
+Expected<void, ConfigError> validate_for(const BreakerConfig& config) {
+  if constexpr (requires { Breaker::window_type::kind; }) {
+    using W = typename Breaker::window_type;
+    std::uint32_t capacity = 0;
+    if constexpr (requires { W::capacity; }) capacity = W::capacity;
+    return validate(config, W::kind, capacity);
+  } else {
+    return validate(config);
+  }
+}
+
 // The checks that don't depend on the template parameters.
 Expected<void, ConfigError> validate_registry(const std::string& name, std::uint32_t shards,
                                               Nanos idle_ttl, std::uint32_t evict_batch);
@@ -285,7 +300,7 @@ Expected<void, ConfigError> validate(const RegistryOptions<Key, Breaker, Extra>&
                       "must be set: the per-key Extra type can't be built from the key alone"});
     }
   }
-  return validate(o.breaker);
+  return detail::validate_for<Breaker>(o.breaker);
 }
 
 // Memory a registry uses, by part. Bytes.
@@ -478,9 +493,10 @@ class BasicRegistry {
     for (int attempt = 0; attempt < 2; ++attempt) {
       const std::uint64_t seq = s.seq.load(std::memory_order_acquire);
       if (Entry* e = find_pinned(s, h, key); e != nullptr) return Handle(this, e);
-      std::atomic_thread_fence(std::memory_order_acquire);
-      // No eviction moved table slots while we probed: the miss is real.
-      if ((seq & 1) == 0 && s.seq.load(std::memory_order_relaxed) == seq) return Handle();
+      // No eviction moved table slots while we probed: the miss is real. (If the probe
+      // saw a slot an eviction moved or cleared, its acquire load synchronised with
+      // that release store, which the odd `seq` store precedes: we read seq != seq.)
+      if ((seq & 1) == 0 && s.seq.load(std::memory_order_acquire) == seq) return Handle();
     }
     std::lock_guard lock(s.mu);
     Entry* e = find_pinned(s, h, key);
@@ -913,6 +929,9 @@ class BasicRegistry {
     std::optional<Policy> own_policy;
     if (config_for_) {
       if (std::optional<BreakerConfig> cfg = config_for_(owned); cfg.has_value()) {
+        if (auto ok = detail::validate_for<Breaker>(*cfg); !ok) {
+          detail::raise_config_error(std::move(ok).error());
+        }
         own_policy.emplace(make_policy(std::move(*cfg)));
         hook(*own_policy);
       }
@@ -998,18 +1017,22 @@ class BasicRegistry {
 #endif
   }
 
+  // Builds the entry's payload (breaker, key, extra: the extra runs user code, and a
+  // breaker may refuse its policy). If anything throws, what was built is destroyed
+  // and the entry goes back to the free list.
   void construct_payload(Shard& s, Entry* e, Key&& key, const Policy& policy, std::uint32_t index) {
 #if defined(BULWARK_REGISTRY_ASAN)
     unpoison(e);
 #endif
-    ::new (static_cast<void*>(e->breaker_bytes)) Breaker(policy);
-    ::new (static_cast<void*>(e->key_bytes.bytes)) Key(std::move(key));
-    e->outage_since.store(detail::kNoOutage, std::memory_order_relaxed);
-    if (e->metrics != nullptr) e->metrics->reset();
-    if constexpr (!std::is_same_v<Extra, NoExtra>) {
+    int built = 0;  // breaker, key
 #if defined(__cpp_exceptions)
-      try {
+    try {
 #endif
+      ::new (static_cast<void*>(e->breaker_bytes)) Breaker(policy);
+      built = 1;
+      ::new (static_cast<void*>(e->key_bytes.bytes)) Key(std::move(key));
+      built = 2;
+      if constexpr (!std::is_same_v<Extra, NoExtra>) {
         if (extra_for_) {
           ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra(extra_for_(e->key()));
         } else if constexpr (std::is_constructible_v<Extra, const Key&>) {
@@ -1017,21 +1040,24 @@ class BasicRegistry {
         } else if constexpr (std::is_default_constructible_v<Extra>) {
           ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra();
         }
-#if defined(__cpp_exceptions)
-      } catch (...) {
-        e->breaker().~Breaker();
-        std::destroy_at(&e->key());
-#if defined(BULWARK_REGISTRY_ASAN)
-        poison(e);
-#endif
-        std::lock_guard lock(s.mu);
-        s.free.push_back(index);
-        throw;
       }
+#if defined(__cpp_exceptions)
+    } catch (...) {
+      if (built == 2) std::destroy_at(&e->key());
+      if (built >= 1) e->breaker().~Breaker();
+#if defined(BULWARK_REGISTRY_ASAN)
+      poison(e);
 #endif
+      std::lock_guard lock(s.mu);
+      s.free.push_back(index);
+      throw;
     }
+#endif
+    e->outage_since.store(detail::kNoOutage, std::memory_order_relaxed);
+    if (e->metrics != nullptr) e->metrics->reset();
     (void)s;
     (void)index;
+    (void)built;
   }
 
   void destroy_payload(Entry* e) noexcept {
@@ -1187,8 +1213,7 @@ class BasicRegistry {
               std::vector<Evicted>& gone) {
     Entry* e = entry_at(s, index);
     const std::uint64_t seq = s.seq.load(std::memory_order_relaxed);
-    s.seq.store(seq + 1, std::memory_order_relaxed);
-    std::atomic_thread_fence(std::memory_order_release);
+    s.seq.store(seq + 1, std::memory_order_relaxed);  // ordered by erase_slot's release stores
     erase_slot(t, i);
     s.seq.store(seq + 2, std::memory_order_release);
     --s.used;
@@ -1239,8 +1264,11 @@ class BasicRegistry {
     detail::note_outage(e->outage_since, ev.from, ev.to, ev.at);
     if (e->metrics != nullptr) e->metrics->transitions.count(ev.from, ev.to);
     transitions_.count(ev.from, ev.to);
-    if (events_.wants(EventKind::transition)) {
-      with_key_text(e->key(), [&](std::string_view key) { events_.emit(make_event(ev, key)); });
+    if (events_.wants(EventKind::transition) || events_.wants(EventKind::flapping)) {
+      const Nanos period = detail::flapping_period(e->breaker());
+      with_key_text(e->key(), [&](std::string_view key) {
+        detail::emit_transition(events_, ev, key, period);
+      });
     }
   }
 

@@ -190,6 +190,19 @@ def check_scenario(s):
     s.expect(cb + "calls_total", 1, kind="successful", name="solo")
     s.expect(cb + "state", 1, state="closed", name="solo")
 
+    # A breaker with a window: ratios (NaN = not enough calls) and the window's counts.
+    s.expect(cb + "failure_ratio", float("nan"), name="rated", key="few")
+    s.expect(cb + "failure_ratio", 0.25, name="rated", key="many")
+    s.expect(cb + "slow_call_ratio", 0.5, name="rated", key="many")
+    s.expect(cb + "buffered_calls", 3, kind="successful", name="rated", key="many")
+    s.expect(cb + "buffered_calls", 1, kind="failed", name="rated", key="many")
+    s.expect(cb + "slow_calls", 1, kind="successful", name="rated", key="many")
+    s.expect(cb + "slow_calls", 1, kind="failed", name="rated", key="many")
+    s.expect(cb + "slow_calls", 1, kind="failed", name="rated", key="few")
+    s.expect(cb + "flapping", 0, name="rated", key="many")
+    if s.has(cb + "failure_ratio", name="upstream", key="plain:443"):
+        fail("a breaker without a window has a failure ratio series")
+
     # Registry totals, against sums computed here from the per-key series.
     reg = {"registry": "hosts"}
     rg = "bulwark_registry_"

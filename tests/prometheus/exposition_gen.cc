@@ -90,6 +90,24 @@ int scrape() {
   Partitions partitions({.name = "partitions", .breaker = {.name = "ledger"}}, clock);
   for (int p = 0; p < 3; ++p) partitions.try_acquire(p)->record(Outcome::success);
 
+  // A breaker type with a sliding window: failure and slow-call ratios (NaN while the
+  // window holds fewer than minimum_calls), and what the window holds.
+  bulwark::BasicRegistry<std::string,
+                         bulwark::BasicCircuitBreaker<ManualClock, bulwark::CountWindow>>
+      rated({.name = "rated",
+             .breaker = {.name = "rated",
+                         .consecutive_failures = 0,
+                         .failure_rate = 0.9,
+                         .slow_call_duration = 100ms,
+                         .minimum_calls = 4,
+                         .window_size = 4}},
+            clock);
+  rated.try_acquire("few")->record(Outcome::failure, 200ms);
+  rated.try_acquire("many")->record(Outcome::success, 10ms);
+  rated.try_acquire("many")->record(Outcome::success, 300ms);
+  rated.try_acquire("many")->record(Outcome::success, 10ms);
+  rated.try_acquire("many")->record(Outcome::failure, 150ms);
+
   Breaker solo({.name = "solo", .consecutive_failures = 1}, clock);
   bulwark::BreakerMetrics solo_metrics;
   auto policy = solo.policy();
@@ -99,6 +117,7 @@ int scrape() {
   bulwark::prometheus::Exposition e;
   e.add(hosts);
   e.add(partitions);
+  e.add(rated);
   e.add(solo, &solo_metrics, clock);
   e.write(std::cout);
   policy.remove_listener(id);
