@@ -9,11 +9,14 @@
 // message names the file, line and field), 1 when output cannot be written.
 
 #include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bulwark/lab/config.h"
@@ -137,7 +140,18 @@ int main(int argc, char** argv) {
       ->type_name("FILE");
   simulate->add_option("--svg", sim.svg, "Write a chart of the run to FILE ('-': stdout)")
       ->type_name("FILE");
-  simulate->add_option("--seed", sim.seed, "Override the scenario's random seed")->type_name("N");
+  simulate->add_option("--seed", sim.seed, "Override the scenario's random seed")
+      ->type_name("N")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            std::uint64_t n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size()) {
+              return "must be a whole number from 0 to 18446744073709551615 (got " + v + ")";
+            }
+            return "";
+          },
+          "N", "seed"));
   simulate
       ->add_option("--timeline-step", sim.timeline_step,
                    "Width of a timeline row, e.g. 1s, 10s, 1min (default 1s)")
@@ -165,6 +179,14 @@ int main(int argc, char** argv) {
   replay->add_flag("--decisions", rep.decisions,
                    "Also write one line per call: permitted or rejected");
 
+  // CLI11 would only say "A subcommand is required" for a misspelt one.
+  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "simulate" &&
+      std::string_view(argv[1]) != "replay") {
+    std::cerr << "bulwark: error: unknown subcommand '" << argv[1]
+              << "' (the subcommands are simulate and replay)\n"
+              << "Run 'bulwark --help' for usage.\n";
+    return kBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -220,8 +220,9 @@ class Reader {
     }
     if (first == nullptr) return;
     std::string message = "unknown key " + quoted(first_key) + " in " + table_name();
+    // Suggest only close matches: one edit per four characters ("mean" is not "max").
     std::string best;
-    std::size_t best_d = 3;  // suggest only close matches
+    std::size_t best_d = std::max<std::size_t>(1, first_key.size() / 4) + 1;
     for (const std::string& k : known_) {
       const std::size_t d = edit_distance(first_key, k);
       if (d < best_d) best_d = d, best = k;

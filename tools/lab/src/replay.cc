@@ -299,12 +299,12 @@ class TraceReader {
   Ticks millis(std::string_view v, std::uint32_t col, const char* field) const {
     double ms = 0;
     const char* end = v.data() + v.size();
-    const auto [ptr, ec] = std::from_chars(v.data(), end, ms, std::chars_format::fixed);
+    const auto [ptr, ec] = std::from_chars(v.data(), end, ms, std::chars_format::general);
     if (v.empty() || ec != std::errc() || ptr != end) {
       if (!v.empty() && v.front() == '-') {
         double negative = 0;
         const auto [p2, e2] =
-            std::from_chars(v.data() + 1, end, negative, std::chars_format::fixed);
+            std::from_chars(v.data() + 1, end, negative, std::chars_format::general);
         if (e2 == std::errc() && p2 == end) {
           fail(col, field, "must not be negative (got " + std::string(v) + ")");
         }

@@ -205,9 +205,14 @@ class Simulation {
     bool timed_out = false;
     PageResult result = PageResult::full;
   };
+  // Time order; at equal times everything else before arrivals (as in replay: a call
+  // that ends at t frees its worker, slot and permit for a request arriving at t).
   struct Later {
     bool operator()(const Event& a, const Event& b) const {
-      return a.t != b.t ? a.t > b.t : a.seq > b.seq;
+      if (a.t != b.t) return a.t > b.t;
+      const bool a_arrives = a.kind == Kind::arrival, b_arrives = b.kind == Kind::arrival;
+      if (a_arrives != b_arrives) return a_arrives;
+      return a.seq > b.seq;
     }
   };
 

@@ -1,0 +1,260 @@
+// The `bulwark` executable end to end: golden replay outputs on hand-made traces (every
+// transition and decision checked against the expected file), the built-in incident's
+// outcome read from --json, the chart, --help, and bad inputs — each exits 2 with an
+// error naming the file, line and field, and prints nothing on stdout.
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "process.h"
+
+namespace bulwark::testing {
+namespace {
+
+const std::string kGolden = source_path("tests/cli/golden/");
+
+// --- replay: golden files ----------------------------------------------------------
+
+struct Golden {
+  const char* name;
+  bool decisions;
+};
+
+class ReplayGolden : public ::testing::TestWithParam<Golden> {};
+
+TEST_P(ReplayGolden, MatchesTheExpectedLines) {
+  const Golden g = GetParam();
+  const std::string base = kGolden + g.name;
+  std::vector<std::string> args{"replay", "--config", base + ".toml", base + ".csv"};
+  if (g.decisions) args.insert(args.begin() + 1, "--decisions");
+  const CliRun r = run(args);
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.err, "");
+  EXPECT_EQ(r.out, read_all(base + ".jsonl"));
+}
+
+INSTANTIATE_TEST_SUITE_P(Traces, ReplayGolden,
+                         ::testing::Values(Golden{"consecutive_failures", true},
+                                           Golden{"failure_rate_count", true},
+                                           Golden{"keys_and_ignored", true},
+                                           Golden{"slow_calls_time", false},
+                                           Golden{"growing_open_period", false}),
+                         [](const auto& p) { return std::string(p.param.name); });
+
+TEST(Replay, ReadsStandardInput) {
+  const std::string base = kGolden + "consecutive_failures";
+  const CliRun r =
+      run({"replay", "--decisions", "--config", base + ".toml", "-"}, read_all(base + ".csv"));
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, read_all(base + ".jsonl"));
+}
+
+// docs/configuration.md shows this command and its output: they must stay true.
+TEST(Replay, TheDocumentedExampleGivesTheDocumentedOutput) {
+  const std::string command =
+      "$ bulwark replay --config tools/examples/breaker.toml tools/examples/trace.csv";
+  std::istringstream doc(read_all(source_path("docs/configuration.md")));
+  std::string line, shown;
+  bool found = false;
+  while (std::getline(doc, line)) {
+    if (line == command) {
+      found = true;
+      while (std::getline(doc, line) && line.rfind("```", 0) != 0) shown += line + "\n";
+      break;
+    }
+  }
+  ASSERT_TRUE(found) << "docs/configuration.md no longer shows: " << command;
+  const CliRun r = run({"replay", "--config", source_path("tools/examples/breaker.toml"),
+                        source_path("tools/examples/trace.csv")});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_EQ(r.out, shown);
+}
+
+// --- bad input: exit 2, a named error, nothing on stdout ------------------------------
+
+void expect_bad_input(const std::vector<std::string>& args, const std::string& stdin_text,
+                      const std::vector<std::string>& mentions) {
+  const CliRun r = run(args, stdin_text);
+  EXPECT_EQ(r.status, 2) << r.err;
+  EXPECT_EQ(r.out, "") << "nothing half-printed as if it succeeded";
+  EXPECT_EQ(r.err.rfind("bulwark: error: ", 0), 0u) << r.err;
+  for (const std::string& m : mentions) EXPECT_NE(r.err.find(m), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("terminate called"), std::string::npos);
+}
+
+const std::string kHeader = "t_ms,key,duration_ms,outcome\n";
+
+// Rows that open the breaker first, so a late error would follow printed transitions.
+std::string opening_rows() {
+  std::string rows;
+  for (int i = 0; i < 5; ++i) rows += std::to_string(i) + ",k,1,failure\n";
+  return rows;
+}
+
+TEST(BadInput, UnknownOutcome) {
+  expect_bad_input({"replay", "--config", kGolden + "consecutive_failures.toml", "-"},
+                   kHeader + opening_rows() + "9,k,1,sucess\n",
+                   {"<stdin>:7:7: outcome: unknown outcome \"sucess\""});
+}
+
+TEST(BadInput, DecreasingTime) {
+  expect_bad_input({"replay", "--config", kGolden + "consecutive_failures.toml", "-"},
+                   kHeader + opening_rows() + "3,k,1,success\n",
+                   {"<stdin>:7:1: t_ms: goes back in time: 3 after 4 on line 6"});
+}
+
+TEST(BadInput, MissingColumn) {
+  expect_bad_input({"replay", "--config", kGolden + "consecutive_failures.toml", "-"},
+                   "t_ms,key,outcome\n0,k,success\n", {"<stdin>:1: duration_ms: missing column"});
+}
+
+TEST(BadInput, NegativeDuration) {
+  expect_bad_input({"replay", "--config", kGolden + "consecutive_failures.toml", "-"},
+                   kHeader + opening_rows() + "9,k,-3,success\n",
+                   {"<stdin>:7:5: duration_ms: must not be negative (got -3)"});
+}
+
+TEST(BadInput, UnknownConfigKey) {
+  const std::string cfg = temp_path("cfg");
+  std::ofstream(cfg) << "[breaker]\nconsecutive_failures = 3\nopen_durration = \"1s\"\n";
+  expect_bad_input({"replay", "--config", cfg, kGolden + "consecutive_failures.csv"}, "",
+                   {cfg + ":3:1: breaker.open_durration: unknown key \"open_durration\"",
+                    "did you mean \"open_duration\"?"});
+  std::remove(cfg.c_str());
+}
+
+TEST(BadInput, BadConfigValues) {
+  const std::string cfg = temp_path("cfg");
+  std::ofstream(cfg) << "[breaker]\nwindow = \"count\"\nfailure_rate = 1.5\n";
+  expect_bad_input({"replay", "--config", cfg, kGolden + "consecutive_failures.csv"}, "",
+                   {cfg + ":3:16: breaker.failure_rate: must be in (0, 1] (got 1.5)"});
+  std::ofstream(cfg) << "[breaker]\nopen_duration = \"30\"\n";
+  expect_bad_input({"replay", "--config", cfg, kGolden + "consecutive_failures.csv"}, "",
+                   {cfg + ":2:17: breaker.open_duration: has no unit"});
+  std::remove(cfg.c_str());
+}
+
+TEST(BadInput, ScenarioErrors) {
+  const std::string s = temp_path("scenario");
+  std::ofstream(s) << "duration = \"1min\"\n[arrivals]\nrate = 10\n[caller]\nworkers = 5\n"
+                      "[dependency]\n[[dependency.phases]]\nstart = \"0s\"\nlatency = \"1s\"\n"
+                      "[config.a.breaker]\nwindow = \"time\"\nslow_call_rate = 0.5\n"
+                      "slow_call_duration = \"400ms\"\nwindow_buckets = 0\n";
+  expect_bad_input({"simulate", s}, "",
+                   {s + ":14:18: config.a.breaker.window_buckets: must be between 1 and 120"});
+  std::remove(s.c_str());
+}
+
+TEST(BadInput, MissingFilesAndBadArguments) {
+  expect_bad_input({"replay", "--config", "/nonexistent.toml", "x.csv"}, "",
+                   {"/nonexistent.toml: cannot open the file"});
+  expect_bad_input(
+      {"replay", "--config", kGolden + "consecutive_failures.toml", "/nonexistent.csv"}, "",
+      {"/nonexistent.csv: cannot open"});
+  expect_bad_input({"replay", kGolden + "consecutive_failures.csv"}, "", {"--config is required"});
+  expect_bad_input({"simulate", "--timeline-step", "5"}, "", {"--timeline-step: has no unit"});
+  expect_bad_input({"simulate", "--only", "nope"}, "",
+                   {"--only: no configuration named \"nope\" (the scenario has before, after)"});
+  expect_bad_input({"simulate", "--seed", "-4"}, "", {"--seed"});
+  expect_bad_input({"frobnicate"}, "", {"frobnicate"});
+  expect_bad_input({}, "", {"A subcommand is required"});
+}
+
+// --- simulate -----------------------------------------------------------------------
+
+TEST(Simulate, TheIncidentFromJsonBeforeSaturatesAfterOpensAndDegrades) {
+  const CliRun r = run({"simulate", "--json", "-"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  const auto& configs = j.at("configurations");
+  ASSERT_EQ(configs.size(), 2u);
+  const auto& before = configs[0].at("summary");
+  const auto& after = configs[1].at("summary");
+  EXPECT_EQ(configs[0].at("name"), "before");
+  EXPECT_EQ(configs[1].at("name"), "after");
+
+  // Before: the caller saturates — every worker busy, a large share of requests lost.
+  EXPECT_EQ(before.at("peak_workers_busy"), before.at("workers"));
+  EXPECT_GT(before.at("lost").get<double>(), 0.3 * before.at("requests").get<double>());
+  EXPECT_FALSE(before.at("has_breaker").get<bool>());
+  EXPECT_TRUE(before.at("time_to_open_ms").is_null());
+
+  // After: the breaker opens within seconds of the degradation, nothing is lost, and
+  // the pages are served without reviews.
+  ASSERT_TRUE(after.at("time_to_open_ms").is_number());
+  EXPECT_LE(after.at("time_to_open_ms").get<double>(), 15'000);
+  EXPECT_EQ(after.at("lost"), 0);
+  EXPECT_EQ(after.at("failed"), 0);
+  EXPECT_GT(after.at("served_degraded").get<double>(), 0.5 * after.at("requests").get<double>());
+  EXPECT_LE(after.at("peak_in_flight").get<int>(), 80);
+  EXPECT_LE(after.at("p99_ms").get<double>(), 1000);
+  EXPECT_TRUE(after.at("alert_at_ms").is_number());
+
+  // The timeline says the same, second by second.
+  const auto& timeline = configs[1].at("timeline");
+  ASSERT_EQ(timeline.size(), 600u);
+  EXPECT_EQ(timeline[30].at("state"), "closed");
+  EXPECT_EQ(timeline[120].at("state"), "open");
+  EXPECT_EQ(configs[0].at("timeline")[120].at("peak_busy"), before.at("workers"));
+  EXPECT_GT(configs[0].at("timeline")[120].at("lost").get<int>(), 200);
+}
+
+TEST(Simulate, TextByDefaultWithBothConfigurationsSideBySide) {
+  const CliRun r = run({"simulate", "--no-timeline"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("Summary"), std::string::npos);
+  EXPECT_NE(r.out.find("before"), std::string::npos);
+  EXPECT_NE(r.out.find("after"), std::string::npos);
+  EXPECT_NE(r.out.find("time from degradation to breaker open"), std::string::npos);
+  EXPECT_EQ(r.out.find("Timeline"), std::string::npos);
+}
+
+TEST(Simulate, WritesTheChart) {
+  const std::string svg = temp_path("chart");
+  const CliRun r = run({"simulate", "--no-timeline", "--svg", svg, "--timeline-step", "5s"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const std::string chart = read_all(svg);
+  EXPECT_EQ(chart.rfind("<svg", 0), 0u);
+  EXPECT_NE(chart.find("breaker"), std::string::npos);
+  EXPECT_NE(r.out.find("Chart written to " + svg), std::string::npos);
+  std::remove(svg.c_str());
+}
+
+TEST(Simulate, ThePrintedScenarioRunsAsAFile) {
+  const CliRun printed = run({"simulate", "--print-scenario"});
+  ASSERT_EQ(printed.status, 0);
+  const std::string file = temp_path("incident");
+  std::ofstream(file) << printed.out;
+  const CliRun from_file = run({"simulate", file, "--json", "-"});
+  const CliRun built_in = run({"simulate", "--json", "-"});
+  ASSERT_EQ(from_file.status, 0) << from_file.err;
+  auto a = nlohmann::json::parse(from_file.out), b = nlohmann::json::parse(built_in.out);
+  a["scenario"].erase("source");
+  b["scenario"].erase("source");
+  EXPECT_EQ(a, b);
+  std::remove(file.c_str());
+}
+
+TEST(Help, EverySubcommandHasIt) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"--help"}, {"simulate", "--help"}, {"replay", "--help"}}) {
+    const CliRun r = run(args);
+    EXPECT_EQ(r.status, 0);
+    EXPECT_NE(r.out.find("Usage:"), std::string::npos) << r.out;
+  }
+  const CliRun sim = run({"simulate", "--help"});
+  for (const char* option : {"--json", "--svg", "--seed", "--timeline-step", "--print-scenario"}) {
+    EXPECT_NE(sim.out.find(option), std::string::npos) << option;
+  }
+  const CliRun rep = run({"replay", "--help"});
+  for (const char* option : {"--config", "--decisions", "t_ms,key,duration_ms,outcome"}) {
+    EXPECT_NE(rep.out.find(option), std::string::npos) << option;
+  }
+}
+
+}  // namespace
+}  // namespace bulwark::testing

@@ -1,0 +1,167 @@
+// Replay in-process: the CSV dialect (quotes, CRLF, BOM, column order, blank lines,
+// fractional milliseconds), event order, and errors that name line and column and
+// leave the output empty.
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "bulwark/lab/input_error.h"
+#include "bulwark/lab/replay.h"
+
+namespace bulwark::lab {
+namespace {
+
+BreakerSpec consecutive(std::uint32_t n) {
+  BreakerSpec s;
+  s.config.consecutive_failures = n;
+  s.config.open_duration = std::chrono::seconds(1);
+  return s;
+}
+
+std::string summary(const std::string& out) {
+  const auto at = out.rfind("{\"key\"");
+  return at == std::string::npos ? "" : out.substr(at);
+}
+
+TEST(Replay, ColumnsInAnyOrderQuotesCrlfBomAndBlankLines) {
+  const std::string csv =
+      "\xEF\xBB\xBF"
+      "outcome,duration_ms,key,t_ms\r\n"
+      "failure,1.5,\"a,b\",0\r\n"  // completes at 1.5, after the next row's 1.25
+      "\r\n"
+      "failure,1,\"a,b\",0.25\r\n";
+  const std::string out = replay_text(consecutive(2), csv, "t.csv", {.decisions = true});
+  EXPECT_EQ(out,
+            "{\"t_ms\":0,\"key\":\"a,b\",\"decision\":\"permitted\"}\n"
+            "{\"t_ms\":0.25,\"key\":\"a,b\",\"decision\":\"permitted\"}\n"
+            "{\"t_ms\":1.5,\"key\":\"a,b\",\"from\":\"closed\",\"to\":\"open\",\"reason\":"
+            "\"consecutive_failures\"}\n"
+            "{\"key\":\"a,b\",\"summary\":{\"permitted\":2,\"rejected\":0,\"success\":0,"
+            "\"failure\":2,\"slow\":0,\"ignored\":0,\"opened\":1}}\n");
+}
+
+TEST(Replay, CompletionsRunBeforeArrivalsAtTheSameTimeAndInArrivalOrder) {
+  // Two failures complete at 10; the arrival at 10 already sees the breaker open.
+  const std::string csv =
+      "t_ms,key,duration_ms,outcome\n"
+      "0,k,10,failure\n"
+      "5,k,5,failure\n"
+      "10,k,1,success\n";
+  const std::string out = replay_text(consecutive(2), csv, "t.csv", {.decisions = true});
+  EXPECT_NE(out.find("{\"t_ms\":10,\"key\":\"k\",\"from\":\"closed\",\"to\":\"open\""),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("{\"t_ms\":10,\"key\":\"k\",\"decision\":\"rejected\"}"), std::string::npos)
+      << out;
+}
+
+TEST(Replay, KeysAreEscapedAsJson) {
+  const std::string csv = "t_ms,key,duration_ms,outcome\n0,\"tab\tand \\ slash\",1,success\n";
+  const std::string out = replay_text(consecutive(2), csv);
+  EXPECT_NE(out.find("\"key\":\"tab\\tand \\\\ slash\""), std::string::npos) << out;
+}
+
+TEST(Replay, AnEmptyTraceHasNoKeysAndNoOutput) {
+  EXPECT_EQ(replay_text(consecutive(2), "t_ms,key,duration_ms,outcome\n"), "");
+}
+
+TEST(Replay, SlowCountsPermittedCallsOverTheSlowCallDuration) {
+  BreakerSpec s;
+  s.window = WindowKind::count;
+  s.config.slow_call_duration = std::chrono::milliseconds(100);
+  const std::string csv =
+      "t_ms,key,duration_ms,outcome\n"
+      "0,k,100,success\n"      // exactly the threshold: not slow
+      "0,k,100.001,success\n"  // slow
+      "0,k,500,failure\n"      // slow failure
+      "0,k,500,ignored\n";     // ignored calls are not judged
+  EXPECT_EQ(summary(replay_text(s, csv)),
+            "{\"key\":\"k\",\"summary\":{\"permitted\":4,\"rejected\":0,\"success\":2,"
+            "\"failure\":1,\"slow\":2,\"ignored\":1,\"opened\":0}}\n");
+}
+
+void expect_error(const std::string& csv, const std::string& where, const std::string& field,
+                  const std::string& says) {
+  try {
+    const std::string out = replay_text(consecutive(1), csv, "t.csv");
+    ADD_FAILURE() << "no error; output:\n" << out;
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.where().to_string(), where) << e.what();
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_NE(e.message().find(says), std::string::npos) << e.what();
+  }
+}
+
+TEST(Replay, MalformedInputNamesLineColumnAndField) {
+  const std::string h = "t_ms,key,duration_ms,outcome\n";
+  expect_error(h + "0,a,1,success\n1,a,1,sucess\n", "t.csv:3:7", "outcome",
+               "unknown outcome \"sucess\" (expected success, failure or ignored)");
+  expect_error(h + "10,a,1,success\n9.5,a,1,success\n", "t.csv:3:1", "t_ms",
+               "goes back in time: 9.5 after 10 on line 2");
+  expect_error("t_ms,key,outcome\n0,a,success\n", "t.csv:1", "duration_ms", "missing column");
+  expect_error("t_ms,key,duration_ms,outcome,extra\n", "t.csv:1:30", "extra",
+               "unknown column \"extra\"");
+  expect_error("t_ms,key,t_ms,outcome\n", "t.csv:1:10", "t_ms", "appears twice");
+  expect_error(h + "0,a,-5,success\n", "t.csv:2:5", "duration_ms", "must not be negative (got -5)");
+  expect_error(h + "-1,a,5,success\n", "t.csv:2:1", "t_ms", "must not be negative");
+  expect_error(h + "0,a,-0,success\n", "t.csv:2:5", "duration_ms", "must not be negative");
+  expect_error(h + "x,a,5,success\n", "t.csv:2:1", "t_ms", "expected a number of milliseconds");
+  expect_error(h + " 1,a,5,success\n", "t.csv:2:1", "t_ms", "expected a number of milliseconds");
+  expect_error(h + "1,a,,success\n", "t.csv:2:5", "duration_ms", "expected a number");
+  expect_error(h + "1,a,nan,success\n", "t.csv:2:5", "duration_ms", "finite");
+  expect_error(h + "1,a,1e20,success\n", "t.csv:2:5", "duration_ms", "too large");
+  expect_error(h + "1,a,5\n", "t.csv:2", "outcome", "missing field");
+  expect_error(h + "1,a,5,success,x\n", "t.csv:2:15", "", "too many fields");
+  expect_error(h + "1,\"a,5,success\n", "t.csv:2:3", "", "unterminated quoted field");
+  expect_error(h + "1,\"a\"b,5,success\n", "t.csv:2:6", "", "unexpected character after a quoted");
+  expect_error(h + "1,\xff,5,success\n", "t.csv:2:3", "key", "not valid UTF-8");
+  expect_error("", "t.csv:1", "", "is empty: expected the header");
+}
+
+TEST(Replay, ScientificNotationAndFractionsAreMilliseconds) {
+  const std::string csv = "t_ms,key,duration_ms,outcome\n1.5e3,k,2.5e-1,failure\n";
+  const std::string out = replay_text(consecutive(1), csv);
+  EXPECT_EQ(out.rfind("{\"t_ms\":1500.25,\"key\":\"k\",\"from\":\"closed\"", 0), 0u) << out;
+}
+
+TEST(Replay, NothingIsWrittenWhenALaterRowIsBad) {
+  // The breaker opens on row 2, but row 4 is malformed: no transition line may be
+  // written as if the replay had succeeded.
+  std::string csv = "t_ms,key,duration_ms,outcome\n0,k,1,failure\n1,k,1,failure\n";
+  for (int i = 0; i < 1000; ++i) csv += "2,k,1,success\n";
+  csv += "3,k,1,bogus\n";
+  char* data = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = open_memstream(&data, &size);
+  ASSERT_NE(out, nullptr);
+  std::FILE* in = fmemopen(csv.data(), csv.size(), "r");
+  ASSERT_NE(in, nullptr);
+  EXPECT_THROW(replay(consecutive(1), in, "t.csv", out), InputError);
+  std::fclose(in);
+  std::fclose(out);
+  EXPECT_EQ(size, 0u) << std::string(data, size);
+  std::free(data);
+}
+
+TEST(Replay, AnInputThatCannotBeRewoundIsReadOnceAndSpooled) {
+  const std::string csv = "t_ms,key,duration_ms,outcome\n0,k,1,failure\n5,k,1,success\n";
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  ASSERT_EQ(write(fds[1], csv.data(), csv.size()), static_cast<ssize_t>(csv.size()));
+  close(fds[1]);
+  std::FILE* in = fdopen(fds[0], "r");
+  char* data = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = open_memstream(&data, &size);
+  replay(consecutive(1), in, "<pipe>", out, {.decisions = true});
+  std::fclose(in);
+  std::fclose(out);
+  const std::string s(data, size);
+  std::free(data);
+  EXPECT_NE(s.find("\"to\":\"open\""), std::string::npos) << s;
+  EXPECT_NE(s.find("{\"t_ms\":5,\"key\":\"k\",\"decision\":\"rejected\"}"), std::string::npos) << s;
+}
+
+}  // namespace
+}  // namespace bulwark::lab
