@@ -362,3 +362,56 @@ TEST(Exposition, BreakersWithoutAWindowHaveNoRateSeries) {
 }
 
 }  // namespace
+
+#include "bulwark/bulkhead.h"
+#include "bulwark/retry.h"
+#include "bulwark/retry_budget.h"
+
+namespace {
+
+static_assert(bulwark::BulkheadLike<bulwark::Bulkhead>);
+static_assert(bulwark::RetryBudgetLike<bulwark::RetryBudget>);
+static_assert(bulwark::RetryLike<bulwark::Retry>);
+
+// "Get-or-create a breaker and optionally a bulkhead and retry budget by key": the
+// per-key extra holds the real components, and reports them.
+struct HostGuards {
+  bulwark::BasicBulkhead<ManualClock> bulkhead;
+  bulwark::BasicRetryBudget<ManualClock> budget;
+  void read_metrics(bulwark::ComponentReading& r) {
+    r.add_bulkhead(bulkhead);
+    r.add_budget(budget);
+  }
+};
+
+TEST(Exposition, PerKeyBulkheadAndRetryBudgetAreExposed) {
+  ManualClock clock;
+  bulwark::RegistryOptions<std::string, Breaker, HostGuards> o;
+  o.name = "guarded";
+  o.breaker.name = "api";
+  o.extra_for = [&clock](const std::string& host) {
+    return HostGuards{
+        bulwark::BasicBulkhead<ManualClock>({.name = host, .max_concurrent = 2}, clock),
+        bulwark::BasicRetryBudget<ManualClock>(
+            {.name = host, .ratio = 0.5, .min_retries_per_second = 0, .max_tokens = 10}, clock)};
+  };
+  bulwark::BasicRegistry<std::string, Breaker, HostGuards> reg(std::move(o), clock);
+  auto h = reg.get("db:5432");
+  auto a = h.extra().bulkhead.try_acquire();
+  auto b = h.extra().bulkhead.try_acquire();
+  EXPECT_FALSE(h.extra().bulkhead.try_acquire());  // full: rejected
+  for (int i = 0; i < 4; ++i) h.extra().budget.deposit();
+  std::ostringstream out;
+  prom::write(out, reg);
+  const auto s = samples_of(out.str());
+  const std::string l = R"(name="api",key="db:5432")";
+  EXPECT_EQ(s.at("bulwark_bulkhead_concurrent_calls{" + l + "}"), "2");
+  EXPECT_EQ(s.at("bulwark_bulkhead_available_concurrent_calls{" + l + "}"), "0");
+  EXPECT_EQ(s.at("bulwark_bulkhead_max_allowed_concurrent_calls{" + l + "}"), "2");
+  EXPECT_EQ(s.at("bulwark_bulkhead_rejected_calls_total{" + l + "}"), "1");
+  EXPECT_EQ(std::stod(s.at("bulwark_retry_budget_tokens{" + l + "}")),
+            h.extra().budget.snapshot().tokens);
+  EXPECT_EQ(s.at(R"(bulwark_registry_bulkhead_concurrent_calls{registry="guarded"})"), "2");
+}
+
+}  // namespace

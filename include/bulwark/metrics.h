@@ -209,21 +209,25 @@ constexpr std::string_view to_string(RetryCallKind k) noexcept {
 }
 
 // Duck-typed views of bulkhead.h, retry.h and retry_budget.h, so that this header
-// needs none of them: anything whose snapshot() has these fields can be read.
+// needs none of them: anything whose snapshot() has these fields can be read. A
+// registry's per-key Extra reports its components with a member
+//   void read_metrics(bulwark::ComponentReading& r) { r.add_bulkhead(bulkhead);
+//   r.add_budget(budget); }
+// which registries and the Prometheus exposition call when they read the key.
 template <class T>
-concept BulkheadLike = requires(const T& t) {
+concept BulkheadLike = requires(T& t) {
   { t.snapshot().in_use } -> std::convertible_to<std::uint64_t>;
   { t.snapshot().max_concurrent } -> std::convertible_to<std::uint64_t>;
   { t.snapshot().rejected } -> std::convertible_to<std::uint64_t>;
 };
 template <class T>
-concept RetryBudgetLike = requires(const T& t) {
+concept RetryBudgetLike = requires(T& t) {
   { t.snapshot().tokens } -> std::convertible_to<double>;
   { t.snapshot().withdrawn } -> std::convertible_to<std::uint64_t>;
   { t.snapshot().rejected } -> std::convertible_to<std::uint64_t>;
 };
 template <class T>
-concept RetryLike = requires(const T& t) {
+concept RetryLike = requires(T& t) {
   { t.snapshot().retries } -> std::convertible_to<std::uint64_t>;
   { t.snapshot().exhausted } -> std::convertible_to<std::uint64_t>;
   { t.snapshot().budget_stops } -> std::convertible_to<std::uint64_t>;
@@ -249,24 +253,29 @@ struct ComponentReading {
   std::uint64_t bulkhead_rejected = 0;
 
   // Reads another engineer's components (bulkhead.h, retry.h, retry_budget.h).
-  template <BulkheadLike B>
-  void add_bulkhead(const B& b) noexcept {
+  // (Forwarding references: RetryBudget::snapshot() accrues its floor, so it is not
+  // const; a const component works when its snapshot() is.)
+  template <class B>
+  requires BulkheadLike<std::remove_reference_t<B>>
+  void add_bulkhead(B&& b) noexcept {
     const auto s = b.snapshot();
     has_bulkhead = true;
     bulkhead_in_use += static_cast<std::uint64_t>(s.in_use);
     bulkhead_max += static_cast<std::uint64_t>(s.max_concurrent);
     bulkhead_rejected += static_cast<std::uint64_t>(s.rejected);
   }
-  template <RetryBudgetLike R>
-  void add_budget(const R& r) noexcept {
+  template <class R>
+  requires RetryBudgetLike<std::remove_reference_t<R>>
+  void add_budget(R&& r) noexcept {
     const auto s = r.snapshot();
     has_budget = true;
     budget_tokens += static_cast<double>(s.tokens);
     has_retry = true;
     retry_budget_exhausted += static_cast<std::uint64_t>(s.rejected);
   }
-  template <RetryLike R>
-  void add_retry(const R& r) noexcept {
+  template <class R>
+  requires RetryLike<std::remove_reference_t<R>>
+  void add_retry(R&& r) noexcept {
     const auto s = r.snapshot();
     has_retry = true;
     retries += static_cast<std::uint64_t>(s.retries);

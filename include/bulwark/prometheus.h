@@ -22,8 +22,8 @@
 //   <p>_circuitbreaker_open_seconds                 gauge: seconds since it left CLOSED
 //                                                   (0 when closed) — "open too long" alerts
 //   <p>_circuitbreaker_calls_total{kind}            successful|failed|ignored|cancelled
-//   <p>_circuitbreaker_slow_calls_total{kind}       successful|failed (subset of calls)
-//   <p>_circuitbreaker_not_permitted_calls_total    rejections (Resilience4j's name)
+//   <p>_circuitbreaker_slow_calls_total{kind}       successful|failed (when the breaker keeps
+//   totals) <p>_circuitbreaker_not_permitted_calls_total    rejections (Resilience4j's name)
 //   <p>_circuitbreaker_opens_total                  transitions into OPEN / FORCED_OPEN
 //   <p>_circuitbreaker_failure_ratio, _slow_call_ratio   0..1, NaN = not enough calls
 //   <p>_circuitbreaker_buffered_calls{kind}         calls in the window now (Resilience4j)
@@ -232,7 +232,7 @@ class Exposition {
           }
           Row& row = new_row(v.breaker.name(), key, true, r,
                              detail::outage_seconds(r, v.outage_since, now));
-          constexpr bool extra_reports = requires(const Extra& x, ComponentReading& c) {
+          constexpr bool extra_reports = requires(Extra & x, ComponentReading & c) {
             x.read_metrics(c);
           };
           if (v.metrics == nullptr && !extra_reports) return;

@@ -23,10 +23,11 @@
 //
 //   bulwark::prometheus::write(std::cout, hosts);   // prometheus.h: one scrape
 //
-// Handles. get() returns a Handle: a counted reference to the key's entry that keeps
-// the breaker alive and un-evictable while it exists. A Call (try_acquire) holds the
-// handle and the breaker's permit together, so a call in flight always pins its entry.
-// If you take a permit from the breaker yourself (`handle->try_acquire()`), keep the
+// Handles. get() returns a Handle: a reference to the key's entry that keeps the
+// breaker alive and un-evictable while it exists (counted when entries can be evicted
+// or removed; a plain pointer otherwise, as entries then live as long as the registry). A Call
+// (try_acquire) holds the handle and the breaker's permit together, so a call in flight always pins
+// its entry. If you take a permit from the breaker yourself (`handle->try_acquire()`), keep the
 // handle until the permit is resolved: a permit points at the breaker.
 //
 // Eviction (idle_ttl > 0). A key is evicted when it has been idle — not looked up, and
@@ -427,8 +428,11 @@ class BasicRegistry {
     const Key& key;
     const Breaker& breaker;
     const BreakerMetrics* metrics;  // nullptr without detailed_metrics
-    const Extra* extra;             // nullptr when Extra is NoExtra
-    Ticks outage_since;             // when it left CLOSED, or detail::kNoOutage
+    // nullptr when Extra is NoExtra. Not const: reading a component may update lazily
+    // kept state (RetryBudget::snapshot() accrues its floor), which components allow
+    // from any thread.
+    Extra* extra;
+    Ticks outage_since;  // when it left CLOSED, or detail::kNoOutage
     std::uint64_t incarnation;
   };
 
@@ -580,7 +584,7 @@ class BasicRegistry {
       for (std::uint32_t i = 0; i < n; ++i) {
         Entry* e = entry_at(s, i);
         if (!pin(e, /*use=*/false)) continue;
-        const Extra* extra = nullptr;
+        Extra* extra = nullptr;
         if constexpr (!std::is_same_v<Extra, NoExtra>) extra = &e->extra();
         f(EntryView{e->key(), e->breaker(), e->metrics, extra,
                     e->outage_since.load(std::memory_order_relaxed), e->incarnation});
@@ -610,7 +614,7 @@ class BasicRegistry {
         total.latency.add(v.metrics->latency.read());
         v.metrics->components.read_into(total.components);
       }
-      if constexpr (requires(const Extra& x, ComponentReading& r) { x.read_metrics(r); }) {
+      if constexpr (requires(Extra & x, ComponentReading & r) { x.read_metrics(r); }) {
         if (v.extra != nullptr) v.extra->read_metrics(total.components);
       }
       key_heap += key_heap_bytes(v.key);
