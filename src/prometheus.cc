@@ -96,12 +96,6 @@ void Writer::flush() {
   pos_ = buf_.get();
 }
 
-bool Writer::room(std::size_t n) {
-  if (static_cast<std::size_t>(end_ - pos_) >= n) return true;
-  flush();
-  return n <= kCapacity;
-}
-
 void Writer::family(std::string_view name, std::string_view type, std::string_view help) {
   std::string line;
   line.append("# HELP ").append(name).push_back(' ');
@@ -115,48 +109,22 @@ void Writer::family(std::string_view name, std::string_view type, std::string_vi
   }
 }
 
-template <class V>
-void Writer::put_value(V value) noexcept {
-  if constexpr (std::is_same_v<V, double>) {
-    if (std::isnan(value)) {
-      put("NaN");
-      return;
-    }
-    if (std::isinf(value)) {
-      put(value > 0 ? "+Inf" : "-Inf");
-      return;
-    }
-  }
-  pos_ = std::to_chars(pos_, pos_ + kValueRoom, value).ptr;
+void Writer::long_line(std::string_view head, std::string_view labels, std::string_view tail,
+                       std::uint64_t value) {
+  std::string line;
+  line.append(head).append(labels).append(tail);
+  append_value(line, value);
+  line.push_back('\n');
+  out_.write(line.data(), static_cast<std::streamsize>(line.size()));
 }
 
-// One capacity check per line, then straight copies: this is the scrape's inner loop.
-template <class V>
-void Writer::write_line(std::string_view head, std::string_view labels, std::string_view tail,
-                        V value) {
-  if (!room(head.size() + labels.size() + tail.size() + kValueRoom + 1)) {
-    // A label set larger than the buffer: this line goes to the stream on its own.
-    std::string line;
-    line.append(head).append(labels).append(tail);
-    append_value(line, value);
-    line.push_back('\n');
-    out_.write(line.data(), static_cast<std::streamsize>(line.size()));
-    return;
-  }
-  put(head);
-  put(labels);
-  put(tail);
-  put_value(value);
-  *pos_++ = '\n';
-}
-
-void Writer::line(std::string_view head, std::string_view labels, std::string_view tail,
-                  std::uint64_t value) {
-  write_line(head, labels, tail, value);
-}
-void Writer::line(std::string_view head, std::string_view labels, std::string_view tail,
-                  double value) {
-  write_line(head, labels, tail, value);
+void Writer::long_line(std::string_view head, std::string_view labels, std::string_view tail,
+                       double value) {
+  std::string line;
+  line.append(head).append(labels).append(tail);
+  append_value(line, value);
+  line.push_back('\n');
+  out_.write(line.data(), static_cast<std::streamsize>(line.size()));
 }
 
 template <class V>
@@ -278,14 +246,13 @@ Exposition::Row& Exposition::new_row(std::string_view name, std::string_view key
   row.rejected = reading.rejected;
   row.opens = reading.opens;
   row.time_in_state_nanos = reading.time_in_state.count();
-  if (reading.has_slow || reading.has_rates || reading.has_window || reading.has_flapping) {
+  row.flapping = reading.has_flapping ? (reading.flapping ? 1 : 0) : kNoFlapping;
+  if (reading.has_slow || reading.has_rates || reading.has_window) {
     row.more = static_cast<std::uint32_t>(more_.size());
     More& m = more_.emplace_back();
     m.has_slow = reading.has_slow;
     m.has_rates = reading.has_rates;
     m.has_window = reading.has_window;
-    m.has_flapping = reading.has_flapping;
-    m.flapping = reading.flapping;
     m.slow_successes = reading.slow_successes;
     m.slow_failures = reading.slow_failures;
     m.failure_rate = reading.failure_rate;
@@ -594,9 +561,9 @@ void Exposition::write(std::ostream& out) const {
     family(
         rows_, "circuitbreaker_flapping", "gauge",
         "1 while the breaker is flapping (reopening again and again).",
-        [&](const Row& r) { return r.more != kNone && more_[r.more].has_flapping; },
+        [](const Row& r) { return r.flapping != kNoFlapping; },
         [&](const std::string& n, std::string_view labels, const Row& r) {
-          w.line(n, labels, t.close, std::uint64_t{more_[r.more].flapping ? 1u : 0u});
+          w.line(n, labels, t.close, std::uint64_t{r.flapping});
         });
     transitions_family(rows_, "circuitbreaker_transitions_total", [&](const Row& r) {
       return r.detail == kNone ? nullptr : &details_[r.detail].transitions;

@@ -50,6 +50,8 @@
 #ifndef BULWARK_PROMETHEUS_H_
 #define BULWARK_PROMETHEUS_H_
 
+#include <charconv>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <iosfwd>
@@ -104,10 +106,15 @@ class Writer {
               std::string_view extra, double value);
   // "<head><labels><tail><value>\n", verbatim: the fast form for writers that render
   // their label sets once, e.g. head "x_total", labels `{name="a"`, tail `,kind="b"} `
-  // (or labels "" and tail " " for no labels).
+  // (or labels "" and tail " " for no labels). Inline: it is a scrape's inner loop,
+  // one capacity check and a few straight copies per line.
   void line(std::string_view head, std::string_view labels, std::string_view tail,
-            std::uint64_t value);
-  void line(std::string_view head, std::string_view labels, std::string_view tail, double value);
+            std::uint64_t value) {
+    write_line(head, labels, tail, value);
+  }
+  void line(std::string_view head, std::string_view labels, std::string_view tail, double value) {
+    write_line(head, labels, tail, value);
+  }
   // Writes the buffer to the stream.
   void flush();
 
@@ -116,7 +123,16 @@ class Writer {
   static constexpr std::size_t kValueRoom = 32;  // the longest value append_value writes
 
   // Makes room for n bytes; false if even an empty buffer can't hold them.
-  bool room(std::size_t n);
+  bool room(std::size_t n) {
+    if (static_cast<std::size_t>(end_ - pos_) >= n) return true;
+    flush();
+    return n <= kCapacity;
+  }
+  // A line longer than the whole buffer, written on its own (a huge label set).
+  void long_line(std::string_view head, std::string_view labels, std::string_view tail,
+                 std::uint64_t value);
+  void long_line(std::string_view head, std::string_view labels, std::string_view tail,
+                 double value);
   // Copies without a call to memcpy for the short pieces a line is made of (names,
   // label sets): fixed-size overlapping moves the compiler turns into a few vector
   // loads and stores. The scrape's cost is mostly here.
@@ -149,10 +165,34 @@ class Writer {
     std::memcpy(dst, head, N);
     std::memcpy(dst + n - N, tail, N);
   }
+  void put_value(std::uint64_t value) noexcept {
+    if (value < 10) {  // most samples: the one-hot states, small counters
+      *pos_++ = static_cast<char>('0' + value);
+    } else {
+      pos_ = std::to_chars(pos_, pos_ + kValueRoom, value).ptr;
+    }
+  }
+  void put_value(double value) noexcept {
+    if (std::isnan(value)) {
+      put("NaN");
+    } else if (std::isinf(value)) {
+      put(value > 0 ? "+Inf" : "-Inf");
+    } else {
+      pos_ = std::to_chars(pos_, pos_ + kValueRoom, value).ptr;
+    }
+  }
   template <class V>
-  void put_value(V value) noexcept;
-  template <class V>
-  void write_line(std::string_view head, std::string_view labels, std::string_view tail, V value);
+  void write_line(std::string_view head, std::string_view labels, std::string_view tail, V value) {
+    if (!room(head.size() + labels.size() + tail.size() + kValueRoom + 1)) {
+      long_line(head, labels, tail, value);
+      return;
+    }
+    put(head);
+    put(labels);
+    put(tail);
+    put_value(value);
+    *pos_++ = '\n';
+  }
   template <class V>
   void write_sample(std::string_view name, std::string_view suffix, std::string_view labels,
                     std::string_view extra, V value);
@@ -267,14 +307,16 @@ class Exposition {
     std::uint32_t labels_size;
     std::uint32_t detail = kNone;      // index in details_
     std::uint32_t components = kNone;  // index in components_
-    std::uint32_t more = kNone;        // index in more_: slow calls, rates, flapping
+    std::uint32_t more = kNone;        // index in more_: slow-call totals, rates, window
     State state;
+    std::uint8_t flapping;  // kNoFlapping if the breaker can't tell, else 0 / 1
     std::uint64_t successes, failures, ignored, cancelled, rejected, opens;
     std::int64_t time_in_state_nanos;
     double open_seconds;
   };
+  static constexpr std::uint8_t kNoFlapping = 2;
   struct More {
-    bool has_slow, has_rates, has_window, has_flapping, flapping;
+    bool has_slow, has_rates, has_window;
     std::uint64_t slow_successes, slow_failures;
     double failure_rate, slow_call_rate;
     std::uint64_t window_calls, window_failures, window_slow_successes, window_slow_failures;
