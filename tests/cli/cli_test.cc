@@ -159,13 +159,16 @@ TEST(BadInput, MissingFilesAndBadArguments) {
   expect_bad_input({"simulate", "--timeline-step", "5"}, "", {"--timeline-step: has no unit"});
   expect_bad_input({"simulate", "--only", "nope"}, "",
                    {"--only: no configuration named \"nope\" (the scenario has before, after)"});
-  expect_bad_input({"simulate", "--seed", "-4"}, "", {"--seed"});
+  expect_bad_input({"simulate", "--seed", "-4"}, "", {"--seed: must be a whole number"});
+  expect_bad_input({"simulate", "--duration", "0s"}, "", {"--duration: must be positive"});
   expect_bad_input({"frobnicate"}, "", {"frobnicate"});
   expect_bad_input({}, "", {"A subcommand is required"});
 }
 
 // --- simulate -----------------------------------------------------------------------
 
+// The one full run of the built-in incident in this suite (it is the slowest test under
+// ThreadSanitizer): seed 002's story, read from --json.
 TEST(Simulate, TheIncidentFromJsonBeforeSaturatesAfterOpensAndDegrades) {
   const CliRun r = run({"simulate", "--json", "-"});
   ASSERT_EQ(r.status, 0) << r.err;
@@ -176,10 +179,13 @@ TEST(Simulate, TheIncidentFromJsonBeforeSaturatesAfterOpensAndDegrades) {
   const auto& after = configs[1].at("summary");
   EXPECT_EQ(configs[0].at("name"), "before");
   EXPECT_EQ(configs[1].at("name"), "after");
+  const double workers = j.at("scenario").at("caller").at("workers").get<double>();
 
-  // Before: the caller saturates — every worker busy, a large share of requests lost.
-  EXPECT_EQ(before.at("peak_workers_busy"), before.at("workers"));
+  // Before: the caller saturates — every worker stuck on reviews, a large share of all
+  // requests lost, pages waiting 14 s.
+  EXPECT_EQ(before.at("peak_workers_busy").get<double>(), workers);
   EXPECT_GT(before.at("lost").get<double>(), 0.3 * before.at("requests").get<double>());
+  EXPECT_GT(before.at("p99_ms").get<double>(), 13'000);
   EXPECT_FALSE(before.at("has_breaker").get<bool>());
   EXPECT_TRUE(before.at("time_to_open_ms").is_null());
 
@@ -191,20 +197,39 @@ TEST(Simulate, TheIncidentFromJsonBeforeSaturatesAfterOpensAndDegrades) {
   EXPECT_EQ(after.at("failed"), 0);
   EXPECT_GT(after.at("served_degraded").get<double>(), 0.5 * after.at("requests").get<double>());
   EXPECT_LE(after.at("peak_in_flight").get<int>(), 80);
+  EXPECT_LT(after.at("peak_workers_busy").get<double>(), workers / 5);
+  EXPECT_LT(after.at("calls_while_degraded").get<double>(),
+            before.at("calls_while_degraded").get<double>() / 10);
   EXPECT_LE(after.at("p99_ms").get<double>(), 1000);
-  EXPECT_TRUE(after.at("alert_at_ms").is_number());
+  EXPECT_TRUE(after.at("alert_at_ms").is_number()) << "open over 5 minutes: the alert fires";
+
+  // It closes again once reviews recovered (at 7 min), within one open period.
+  const auto& transitions = configs[1].at("transitions");
+  ASSERT_FALSE(transitions.empty());
+  EXPECT_EQ(transitions.back().at("to"), "closed");
+  EXPECT_GE(transitions.back().at("t_ms").get<double>(), 420'000);
+  EXPECT_LE(transitions.back().at("t_ms").get<double>(), 420'000 + 31'000);
+
+  // Every request ends exactly once.
+  for (const auto& c : configs) {
+    const auto& s = c.at("summary");
+    EXPECT_EQ(s.at("lost").get<std::uint64_t>() + s.at("served_full").get<std::uint64_t>() +
+                  s.at("served_degraded").get<std::uint64_t>() +
+                  s.at("failed").get<std::uint64_t>(),
+              s.at("requests").get<std::uint64_t>());
+  }
 
   // The timeline says the same, second by second.
   const auto& timeline = configs[1].at("timeline");
   ASSERT_EQ(timeline.size(), 600u);
   EXPECT_EQ(timeline[30].at("state"), "closed");
   EXPECT_EQ(timeline[120].at("state"), "open");
-  EXPECT_EQ(configs[0].at("timeline")[120].at("peak_busy"), before.at("workers"));
+  EXPECT_EQ(configs[0].at("timeline")[120].at("peak_busy").get<double>(), workers);
   EXPECT_GT(configs[0].at("timeline")[120].at("lost").get<int>(), 200);
 }
 
 TEST(Simulate, TextByDefaultWithBothConfigurationsSideBySide) {
-  const CliRun r = run({"simulate", "--no-timeline"});
+  const CliRun r = run({"simulate", "--no-timeline", "--duration", "80s"});
   ASSERT_EQ(r.status, 0) << r.err;
   EXPECT_NE(r.out.find("Summary"), std::string::npos);
   EXPECT_NE(r.out.find("before"), std::string::npos);
@@ -215,7 +240,8 @@ TEST(Simulate, TextByDefaultWithBothConfigurationsSideBySide) {
 
 TEST(Simulate, WritesTheChart) {
   const std::string svg = temp_path("chart");
-  const CliRun r = run({"simulate", "--no-timeline", "--svg", svg, "--timeline-step", "5s"});
+  const CliRun r = run(
+      {"simulate", "--no-timeline", "--svg", svg, "--timeline-step", "5s", "--duration", "80s"});
   ASSERT_EQ(r.status, 0) << r.err;
   const std::string chart = read_all(svg);
   EXPECT_EQ(chart.rfind("<svg", 0), 0u);
@@ -229,8 +255,8 @@ TEST(Simulate, ThePrintedScenarioRunsAsAFile) {
   ASSERT_EQ(printed.status, 0);
   const std::string file = temp_path("incident");
   std::ofstream(file) << printed.out;
-  const CliRun from_file = run({"simulate", file, "--json", "-"});
-  const CliRun built_in = run({"simulate", "--json", "-"});
+  const CliRun from_file = run({"simulate", file, "--json", "-", "--duration", "70s"});
+  const CliRun built_in = run({"simulate", "--json", "-", "--duration", "70s"});
   ASSERT_EQ(from_file.status, 0) << from_file.err;
   auto a = nlohmann::json::parse(from_file.out), b = nlohmann::json::parse(built_in.out);
   a["scenario"].erase("source");
@@ -247,7 +273,8 @@ TEST(Help, EverySubcommandHasIt) {
     EXPECT_NE(r.out.find("Usage:"), std::string::npos) << r.out;
   }
   const CliRun sim = run({"simulate", "--help"});
-  for (const char* option : {"--json", "--svg", "--seed", "--timeline-step", "--print-scenario"}) {
+  for (const char* option : {"--json", "--svg", "--seed", "--duration", "--timeline-step", "--only",
+                             "--no-timeline", "--print-scenario"}) {
     EXPECT_NE(sim.out.find(option), std::string::npos) << option;
   }
   const CliRun rep = run({"replay", "--help"});

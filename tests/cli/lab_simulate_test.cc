@@ -194,47 +194,49 @@ TEST(Simulate, AnAttemptScopedBreakerStopsTheRetriesWhenItOpens) {
   EXPECT_EQ(per_call.opens, 1u);
 }
 
-TEST(Simulate, TheSameScenarioGivesTheSameResultsAndConfigurationsShareTheirDraws) {
+// The incident in miniature: 100 req/s, reviews slow from 5 s to 15 s.
+Scenario small_incident() {
   Scenario s = builtin_scenario();
-  s.duration = 90s;
+  s.duration = 25s;
+  s.arrivals.rate = 100;
+  s.caller.workers = 250;
+  s.dependency.phases[1].start = 5s;
+  s.dependency.phases[2].start = 15s;
+  s.configurations[1].breaker->config.open_duration = 4s;
+  return s;
+}
+
+TEST(Simulate, TheSameScenarioGivesTheSameResultsAndConfigurationsShareTheirDraws) {
+  Scenario s = small_incident();
   s.configurations.push_back(s.configurations[1]);
   s.configurations.back().name = "after again";
   const std::string first = to_json(simulate(s));
   EXPECT_EQ(to_json(simulate(s)), first);
   const SimulationResult r = simulate(s);
+  ASSERT_FALSE(r.configurations[1].transitions.empty());
   EXPECT_EQ(r.configurations[1].served_full, r.configurations[2].served_full);
   EXPECT_EQ(r.configurations[1].transitions.size(), r.configurations[2].transitions.size());
   s.seed += 1;
   EXPECT_NE(to_json(simulate(s)), first);
 }
 
-TEST(Simulate, TheBuiltInIncidentTellsTheSeedsStory) {
-  const SimulationResult r = simulate(builtin_scenario());
+// The full incident is asserted end to end in cli_test (from --json); this is its
+// shape at a smaller scale, fast enough for every sanitizer.
+TEST(Simulate, TheIncidentInMiniatureTellsTheSeedsStory) {
+  const SimulationResult r = simulate(small_incident());
   ASSERT_EQ(r.configurations.size(), 2u);
   const ConfigurationResult& before = r.configurations[0];
   const ConfigurationResult& after = r.configurations[1];
-  const std::uint32_t workers = r.scenario.caller.workers;
-  // Before: every worker stuck on reviews, and most requests lost.
-  EXPECT_EQ(before.peak_busy, workers);
-  EXPECT_GT(before.lost, before.requests / 3);
-  EXPECT_GT(before.p99, 13s);
-  // After: the breaker opens within seconds and the pages are served without reviews.
+  EXPECT_EQ(before.peak_busy, 250u);
+  EXPECT_GT(before.lost, before.requests / 4);
   ASSERT_TRUE(after.time_to_open);
-  EXPECT_LE(*after.time_to_open, 15s);
+  EXPECT_LE(*after.time_to_open, 10s);
   EXPECT_EQ(after.lost, 0u);
   EXPECT_EQ(after.failed, 0u);
-  EXPECT_GT(after.served_degraded, after.requests / 2);
   EXPECT_LE(after.peak_in_flight, 80u);
-  EXPECT_LT(after.peak_busy, workers / 5);
-  EXPECT_LT(after.calls_while_degraded, before.calls_while_degraded / 10);
-  EXPECT_LE(after.p99, 1s);
-  ASSERT_TRUE(after.alert_at) << "open for over 5 minutes: the seed's alert fires";
-  // It closes again once the service recovered (7 min), within one open period.
   ASSERT_FALSE(after.transitions.empty());
   EXPECT_EQ(after.transitions.back().to, State::closed);
-  EXPECT_GE(after.transitions.back().at, 7min);
-  EXPECT_LE(after.transitions.back().at, 7min + 31s);
-  // Every request accounted for.
+  EXPECT_GE(after.transitions.back().at, 15s);
   for (const auto& c : r.configurations) {
     EXPECT_EQ(c.lost + c.served_full + c.served_degraded + c.failed, c.requests) << c.name;
   }
@@ -256,7 +258,7 @@ TEST(Simulate, BadOptionsAreInputErrors) {
 }
 
 TEST(Report, TextJsonAndSvgCarryTheResults) {
-  Scenario s = builtin_scenario();
+  Scenario s = small_incident();
   s.duration = 2min;
   const SimulationResult r = simulate(s, {.timeline_step = 10s});
   std::ostringstream text;

@@ -10,6 +10,7 @@
 
 #include <CLI/CLI.hpp>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
@@ -38,6 +39,7 @@ struct SimulateArgs {
   std::string json;
   std::string svg;
   std::string timeline_step = "1s";
+  std::string duration;
   std::vector<std::string> only;
   std::optional<std::uint64_t> seed;
   bool no_timeline = false;
@@ -76,6 +78,17 @@ int run_simulate(const SimulateArgs& a) {
                                         ? bulwark::lab::builtin_scenario()
                                         : bulwark::lab::load_scenario_file(a.scenario);
   if (a.seed) scenario.seed = *a.seed;
+  if (!a.duration.empty()) {
+    auto d = bulwark::lab::parse_duration(a.duration);
+    if (!d) throw InputError({}, "--duration", d.error());
+    if (*d <= bulwark::Nanos::zero() || *d > std::chrono::hours(24 * 30)) {
+      throw InputError({}, "--duration", "must be positive and at most 30 days");
+    }
+    if (scenario.arrivals.rate * std::chrono::duration<double>(*d).count() > 2e9) {
+      throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
+    }
+    scenario.duration = *d;
+  }
   if (!a.only.empty()) {
     std::vector<bulwark::lab::ResilienceConfig> kept;
     for (const std::string& name : a.only) {
@@ -134,7 +147,8 @@ int main(int argc, char** argv) {
       "incident (seed 002: a reviews service goes from 120 ms to 14 s) before and after\n"
       "its fixes.");
   simulate
-      ->add_option("scenario", sim.scenario, "Scenario file (TOML); default: the built-in incident")
+      ->add_option("scenario", sim.scenario,
+                   "Scenario file (TOML; '-': stdin); default: the built-in incident")
       ->type_name("SCENARIO.toml");
   simulate->add_option("--json", sim.json, "Write machine-readable results to FILE ('-': stdout)")
       ->type_name("FILE");
@@ -151,7 +165,11 @@ int main(int argc, char** argv) {
             }
             return "";
           },
-          "N", "seed"));
+          ""));
+  simulate
+      ->add_option("--duration", sim.duration,
+                   "Override the scenario's duration, e.g. 2min (the phases keep their starts)")
+      ->type_name("DURATION");
   simulate
       ->add_option("--timeline-step", sim.timeline_step,
                    "Width of a timeline row, e.g. 1s, 10s, 1min (default 1s)")

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <limits>
 #include <memory>
 #include <sstream>
@@ -20,7 +22,7 @@
 namespace bulwark::lab {
 namespace {
 
-std::string quoted(std::string_view s) { return "\"" + std::string(s) + "\""; }
+std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
 
 std::string number_text(double v) {
   std::ostringstream out;
@@ -35,7 +37,7 @@ std::string type_name(const toml::node& n) {
     case toml::node_type::array:
       return "an array";
     case toml::node_type::string:
-      return "the string " + quoted(n.as_string()->get());
+      return "the string " + in_quotes(n.as_string()->get());
     case toml::node_type::integer:
       return "the integer " + std::to_string(n.as_integer()->get());
     case toml::node_type::floating_point:
@@ -160,8 +162,8 @@ class Reader {
       if (n->is_integer() || n->is_floating_point()) {
         const std::string v = n->is_integer() ? std::to_string(n->as_integer()->get())
                                               : number_text(n->as_floating_point()->get());
-        hint = "; a bare number has no unit: write e.g. " + quoted(v + "s") + " or " +
-               quoted(v + "ms");
+        hint = "; a bare number has no unit: write e.g. " + in_quotes(v + "s") + " or " +
+               in_quotes(v + "ms");
       }
       fail(key,
            "expected a duration string such as \"800ms\" or \"30s\", got " + type_name(*n) + hint);
@@ -180,8 +182,8 @@ class Reader {
       if (*v == c) return v;
     }
     std::string list;
-    for (std::string_view c : choices) list += (list.empty() ? "" : ", ") + quoted(c);
-    fail(key, "must be one of " + list + " (got " + quoted(*v) + ")");
+    for (std::string_view c : choices) list += (list.empty() ? "" : ", ") + in_quotes(c);
+    fail(key, "must be one of " + list + " (got " + in_quotes(*v) + ")");
   }
 
   std::optional<Reader> table(std::string_view key) {
@@ -200,7 +202,7 @@ class Reader {
 
   template <class T>
   T required(std::optional<T> v, std::string_view key) const {
-    if (!v) fail_here("missing required key " + quoted(key) + " in " + table_name());
+    if (!v) fail_here("missing required key " + in_quotes(key) + " in " + table_name());
     return std::move(*v);
   }
 
@@ -219,7 +221,7 @@ class Reader {
       }
     }
     if (first == nullptr) return;
-    std::string message = "unknown key " + quoted(first_key) + " in " + table_name();
+    std::string message = "unknown key " + in_quotes(first_key) + " in " + table_name();
     // Suggest only close matches: one edit per four characters ("mean" is not "max").
     std::string best;
     std::size_t best_d = std::max<std::size_t>(1, first_key.size() / 4) + 1;
@@ -228,7 +230,7 @@ class Reader {
       if (d < best_d) best_d = d, best = k;
     }
     if (!best.empty()) {
-      message += " (did you mean " + quoted(best) + "?)";
+      message += " (did you mean " + in_quotes(best) + "?)";
     } else if (!hint.empty()) {
       message += " (" + std::string(hint) + ")";
     }
@@ -275,10 +277,19 @@ toml::table parse_toml(std::string_view text, const std::string& source_name) {
   }
 }
 
+// The file's text; "-" is standard input.
 std::string read_file(const std::string& path) {
+  std::ostringstream out;
+  if (path == "-") {
+    out << std::cin.rdbuf();
+    return out.str();
+  }
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    throw InputError({path, 0, 0}, "", "is a directory, not a TOML file");
+  }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError({path, 0, 0}, "", "cannot open the file");
-  std::ostringstream out;
   out << in.rdbuf();
   if (in.bad()) throw InputError({path, 0, 0}, "", "cannot read the file");
   return out.str();
@@ -332,7 +343,7 @@ BreakerSpec read_breaker(Reader& r) {
   auto only_for = [&](std::string_view key, std::string_view kinds) {
     if (r.has(key)) {
       r.fail(key, "only applies to window = " + std::string(kinds) +
-                      " (this breaker has window = " + quoted(to_string(spec.window)) + ")");
+                      " (this breaker has window = " + in_quotes(to_string(spec.window)) + ")");
     }
   };
   if (spec.window != WindowKind::count) only_for("window_size", "\"count\"");
@@ -454,9 +465,9 @@ Reasons read_fallback(Reader& r) {
       }
       if (!found) {
         std::string names = "\"all\", \"breaker\"";
-        for (Reason reason : kAllReasons) names += ", " + quoted(to_string(reason));
+        for (Reason reason : kAllReasons) names += ", " + in_quotes(to_string(reason));
         throw InputError(r.where(n), r.key_path("on"),
-                         "unknown reason " + (name ? quoted(*name) : type_name(n)) +
+                         "unknown reason " + (name ? in_quotes(*name) : type_name(n)) +
                              " (reasons are " + names + ")");
       }
     }
@@ -511,6 +522,13 @@ Latency read_latency(Reader& phase) {
   if (n->is_string()) {  // "14s": a constant latency
     l.value = phase.required(phase.duration("latency"), "latency");
     return l;
+  }
+  if (!n->is_table()) {
+    phase.fail("latency",
+               "expected a duration string such as \"120ms\" or a table such as "
+               "{ distribution = \"lognormal\", median = \"120ms\", p99 = \"350ms\" }, "
+               "got " +
+                   type_name(*n));
   }
   auto r = phase.table("latency");
   const std::string d =
@@ -693,7 +711,7 @@ Scenario parse_scenario(std::string_view text, const std::string& source_name) {
 }
 
 Scenario load_scenario_file(const std::string& path) {
-  return parse_scenario(read_file(path), path);
+  return parse_scenario(read_file(path), path == "-" ? "<stdin>" : path);
 }
 
 Scenario builtin_scenario() { return parse_scenario(builtin_scenario_toml(), "built-in"); }
@@ -708,7 +726,7 @@ BreakerSpec parse_breaker(std::string_view text, const std::string& source_name)
 }
 
 BreakerSpec load_breaker_file(const std::string& path) {
-  return parse_breaker(read_file(path), path);
+  return parse_breaker(read_file(path), path == "-" ? "<stdin>" : path);
 }
 
 std::string_view to_string(WindowKind kind) noexcept {

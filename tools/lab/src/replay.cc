@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -141,13 +142,17 @@ struct Row {
 // row once its buffers have grown to the longest line.
 class TraceReader {
  public:
-  TraceReader(std::FILE* in, std::string name, std::FILE* copy = nullptr)
-      : in_(in), name_(std::move(name)), copy_(copy) {
+  // Reads at most `max_lines` lines (the header included): the replay pass stops where
+  // the checking pass did, even if the file has grown since.
+  TraceReader(std::FILE* in, std::string name, std::FILE* copy = nullptr,
+              std::uint64_t max_lines = UINT64_MAX)
+      : in_(in), name_(std::move(name)), copy_(copy), max_lines_(max_lines) {
     read_header();
   }
+
+  std::uint64_t lines_read() const noexcept { return line_no_; }
   TraceReader(const TraceReader&) = delete;
   TraceReader& operator=(const TraceReader&) = delete;
-  ~TraceReader() { std::free(buf_); }
 
   // The next row, or false at the end of the trace. Throws InputError.
   bool next(Row& row) {
@@ -225,8 +230,9 @@ class TraceReader {
   }
 
   bool read_line(std::string_view& line) {
+    if (line_no_ >= max_lines_) return false;
     errno = 0;
-    const ssize_t n = ::getline(&buf_, &cap_, in_);
+    const ssize_t n = ::getline(&line_.data, &line_.capacity, in_);
     if (n < 0) {
       if (std::ferror(in_)) {
         throw InputError({name_, static_cast<std::uint32_t>(line_no_ + 1), 0}, "",
@@ -235,15 +241,15 @@ class TraceReader {
       return false;
     }
     ++line_no_;
-    if (copy_ != nullptr &&
-        std::fwrite(buf_, 1, static_cast<std::size_t>(n), copy_) != static_cast<std::size_t>(n)) {
+    if (copy_ != nullptr && std::fwrite(line_.data, 1, static_cast<std::size_t>(n), copy_) !=
+                                static_cast<std::size_t>(n)) {
       throw std::runtime_error("cannot copy " + name_ + " to a temporary file");
     }
     if (static_cast<std::size_t>(n) > kMaxLine) {
       throw InputError({name_, static_cast<std::uint32_t>(line_no_), 0}, "",
                        "line is longer than 1 MiB");
     }
-    line = std::string_view(buf_, static_cast<std::size_t>(n));
+    line = std::string_view(line_.data, static_cast<std::size_t>(n));
     if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     return true;
@@ -348,11 +354,21 @@ class TraceReader {
     }
   }
 
+  // getline()'s buffer, freed even when the constructor throws (a bad header).
+  struct LineBuffer {
+    char* data = nullptr;
+    std::size_t capacity = 0;
+    LineBuffer() = default;
+    LineBuffer(const LineBuffer&) = delete;
+    LineBuffer& operator=(const LineBuffer&) = delete;
+    ~LineBuffer() { std::free(data); }
+  };
+
   std::FILE* in_;
   std::string name_;
   std::FILE* copy_;
-  char* buf_ = nullptr;
-  std::size_t cap_ = 0;
+  std::uint64_t max_lines_;
+  LineBuffer line_;
   std::uint64_t line_no_ = 0;
   std::vector<Column> order_;
   std::vector<std::string_view> fields_;
@@ -575,11 +591,13 @@ void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std
     if (!spool)
       throw std::runtime_error("cannot create a temporary file to read " + name + " twice");
   }
+  std::uint64_t lines = 0;
   {
     TraceReader check(in, name, spool.get());
     Row row;
     while (check.next(row)) {
     }
+    lines = check.lines_read();
   }
   // Pass 2: replay.
   std::FILE* source = spool ? spool.get() : in;
@@ -591,7 +609,7 @@ void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std
   with_breaker_type(spec.window, [&](auto type) {
     using B = typename decltype(type)::type;
     Replayer<B> replayer(spec, writer, options);
-    TraceReader reader(source, name);
+    TraceReader reader(source, name, nullptr, lines);
     Row row;
     while (reader.next(row)) replayer.arrival(row);
     replayer.finish();

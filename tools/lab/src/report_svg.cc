@@ -251,12 +251,9 @@ class Svg {
     auto polyline = [&](auto value, const char* color, double width) {
       out_ << "<polyline fill=\"none\" stroke=\"" << color << "\" stroke-width=\"" << num(width)
            << "\" stroke-linejoin=\"round\" points=\"";
-      for (const TimelineStep& s : c.timeline) {
-        const double py =
-            top + kLinesHeight - static_cast<double>(value(s)) / level_max_ * kLinesHeight;
-        out_ << num(x(s.start)) << "," << num(py) << " " << num(x(s.start) + step_width_) << ","
-             << num(py) << " ";
-      }
+      step_edge(c, [&](const TimelineStep& s) {
+        return top + kLinesHeight - static_cast<double>(value(s)) / level_max_ * kLinesHeight;
+      });
       out_ << "\"/>\n";
     };
     // Busy >= in flight: the wider line underneath stays visible where they meet.
@@ -267,32 +264,50 @@ class Svg {
   void pages(const ConfigurationResult& c, double top) {
     degraded_shade(top, kBarsHeight);
     value_axis(top, kBarsHeight, pages_max_, "pages / step");
-    // Stacked areas, bottom up: full, degraded, failed, lost.
-    std::vector<double> base(c.timeline.size(), 0.0);
-    auto layer = [&](auto value, const char* color) {
-      std::ostringstream upper, lower;
-      for (std::size_t i = 0; i < c.timeline.size(); ++i) {
-        const TimelineStep& s = c.timeline[i];
-        const double v = base[i] + static_cast<double>(value(s));
-        const double py = top + kBarsHeight - v / pages_max_ * kBarsHeight;
-        upper << num(x(s.start)) << "," << num(py) << " " << num(x(s.start) + step_width_) << ","
-              << num(py) << " ";
-        base[i] = v;
-      }
-      for (std::size_t i = c.timeline.size(); i-- > 0;) {
-        const TimelineStep& s = c.timeline[i];
-        const double v = base[i] - static_cast<double>(value(s));
-        const double py = top + kBarsHeight - v / pages_max_ * kBarsHeight;
-        lower << num(x(s.start) + step_width_) << "," << num(py) << " " << num(x(s.start)) << ","
-              << num(py) << " ";
-      }
-      out_ << "<polygon fill=\"" << color << "\" stroke=\"none\" points=\"" << upper.str()
-           << lower.str() << "\"/>\n";
+    // Stacked: full, degraded, failed, lost from the bottom up. Each layer is drawn as
+    // the area under its cumulative top, largest first, so each polygon needs one edge.
+    using Value = std::uint64_t (*)(const TimelineStep&);
+    const Value layers[] = {
+        [](const TimelineStep& s) { return s.full; },
+        [](const TimelineStep& s) { return s.full + s.degraded; },
+        [](const TimelineStep& s) { return s.full + s.degraded + s.failed; },
+        [](const TimelineStep& s) { return s.full + s.degraded + s.failed + s.lost; },
     };
-    layer([](const TimelineStep& s) { return s.full; }, kFull);
-    layer([](const TimelineStep& s) { return s.degraded; }, kDegraded);
-    layer([](const TimelineStep& s) { return s.failed; }, kFailed);
-    layer([](const TimelineStep& s) { return s.lost; }, kLost);
+    const char* const colors[] = {kFull, kDegraded, kFailed, kLost};
+    const double base = top + kBarsHeight;
+    for (int k = 3; k >= 0; --k) {
+      // A layer that adds nothing to the one below it is not drawn.
+      bool adds = false;
+      for (const TimelineStep& s : c.timeline) {
+        adds = adds || layers[k](s) != (k == 0 ? 0 : layers[k - 1](s));
+      }
+      if (!adds) continue;
+      out_ << "<polygon fill=\"" << colors[k] << "\" stroke=\"none\" points=\"" << num(kLeft) << ","
+           << num(base) << " ";
+      step_edge(c, [&](const TimelineStep& s) {
+        return base - static_cast<double>(layers[k](s)) / pages_max_ * kBarsHeight;
+      });
+      out_ << num(x(c.timeline.back().start) + step_width_) << "," << num(base) << "\"/>\n";
+    }
+  }
+
+  // The points of a step function over the timeline, left to right, with a point only
+  // where the value changes (long flat stretches cost nothing).
+  template <class Y>
+  void step_edge(const ConfigurationResult& c, Y y) {
+    double last = 0;
+    for (std::size_t i = 0; i < c.timeline.size(); ++i) {
+      const TimelineStep& s = c.timeline[i];
+      const double py = y(s);
+      if (i == 0 || py != last) {
+        if (i > 0) out_ << num(x(s.start)) << "," << num(last) << " ";
+        out_ << num(x(s.start)) << "," << num(py) << " ";
+        last = py;
+      }
+    }
+    if (!c.timeline.empty()) {
+      out_ << num(x(c.timeline.back().start) + step_width_) << "," << num(last) << " ";
+    }
   }
 
   void panel_for(const ConfigurationResult& c, double y) {

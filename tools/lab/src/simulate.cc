@@ -140,8 +140,9 @@ class Simulation {
     if (config.breaker) result_.alert_when_open_for = config.alert_when_open_for;
     if constexpr (kHasBreaker) {
       BreakerPolicy<ManualClock> policy(config.breaker->config, clock_);
+      // The report covers the scenario's duration: not what pages finishing after it do.
       policy.on_transition([this](const TransitionEvent& e) {
-        result_.transitions.push_back({Nanos(e.at), e.from, e.to, e.reason});
+        if (!draining_) result_.transitions.push_back({Nanos(e.at), e.from, e.to, e.reason});
       });
       breaker_ = std::make_unique<B>(policy);
       result_.has_breaker = true;
@@ -187,7 +188,8 @@ class Simulation {
     result_.p99 = latency_.quantile(0.99);
     result_.max = latency_.max();
     summarize_breaker(end);
-    // Requests still in flight hold permits: give them back before the objects go.
+    // Permits go back before the objects they came from (none is left after draining,
+    // but a request's members must never outlive the breaker or bulkhead).
     requests_.clear();
     return std::move(result_);
   }

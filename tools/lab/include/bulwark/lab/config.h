@@ -133,7 +133,7 @@ struct Scenario {
   Nanos degraded_until() const;
 };
 
-// Reads a scenario. Throws InputError.
+// Reads a scenario ("-": standard input). Throws InputError.
 Scenario load_scenario_file(const std::string& path);
 Scenario parse_scenario(std::string_view toml, const std::string& source_name);
 
@@ -141,8 +141,8 @@ Scenario parse_scenario(std::string_view toml, const std::string& source_name);
 std::string_view builtin_scenario_toml();
 Scenario builtin_scenario();
 
-// Reads a file whose only table is [breaker] (what `bulwark replay --config` takes).
-// Throws InputError.
+// Reads a file whose only table is [breaker] (what `bulwark replay --config` takes;
+// "-": standard input). Throws InputError.
 BreakerSpec load_breaker_file(const std::string& path);
 BreakerSpec parse_breaker(std::string_view toml, const std::string& source_name);
 

@@ -105,12 +105,12 @@ struct ConfigurationResult {
   bool has_breaker = false;
   std::optional<Nanos> time_to_open;  // from the first degraded phase's start
   std::uint64_t opens = 0;
-  Nanos longest_open = Nanos::zero();        // longest stretch away from CLOSED
-  std::optional<Nanos> alert_when_open_for;  // the configuration's alert threshold
-  std::optional<Nanos> alert_at;             // when that threshold was exceeded
-  std::vector<BreakerTransition> transitions;
+  Nanos longest_open = Nanos::zero();          // longest stretch away from CLOSED
+  std::optional<Nanos> alert_when_open_for;    // the configuration's alert threshold
+  std::optional<Nanos> alert_at;               // when that threshold was exceeded
+  std::vector<BreakerTransition> transitions;  // up to the scenario's end
 
-  std::vector<TimelineStep> timeline;
+  std::vector<TimelineStep> timeline;  // [0, duration) in steps of the timeline step
 };
 
 struct SimulationResult {
