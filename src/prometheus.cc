@@ -347,7 +347,8 @@ void Exposition::write(std::ostream& out) const {
     return name;
   };
   auto labels_of = [&](const auto& it) {
-    return std::string_view(labels_).substr(it.labels_begin, it.labels_size);
+    return std::string_view(labels_.data() + it.labels_begin,
+                            it.labels_size);  // in range by construction
   };
 
   // Writes one family: its header, then f(name, labels, item) for the items that pass
