@@ -112,6 +112,8 @@ TEST(Replay, MalformedInputNamesLineColumnAndField) {
   expect_error(h + "1,a,nan,success\n", "t.csv:2:5", "duration_ms", "finite");
   expect_error(h + "1,a,1e20,success\n", "t.csv:2:5", "duration_ms", "too large");
   expect_error(h + "1,a,5\n", "t.csv:2", "outcome", "missing field");
+  expect_error(h + "1\n", "t.csv:2", "key",
+               "missing field (the row has 1 field; the header has 4 fields)");
   expect_error(h + "1,a,5,success,x\n", "t.csv:2:15", "", "too many fields");
   expect_error(h + "1,\"a,5,success\n", "t.csv:2:3", "", "unterminated quoted field");
   expect_error(h + "1,\"a\"b,5,success\n", "t.csv:2:6", "", "unexpected character after a quoted");

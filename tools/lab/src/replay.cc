@@ -165,12 +165,12 @@ class TraceReader {
       if (fields_.size() < order_.size()) {
         const Column missing = order_[fields_.size()];
         fail(0, name_of(missing),
-             "missing field (the row has " + std::to_string(fields_.size()) +
-                 " fields; the header has " + std::to_string(order_.size()) + ")");
+             "missing field (the row has " + fields(fields_.size()) + "; the header has " +
+                 fields(order_.size()) + ")");
       }
       fail(column_of(order_.size()), "",
-           "too many fields (the row has " + std::to_string(fields_.size()) + "; the header has " +
-               std::to_string(order_.size()) + ")");
+           "too many fields (the row has " + fields(fields_.size()) + "; the header has " +
+               fields(order_.size()) + ")");
     }
     row.line = line_no_;
     for (std::size_t i = 0; i < order_.size(); ++i) {
@@ -220,6 +220,9 @@ class TraceReader {
                      std::move(message));
   }
 
+  static std::string fields(std::size_t n) {
+    return std::to_string(n) + (n == 1 ? " field" : " fields");
+  }
   static std::string name_of(Column c) { return std::string(kColumnNames[static_cast<int>(c)]); }
   std::size_t index_of(Column c) const {
     return static_cast<std::size_t>(std::find(order_.begin(), order_.end(), c) - order_.begin());
