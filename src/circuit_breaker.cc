@@ -268,46 +268,5 @@ void check_window(const PolicyCore& policy, WindowKind kind, std::uint32_t capac
     raise_config_error(std::move(ok).error());
 }
 
-ListenerId ListenerList::add(TransitionListener listener) {
-  std::lock_guard lock(mu_);
-  auto next = std::make_shared<List>(*list_);
-  const ListenerId id = next_id_++;
-  next->push_back(Entry{id, std::move(listener)});
-  list_ = std::move(next);
-  count_.store(list_->size(), std::memory_order_relaxed);
-  return id;
-}
-
-bool ListenerList::remove(ListenerId id) {
-  std::lock_guard lock(mu_);
-  auto next = std::make_shared<List>(*list_);
-  const auto it =
-      std::find_if(next->begin(), next->end(), [id](const Entry& e) { return e.id == id; });
-  if (it == next->end()) return false;
-  next->erase(it);
-  list_ = std::move(next);
-  count_.store(list_->size(), std::memory_order_relaxed);
-  return true;
-}
-
-void ListenerList::emit(const TransitionEvent& event) const noexcept {
-  std::shared_ptr<const List> list;
-  {
-    std::lock_guard lock(mu_);
-    list = list_;
-  }
-  for (const Entry& entry : *list) {
-#if defined(__cpp_exceptions)
-    try {
-      entry.fn(event);
-    } catch (...) {
-      // A listener's failure is its own; the breaker has already transitioned.
-    }
-#else
-    entry.fn(event);
-#endif
-  }
-}
-
 }  // namespace detail
 }  // namespace bulwark

@@ -542,6 +542,32 @@ TEST_F(BreakerTest, RemovedListenersAreNotCalled) {
   EXPECT_EQ(calls, 0);
 }
 
+TEST_F(BreakerTest, RejectionListenersHearEveryRejectionWithItsReason) {
+  BreakerPolicy<ManualClock> policy(
+      {.name = "quotes", .consecutive_failures = 1, .open_duration = 10s}, clock);
+  std::vector<std::pair<RejectReason, Nanos>> heard;
+  const ListenerId transitions = policy.on_transition([](const TransitionEvent&) {});
+  const ListenerId rejections = policy.on_rejection([&](const RejectionEvent& e) {
+    EXPECT_EQ(e.name, "quotes");
+    heard.emplace_back(e.reason, e.retry_after);
+  });
+  EXPECT_NE(transitions, rejections) << "one id space for both kinds";
+  Breaker b(policy);
+  fail(b);
+  clock.advance(4s);
+  EXPECT_FALSE(b.try_acquire());
+  ASSERT_TRUE(b.transition_to(State::forced_open));
+  EXPECT_FALSE(b.try_acquire());
+  const std::vector<std::pair<RejectReason, Nanos>> expected = {
+      {RejectReason::open, 6s}, {RejectReason::forced_open, Nanos::max()}};
+  EXPECT_EQ(heard, expected);
+  EXPECT_TRUE(policy.remove_listener(rejections));
+  EXPECT_FALSE(b.try_acquire());
+  EXPECT_EQ(heard.size(), 2u);
+  EXPECT_TRUE(policy.remove_listener(transitions));
+  EXPECT_EQ(b.snapshot().rejected, 3u);
+}
+
 TEST_F(BreakerTest, ExecuteReturnsTheResultOrTheRejectionAndRethrows) {
   Breaker b({.consecutive_failures = 1, .open_duration = 1s}, clock);
   auto ok = b.execute([] { return 42; });

@@ -14,10 +14,16 @@
 // short: a listener that blocks delays the breaker's next transition by as long.
 // A listener may call back into the breaker (even to force a transition), and one
 // that throws is ignored: neither can break the breaker.
+//
+// Rejections can be heard too (`policy.on_rejection(...)`), for logs. A rejection
+// listener runs on the rejected caller's thread, on every rejection — during an outage
+// that is every request — so it must be cheap. With none registered, a rejection pays
+// one relaxed load for the feature.
 
 #ifndef BULWARK_BREAKER_EVENTS_H_
 #define BULWARK_BREAKER_EVENTS_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <functional>
@@ -53,6 +59,28 @@ constexpr std::string_view to_string(State s) noexcept {
       return "disabled";
     case State::metrics_only:
       return "metrics_only";
+  }
+  return "unknown";
+}
+
+// Why try_acquire() said no.
+enum class RejectReason : std::uint8_t {
+  open,                 // the breaker is OPEN and its open period has not elapsed
+  half_open_full,       // HALF_OPEN, and every probe slot is taken
+  forced_open,          // an operator forced the breaker open
+  half_open_throttled,  // HALF_OPEN lets a fraction of requests through; not this one
+};
+
+constexpr std::string_view to_string(RejectReason r) noexcept {
+  switch (r) {
+    case RejectReason::open:
+      return "open";
+    case RejectReason::half_open_full:
+      return "half_open_full";
+    case RejectReason::forced_open:
+      return "forced_open";
+    case RejectReason::half_open_throttled:
+      return "half_open_throttled";
   }
   return "unknown";
 }
@@ -104,33 +132,93 @@ struct TransitionEvent {
 
 using TransitionListener = std::function<void(const TransitionEvent&)>;
 
+// Also heard through BreakerPolicy::on_rejection.
+struct RejectionEvent {
+  std::string_view name;  // the breaker's configured name
+  const void* breaker;    // identity of the breaker that said no
+  RejectReason reason;
+  Nanos retry_after;
+  Ticks at;  // clock time of the rejection
+};
+
+using RejectionListener = std::function<void(const RejectionEvent&)>;
+
 // A handle to remove a listener again.
 using ListenerId = std::uint64_t;
 
 namespace detail {
 
-// Copy-on-write list of listeners. Emitting takes a brief mutex only to copy the
-// list's shared_ptr (never while a listener runs), and only when a transition
-// happens — never on the call path of a permitted or rejected call. With no listener
-// registered, emitting is one relaxed load.
+// Copy-on-write list of listeners. Emitting copies the list's shared_ptr under a brief
+// mutex (never held while a listener runs), and only when there is a listener: with
+// none registered, emitting is one relaxed load. Ids start at `first` and step by
+// `step`, so lists sharing one id space (transitions, rejections) never collide.
+template <class Event>
 class ListenerList {
  public:
-  ListenerId add(TransitionListener listener);
-  bool remove(ListenerId id);
-  void emit(const TransitionEvent& event) const noexcept;
+  using Listener = std::function<void(const Event&)>;
+
+  explicit ListenerList(ListenerId first = 1, ListenerId step = 1) noexcept
+      : next_id_(first), step_(step) {}
+
+  ListenerId add(Listener listener) {
+    std::lock_guard lock(mu_);
+    auto next = std::make_shared<List>(*list_);
+    const ListenerId id = next_id_;
+    next_id_ += step_;
+    next->push_back(Entry{id, std::move(listener)});
+    publish(std::move(next));
+    return id;
+  }
+
+  bool remove(ListenerId id) {
+    std::lock_guard lock(mu_);
+    auto next = std::make_shared<List>(*list_);
+    const auto it =
+        std::find_if(next->begin(), next->end(), [id](const Entry& e) { return e.id == id; });
+    if (it == next->end()) return false;
+    next->erase(it);
+    publish(std::move(next));
+    return true;
+  }
+
+  void emit(const Event& event) const noexcept {
+    std::shared_ptr<const List> list;
+    {
+      std::lock_guard lock(mu_);
+      list = list_;
+    }
+    for (const Entry& entry : *list) {
+#if defined(__cpp_exceptions)
+      try {
+        entry.fn(event);
+      } catch (...) {
+        // A listener's failure is its own: what it reports has already happened.
+      }
+#else
+      entry.fn(event);
+#endif
+    }
+  }
+
   bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
 
  private:
   struct Entry {
     ListenerId id;
-    TransitionListener fn;
+    Listener fn;
   };
   using List = std::vector<Entry>;
+
+  void publish(std::shared_ptr<const List> next) {
+    list_ = std::move(next);
+    count_.store(list_->size(), std::memory_order_relaxed);
+  }
 
   mutable std::mutex mu_;
   std::shared_ptr<const List> list_ = std::make_shared<const List>();
   std::atomic<std::size_t> count_{0};
-  ListenerId next_id_ = 1;
+  ListenerId next_id_;
+  const ListenerId step_;
 };
 
 }  // namespace detail

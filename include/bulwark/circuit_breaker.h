@@ -67,28 +67,6 @@
 
 namespace bulwark {
 
-// Why try_acquire() said no.
-enum class RejectReason : std::uint8_t {
-  open,                 // the breaker is OPEN and its open period has not elapsed
-  half_open_full,       // HALF_OPEN, and every probe slot is taken
-  forced_open,          // an operator forced the breaker open
-  half_open_throttled,  // HALF_OPEN lets a fraction of requests through; not this one
-};
-
-constexpr std::string_view to_string(RejectReason r) noexcept {
-  switch (r) {
-    case RejectReason::open:
-      return "open";
-    case RejectReason::half_open_full:
-      return "half_open_full";
-    case RejectReason::forced_open:
-      return "forced_open";
-    case RejectReason::half_open_throttled:
-      return "half_open_throttled";
-  }
-  return "unknown";
-}
-
 struct Rejection {
   RejectReason reason;
   // How long until a probe may be admitted (Polly's RetryAfter), for a Retry-After
@@ -171,8 +149,9 @@ struct PolicyCore {
   const Ticks slow_call_duration;  // 0: slowness not judged
   const Ticks flapping_period;
   const WindowParams window;
-  std::uint32_t last_stage = 0;  // fraction mode: index of the last ramp stage
-  ListenerList listeners;
+  std::uint32_t last_stage = 0;                   // fraction mode: index of the last ramp stage
+  ListenerList<TransitionEvent> listeners{1, 2};  // odd ids
+  ListenerList<RejectionEvent> rejection_listeners{2, 2};  // even ids
 
  private:
   std::array<Ticks, Word::kReopenMax + 1> open_periods_{};
@@ -231,8 +210,17 @@ class BreakerPolicy {
   ListenerId on_transition(TransitionListener listener) {
     return data_->listeners.add(std::move(listener));
   }
-  // Removes it; returns false if it was not there. A listener already running finishes.
-  bool remove_listener(ListenerId id) { return data_->listeners.remove(id); }
+  // Adds a listener told of every rejection by a breaker built from this policy. It
+  // runs on the rejected caller's thread, for every rejected request: keep it cheap.
+  ListenerId on_rejection(RejectionListener listener) {
+    return data_->rejection_listeners.add(std::move(listener));
+  }
+
+  // Removes a listener of either kind; returns false if it was not there. A listener
+  // already running finishes.
+  bool remove_listener(ListenerId id) {
+    return data_->listeners.remove(id) || data_->rejection_listeners.remove(id);
+  }
 
  private:
   template <Clock, class>
@@ -591,6 +579,10 @@ class alignas(64) BasicCircuitBreaker {
 
   Unexpected<Rejection> reject(RejectReason reason, Ticks retry_after) noexcept {
     rejected_.fetch_add(1, std::memory_order_relaxed);
+    if (!policy_->rejection_listeners.empty()) [[unlikely]] {
+      policy_->rejection_listeners.emit(
+          RejectionEvent{name(), this, reason, Nanos(retry_after), now()});
+    }
     return Unexpected(Rejection{reason, Nanos(retry_after)});
   }
 
