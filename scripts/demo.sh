@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Installs dependencies, builds the release preset, and runs the main job.
+# Installs dependencies, builds the release preset, and runs the main job: bulwark simulate,
+# which replays seed 002's incident in virtual time, before vs after its fixes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
 cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)"
-exec build/release/examples/trip_and_recover
+exec build/release/tools/bulwark/bulwark simulate "$@"
