@@ -87,6 +87,23 @@ class PipelineTest : public ::testing::Test {
       ManualSleeper(clock), &budget};
 };
 
+TEST_F(PipelineTest, AFallbackStageCountsWhatItAnswersFor) {
+  ComponentCounters counters;
+  auto p =
+      pipeline(fallback(-1).counted_by(counters), bulwark::breaker(breaker), bulwark::retry(retry));
+  auto failing = [](const Ctx&) -> Result { return Unexpected(HttpError{503}); };
+  EXPECT_EQ(*p(Ctx(clock), failing), -1);  // three attempts failed: "failed"
+  EXPECT_EQ(*p(Ctx(clock), failing), -1);  // the breaker opens on this sequence's outcome
+  ASSERT_EQ(breaker.state(), State::open);
+  EXPECT_EQ(*p(Ctx(clock), failing), -1);  // never called: "rejected"
+  EXPECT_EQ(*p(Ctx(clock), [](const Ctx&) -> Result { return 5; }), -1) << "still open";
+  ComponentReading r;
+  counters.read_into(r);
+  ASSERT_TRUE(r.has_fallback);
+  EXPECT_EQ(r.fallbacks[static_cast<int>(FallbackKind::failed)], 2u);
+  EXPECT_EQ(r.fallbacks[static_cast<int>(FallbackKind::rejected)], 2u);
+}
+
 TEST_F(PipelineTest, AllStagesSuccess) {
   auto p = pipeline(fallback(-1), bulwark::breaker(breaker), bulkhead(pool), bulwark::retry(retry),
                     timeout(1s));

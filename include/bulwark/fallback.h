@@ -147,18 +147,51 @@ struct Failure {
   }
 };
 
+// Told each time a fallback answers, and whether the call was never made (stopped
+// before any attempt: breaker or bulkhead said no) or was made and failed. A function
+// pointer and a target pointer: copying the stage copies the observer, nothing else.
+class FallbackObserver {
+ public:
+  constexpr FallbackObserver() noexcept = default;
+  // `target` needs `on_fallback(bool rejected)`, and must outlive the stage's copies.
+  template <class T>
+  requires requires(T& t) { t.on_fallback(true); }
+  explicit FallbackObserver(T& target) noexcept
+      : target_(&target),
+        fn_([](void* t, bool rejected) noexcept { static_cast<T*>(t)->on_fallback(rejected); }) {}
+
+  void operator()(bool rejected) const noexcept {
+    if (fn_ != nullptr) fn_(target_, rejected);
+  }
+
+ private:
+  void* target_ = nullptr;
+  void (*fn_)(void*, bool) noexcept = nullptr;
+};
+
 // The fallback stage of a pipeline: answers for the reasons in `on`.
 template <class F>
 struct FallbackStage {
   static constexpr int kOrder = 0;
   F fallback;
   Reasons on;
+  FallbackObserver observer{};
+
+  // The same stage, telling `target` (e.g. a breaker's ComponentCounters, metrics.h)
+  // every time it answers: `fallback(f).counted_by(handle.metrics()->components)`.
+  template <class T>
+  FallbackStage counted_by(T& target) const {
+    FallbackStage copy = *this;
+    copy.observer = FallbackObserver(target);
+    return copy;
+  }
 
   // Turns a failure into the pipeline's result type Out = Expected<T, Failure<E>>.
   template <class Out, class E>
   Out apply(Failure<E>&& failure) const {
     using T = typename Out::value_type;
     if (!on.contains(failure.reason)) return Unexpected(std::move(failure));
+    observer(failure.rejected());
     if constexpr (std::is_invocable_v<const F&, const Failure<E>&>) {
       return wrap<Out>([&]() -> decltype(auto) { return fallback(std::as_const(failure)); });
     } else if constexpr (std::is_invocable_v<const F&>) {
@@ -193,7 +226,7 @@ struct FallbackStage {
 // function of (), or a function of (const Failure<E>&).
 template <class F>
 constexpr FallbackStage<std::decay_t<F>> fallback(F&& f, Reasons on = Reasons::all()) {
-  return {std::forward<F>(f), on};
+  return {std::forward<F>(f), on, {}};
 }
 
 }  // namespace bulwark

@@ -296,6 +296,10 @@ class ComponentCounters {
     use(kFallbackBit);
     fallbacks_[static_cast<std::size_t>(k)].fetch_add(1, std::memory_order_relaxed);
   }
+  // For a pipeline's fallback stage: `bulwark::fallback(f).counted_by(counters)`.
+  void on_fallback(bool rejected) noexcept {
+    record_fallback(rejected ? FallbackKind::rejected : FallbackKind::failed);
+  }
   // Once per logical call that went through a retry stage, with how it ended.
   void record_retry_call(RetryCallKind k) noexcept {
     use(kRetryBit);
