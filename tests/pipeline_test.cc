@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <string>
 
+#include "bulwark/metrics.h"
+
 // Every global allocation and every pthread mutex lock (what std::mutex uses) in this
 // test binary is counted, so "allocates nothing, takes no lock" is a checked claim.
 namespace {
