@@ -11,11 +11,15 @@ presets=("$@")
 ((${#presets[@]})) || presets=(release asan tsan)
 jobs=$(nproc)
 
+start=$SECONDS
 for preset in "${presets[@]}"; do
+  t0=$SECONDS
   echo "=== ${preset}: configure and build"
   cmake --preset "$preset" >/dev/null
   cmake --build --preset "$preset" -j "$jobs"
+  t1=$SECONDS
   echo "=== ${preset}: test"
   ctest --preset "$preset" -j "$jobs"
+  echo "=== ${preset}: built in $((t1 - t0)) s, tested in $((SECONDS - t1)) s"
 done
-echo "=== all tests passed (${presets[*]})"
+echo "=== all tests passed (${presets[*]}) in $((SECONDS - start)) s"
