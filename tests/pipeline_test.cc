@@ -1,54 +1,16 @@
 #include "bulwark/pipeline.h"
 
-#include <dlfcn.h>
 #include <gtest/gtest.h>
-#include <pthread.h>
 
 #include <atomic>
 #include <chrono>
-#include <cstdlib>
 #include <mutex>
-#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
 #include "bulwark/metrics.h"
-
-// Every global allocation and every pthread mutex lock (what std::mutex uses) in this
-// test binary is counted, so "allocates nothing, takes no lock" is a checked claim.
-namespace {
-std::atomic<long> g_allocations{0};
-std::atomic<long> g_mutex_locks{0};
-}  // namespace
-
-// Sanitizers intercept pthread_mutex_lock themselves; only interpose without them.
-#if !defined(__SANITIZE_THREAD__) && !defined(__SANITIZE_ADDRESS__)
-#define BULWARK_COUNT_LOCKS 1
-extern "C" int pthread_mutex_lock(pthread_mutex_t* m) {
-  using Fn = int (*)(pthread_mutex_t*);
-  static Fn real = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "pthread_mutex_lock"));
-  g_mutex_locks.fetch_add(1, std::memory_order_relaxed);
-  return real(m);
-}
-#endif
-
-// GCC sees free() of memory that came from operator new through inlining and warns,
-// though both sides of the replacement use malloc/free.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
-void* operator new(std::size_t n) {
-  g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t n) { return ::operator new(n); }
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+#include "support/counting.h"
 
 namespace bulwark {
 namespace {
@@ -124,15 +86,7 @@ TEST_F(PipelineTest, AllStagesSuccess) {
 // The claim of pipeline.h: nothing on the call path allocates or locks, whether the
 // call succeeds, is retried with backoff and budget, or is rejected and falls back.
 TEST_F(PipelineTest, AllocatesNothingAndTakesNoLock) {
-#if defined(BULWARK_COUNT_LOCKS)
-  {  // the counter itself works: a std::mutex lock is seen
-    std::mutex m;
-    const long before = g_mutex_locks.load();
-    m.lock();
-    m.unlock();
-    ASSERT_EQ(g_mutex_locks.load() - before, 1);
-  }
-#endif
+  ASSERT_TRUE(testing::counting_works());
   auto p =
       pipeline(fallback([](const Failure<HttpError>& f) { return -static_cast<int>(f.reason); }),
                bulwark::breaker(breaker), bulkhead(pool), bulwark::retry(retry), timeout(1s));
@@ -146,28 +100,22 @@ TEST_F(PipelineTest, AllocatesNothingAndTakesNoLock) {
   auto down = [](const Ctx&) -> Result { return Unexpected(HttpError{500}); };
   for (int i = 0; i < 4; ++i) (void)p(ctx, ok);  // warm up (thread_locals, first calls)
 
-  const long before = g_allocations.load();
-  const long locks_before = g_mutex_locks.load();
-  for (int i = 0; i < 100; ++i) {
-    auto r = p(ctx, ok);
-    ASSERT_TRUE(r);
+  std::optional<Expected<int, Failure<HttpError>>> failed, opened, rejected;
+  const testing::Counts c = testing::count([&] {
+    for (int i = 0; i < 100; ++i) ASSERT_TRUE(p(ctx, ok));
+    for (int i = 0; i < 10; ++i) ASSERT_EQ(*p(ctx, flaky), 1);
+    failed.emplace(p(ctx, down));    // exhausts the retries: one failure for the breaker
+    opened.emplace(p(ctx, down));    // the second consecutive failure opens it
+    rejected.emplace(p(ctx, down));  // and this one never runs
+  });
+  EXPECT_EQ(c.allocations, 0u);
+  if (testing::kCountsLocks) {
+    EXPECT_EQ(c.locks, 0u);
   }
-  for (int i = 0; i < 10; ++i) {
-    auto r = p(ctx, flaky);
-    ASSERT_TRUE(r);
-    EXPECT_EQ(*r, 1);
-  }
-  auto failed = p(ctx, down);  // exhausts the retries: one failure for the breaker
-  auto opened = p(ctx, down);  // the second consecutive failure opens it
-  auto rejected = p(ctx, down);
-  ASSERT_TRUE(rejected);
-  const long after = g_allocations.load();
-  EXPECT_EQ(after - before, 0);
-  EXPECT_EQ(g_mutex_locks.load() - locks_before, 0);
   EXPECT_EQ(breaker.state(), State::open);
-  EXPECT_EQ(*failed, -static_cast<int>(Reason::retries_exhausted));
-  EXPECT_EQ(*opened, -static_cast<int>(Reason::retries_exhausted));
-  EXPECT_EQ(*rejected, -static_cast<int>(Reason::breaker_open));
+  EXPECT_EQ(**failed, -static_cast<int>(Reason::retries_exhausted));
+  EXPECT_EQ(**opened, -static_cast<int>(Reason::retries_exhausted));
+  EXPECT_EQ(**rejected, -static_cast<int>(Reason::breaker_open));
 }
 
 TEST_F(PipelineTest, BreakerSeesTheWholeRetrySequenceByDefault) {
