@@ -402,20 +402,35 @@ TEST_F(BreakerTest, OpenPeriodGrowthNeverOverflows) {
   Breaker b({.consecutive_failures = 1,
              .open_duration = 1h,
              .open_duration_multiplier = 1e300,
-             .max_open_duration = Nanos::max()},
+             .max_open_duration = 24h},
             clock);
   fail(b);
   for (int i = 0; i < 40; ++i) {  // more reopens than the counter holds
     const Nanos period = b.snapshot().open_duration;
     ASSERT_GT(period, Nanos::zero()) << i;
-    clock.advance(period);  // saturates at the end of time, as the breaker's arithmetic does
+    ASSERT_LE(period, 24h) << i;
+    clock.advance(period);
     auto probe = b.try_acquire();
     ASSERT_TRUE(probe) << i;
     probe->record_failure();
   }
-  const Nanos last = b.snapshot().open_duration;
-  EXPECT_EQ(last, Nanos::max());
-  EXPECT_GT(b.try_acquire().error().retry_after, Nanos::zero());
+  EXPECT_EQ(b.snapshot().open_duration, 24h);
+  EXPECT_EQ(b.try_acquire().error().retry_after, 24h);
+}
+
+TEST_F(BreakerTest, AnInfiniteOpenPeriodNeverEndsByItself) {
+  Breaker b(
+      {.consecutive_failures = 1, .open_duration = Nanos::max(), .max_open_duration = Nanos::max()},
+      clock);
+  fail(b);
+  clock.advance(std::chrono::hours(24 * 365 * 200));
+  auto r = b.try_acquire();
+  ASSERT_FALSE(r);
+  EXPECT_GT(r.error().retry_after, std::chrono::hours(24 * 365 * 50));
+  clock.set(Nanos::max());  // the end of time: still open
+  EXPECT_FALSE(b.try_acquire());
+  ASSERT_TRUE(b.transition_to(State::half_open));  // an operator can still probe
+  EXPECT_TRUE(b.try_acquire());
 }
 
 TEST_F(BreakerTest, ConsecutiveFailureCountSaturatesInsteadOfWrapping) {

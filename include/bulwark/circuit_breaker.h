@@ -361,7 +361,9 @@ class alignas(64) BasicCircuitBreaker {
           if (w.pending()) return reject(RejectReason::open, period);
           const Ticks t = now();
           const Ticks until = saturating_add(since_.load(std::memory_order_relaxed), period);
-          if (t < until) return reject(RejectReason::open, until - t);
+          // An end that saturates (an infinite open period) never comes by itself.
+          if (t < until || until == kTicksMax)
+            return reject(RejectReason::open, until - std::min(t, until));
           const Word next =
               w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
           if (cas(w, next)) {
