@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Reads Google Benchmark JSON (with repetitions) and prints each goal as a ratio of two
-benchmarks measured in the same run, using the median of the repetitions.
+"""Turns one Google Benchmark run into the project's goals, each a ratio of figures
+measured in that same run (medians of the repetitions), so the machine's speed and
+load cancel out.
 
     bulwark_bench --benchmark_repetitions=5 --benchmark_format=json > run.json
     python3 bench/ratios.py run.json
@@ -8,90 +9,116 @@ benchmarks measured in the same run, using the median of the repetitions.
 import json
 import sys
 
-# (what, numerator, denominator, goal operator, goal value)
-GOALS = [
-    ("closed path / atomic fetch_add", "BM_Closed_AcquireRecordSuccess/threads:1",
-     "BM_Baseline_AtomicFetchAdd/threads:1", "<=", 3.0),
-    ("mutex breaker / closed path (speed-up)", "BM_Baseline_MutexBreaker/threads:1",
-     "BM_Closed_AcquireRecordSuccess/threads:1", ">=", 10.0),
-    ("open rejection / steady_clock::now()", "BM_Open_Reject/threads:1",
-     "BM_Baseline_SteadyClockNow/threads:1", "<=", 1.5),
-    ("closed path, 2 threads / 1 thread", "BM_Closed_AcquireRecordSuccess/threads:2",
-     "BM_Closed_AcquireRecordSuccess/threads:1", "<=", 3.0),
-    ("  for scale: fetch_add, 2 threads / 1 thread", "BM_Baseline_AtomicFetchAdd/threads:2",
-     "BM_Baseline_AtomicFetchAdd/threads:1", None, None),
-    ("open rejection, virtual clock / template clock", "BM_Open_Reject_VirtualClock/threads:1",
-     "BM_Open_Reject/threads:1", None, None),
-    ("half-open rejection / steady_clock::now()", "BM_HalfOpen_Reject/threads:1",
-     "BM_Baseline_SteadyClockNow/threads:1", None, None),
-    ("count window / atomic fetch_add", "BM_Closed_CountWindow/threads:1",
-     "BM_Baseline_AtomicFetchAdd/threads:1", "<=", 6.0),
-    ("count window, 2 threads / 1 thread", "BM_Closed_CountWindow/threads:2",
-     "BM_Closed_CountWindow/threads:1", None, None),
-    ("time window, 2 threads / 1 thread", "BM_Closed_TimeWindow/threads:2",
-     "BM_Closed_TimeWindow/threads:1", None, None),
-]
 
-# Goals that are not a plain ratio of two benchmarks.
-COMPOSITE = [
-    # time window <= 6 x fetch_add + 1 x coarse clock read
-    ("time window / (6 x fetch_add + coarse clock)", "BM_Closed_TimeWindow/threads:1",
-     lambda t: 6 * t["BM_Baseline_AtomicFetchAdd/threads:1"] + t["BM_Baseline_CoarseClockNow/threads:1"],
-     "<=", 1.0),
-    # slow tracking adds at most what measuring one duration costs
-    ("slow tracking's extra cost / measuring one duration",
-     lambda t: t["BM_Closed_TimeWindow_SlowTracking/threads:1"] - t["BM_Closed_TimeWindow/threads:1"],
-     lambda t: t["BM_Baseline_MeasureDuration/threads:1"], "<=", 1.0),
-    ("  without in-flight counting", lambda t: t["BM_Closed_TimeWindow_SlowTracking_NoInFlight/threads:1"]
-     - t["BM_Closed_TimeWindow/threads:1"], lambda t: t["BM_Baseline_MeasureDuration/threads:1"], None, None),
-]
-
-
-def medians(path):
+def load(path):
+    """Median real time (ns) per benchmark, and the medians of its user counters."""
     with open(path) as f:
         data = json.load(f)
-    out = {}
+    times, counters, singles = {}, {}, {}
+    unit = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
     for b in data["benchmarks"]:
+        name = b["run_name"]
+        t = b.get("real_time", 0.0) * unit[b.get("time_unit", "ns")]
+        extra = {k: v for k, v in b.items() if isinstance(v, (int, float)) and k not in (
+            "real_time", "cpu_time", "iterations", "repetitions", "repetition_index", "threads",
+            "family_index", "per_family_instance_index")}
         if b.get("aggregate_name") == "median":
-            out[b["run_name"]] = b["real_time"]
-        elif "aggregate_name" not in b and b["run_name"] not in out:
-            out.setdefault("_single_" + b["run_name"], b["real_time"])
-    for k, v in list(out.items()):
-        if k.startswith("_single_") and k[8:] not in out:
-            out[k[8:]] = v
-    return {k: v for k, v in out.items() if not k.startswith("_single_")}
+            times[name], counters[name] = t, extra
+        elif "aggregate_name" not in b:
+            singles.setdefault(name, (t, extra))
+    for name, (t, extra) in singles.items():  # benchmarks run once have no aggregates
+        times.setdefault(name, t)
+        counters.setdefault(name, extra)
+    return times, counters
+
+
+def goals(t, c):
+    """(what, value, operator, target): value is None when the run lacks a benchmark."""
+    fa1 = t.get("BM_Baseline_AtomicFetchAdd/threads:1")
+
+    def r(a, b):
+        return t[a] / t[b] if a in t and b in t else None
+
+    def minus(a, b):
+        return t[a] - t[b] if a in t and b in t else None
+
+    out = [
+        ("Breaker (issue 2)", None, "section", None),
+        ("closed path / atomic fetch_add", r("BM_Closed_AcquireRecordSuccess/threads:1",
+                                             "BM_Baseline_AtomicFetchAdd/threads:1"), "<=", 3.0),
+        ("mutex breaker / closed path (speed-up)", r("BM_Baseline_MutexBreaker/threads:1",
+                                                     "BM_Closed_AcquireRecordSuccess/threads:1"), ">=", 10.0),
+        ("open rejection / steady_clock::now()", r("BM_Open_Reject/threads:1",
+                                                   "BM_Baseline_SteadyClockNow/threads:1"), "<=", 1.5),
+        ("closed path, 2 threads / 1 thread", r("BM_Closed_AcquireRecordSuccess/threads:2",
+                                                "BM_Closed_AcquireRecordSuccess/threads:1"), "<=", 3.0),
+        ("  for scale: fetch_add, 2 threads / 1 thread", r("BM_Baseline_AtomicFetchAdd/threads:2",
+                                                           "BM_Baseline_AtomicFetchAdd/threads:1"), None, None),
+        ("open rejection, virtual clock / template clock", r("BM_Open_Reject_VirtualClock/threads:1",
+                                                             "BM_Open_Reject/threads:1"), None, None),
+        ("half-open rejection / steady_clock::now()", r("BM_HalfOpen_Reject/threads:1",
+                                                        "BM_Baseline_SteadyClockNow/threads:1"), None, None),
+        ("Windows (issue 3)", None, "section", None),
+        ("count window / atomic fetch_add", r("BM_Closed_CountWindow/threads:1",
+                                              "BM_Baseline_AtomicFetchAdd/threads:1"), "<=", 6.0),
+        ("time window / (6 x fetch_add + coarse clock read)",
+         t["BM_Closed_TimeWindow/threads:1"] / (6 * fa1 + t["BM_Baseline_CoarseClockNow/threads:1"])
+         if "BM_Closed_TimeWindow/threads:1" in t and fa1 else None, "<=", 1.0),
+        ("slow tracking's extra cost / measuring one duration",
+         minus("BM_Closed_TimeWindow_SlowTracking/threads:1", "BM_Closed_TimeWindow/threads:1") /
+         t["BM_Baseline_MeasureDuration/threads:1"] if "BM_Baseline_MeasureDuration/threads:1" in t
+         and "BM_Closed_TimeWindow_SlowTracking/threads:1" in t else None, "<=", 1.0),
+        ("  of which without in-flight counting",
+         minus("BM_Closed_TimeWindow_SlowTracking_NoInFlight/threads:1", "BM_Closed_TimeWindow/threads:1") /
+         t["BM_Baseline_MeasureDuration/threads:1"] if "BM_Baseline_MeasureDuration/threads:1" in t
+         and "BM_Closed_TimeWindow_SlowTracking_NoInFlight/threads:1" in t else None, None, None),
+        ("count window, 2 threads / 1 thread", r("BM_Closed_CountWindow/threads:2",
+                                                 "BM_Closed_CountWindow/threads:1"), None, None),
+        ("time window, 2 threads / 1 thread", r("BM_Closed_TimeWindow/threads:2",
+                                                "BM_Closed_TimeWindow/threads:1"), None, None),
+        ("Pipeline (issue 4)", None, "section", None),
+        ("pipeline's cost over a direct call / fetch_add",
+         minus("BM_Pipeline_NoOp/threads:1", "BM_Baseline_DirectCall") / fa1
+         if "BM_Pipeline_NoOp/threads:1" in t and fa1 else None, "<=", 15.0),
+        ("retry budget acquire / fetch_add", r("BM_RetryBudget_Acquire/threads:1",
+                                               "BM_Baseline_AtomicFetchAdd/threads:1"), None, None),
+        ("bulkhead acquire+release / fetch_add", r("BM_Bulkhead_AcquireRelease/threads:1",
+                                                   "BM_Baseline_AtomicFetchAdd/threads:1"), None, None),
+        ("Registry and exposition (issue 5)", None, "section", None),
+        ("registry lookup + call / bare call, 1 thread", r("BM_Registry_LookupExisting/1/threads:1",
+                                                           "BM_Closed_AcquireRecordSuccess/threads:1"), "<=", 4.0),
+        ("registry lookup + call / bare call, 2 threads", r("BM_Registry_LookupExisting/1/threads:2",
+                                                            "BM_Closed_AcquireRecordSuccess/threads:2"), "<=", 4.0),
+        ("  1024 keys / 1024 breakers in an array", r("BM_Registry_LookupExisting/1024/threads:1",
+                                                      "BM_Registry_Baseline_BreakerArray/1024/threads:1"), None, None),
+        ("  with idle_ttl / bare call", r("BM_Registry_LookupExisting_IdleTtl/1/threads:1",
+                                          "BM_Closed_AcquireRecordSuccess/threads:1"), None, None),
+        ("scrape 10k breakers / same text from constants", r("BM_Prometheus_Scrape_10k",
+                                                             "BM_Baseline_Format_10k"), "<=", 2.0),
+    ]
+    mem = next((v for k, v in c.items() if k.startswith("BM_Registry_Memory_1M")), None)
+    if mem and "bytes_per_key_over_breaker" in mem:
+        out.append(("bytes per key over sizeof(breaker), 1M keys", mem["bytes_per_key_over_breaker"], "<=", 200.0))
+    return out
 
 
 def main():
-    times = medians(sys.argv[1])
-    ok = True
-    print(f"{'goal':50} {'ratio':>8} {'target':>9}  result")
-    for what, num, den, op, limit in GOALS:
-        if num not in times or den not in times:
+    times, counters = load(sys.argv[1])
+    print(f"{'goal':56} {'value':>9} {'target':>9}  result")
+    for what, value, op, target in goals(times, counters):
+        if op == "section":
+            print(f"\n{what}")
             continue
-        r = times[num] / times[den]
+        if value is None:
+            continue
         if op is None:
-            print(f"{what:50} {r:8.2f} {'':>9}")
+            print(f"{what:56} {value:9.2f}")
             continue
-        met = r <= limit if op == "<=" else r >= limit
-        ok &= met
-        print(f"{what:50} {r:8.2f} {op + ' ' + str(limit):>9}  {'met' if met else 'NOT MET'}")
-    for what, num, den, op, limit in COMPOSITE:
-        try:
-            n = num(times) if callable(num) else times[num]
-            d = den(times) if callable(den) else times[den]
-        except KeyError:
-            continue
-        r = n / d
-        if op is None:
-            print(f"{what:50} {r:8.2f}")
-            continue
-        met = r <= limit if op == "<=" else r >= limit
-        print(f"{what:50} {r:8.2f} {op + ' ' + str(limit):>9}  {'met' if met else 'NOT MET'}")
-    print()
-    print("medians (ns):")
+        met = value <= target if op == "<=" else value >= target
+        print(f"{what:56} {value:9.2f} {op + ' ' + format(target, 'g'):>9}  {'met' if met else 'NOT MET'}")
+    print("\nmedians (ns):")
     for k in sorted(times):
-        print(f"  {k:60} {times[k]:10.2f}")
+        print(f"  {k:64} {times[k]:14.2f}")
     return 0
 
 

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
-# Builds the release preset and runs the benchmarks, printing each goal as a ratio of
-# two benchmarks measured in the same run (medians of 5 repetitions).
+# Builds the release preset and runs the benchmarks: every goal is printed as a ratio
+# of two figures measured in the same run (medians of 5 repetitions), then the
+# simulator's speed-up over real time. docs/performance.md quotes this output.
 # Usage: bash scripts/bench.sh [benchmark filter regex]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 cmake --preset release >/dev/null
-cmake --build --preset release -j "$(nproc)" --target bulwark_bench
+cmake --build --preset release -j "$(nproc)" --target bulwark_bench bulwark_lab_bench
 out=$(mktemp)
 build/release/bench/bulwark_bench --benchmark_filter="${1:-.}" --benchmark_repetitions=5 \
   --benchmark_min_time=0.2 --benchmark_format=json >"$out"
 python3 bench/ratios.py "$out"
+echo
+build/release/tools/lab/bench/bulwark_lab_bench --benchmark_repetitions=3 --benchmark_report_aggregates_only=true
