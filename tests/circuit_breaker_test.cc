@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -621,8 +622,8 @@ TEST_F(BreakerTest, ReadingASnapshotHasNoSideEffects) {
 }
 
 TEST_F(BreakerTest, PoliciesAreSharedAndOutliveTheirCopies) {
-  std::optional<BreakerPolicy<ManualClock>> policy;
-  policy.emplace(BreakerConfig{.name = "shared", .consecutive_failures = 1}, clock);
+  auto policy = std::make_unique<BreakerPolicy<ManualClock>>(
+      BreakerConfig{.name = "shared", .consecutive_failures = 1}, clock);
   Breaker a(*policy), b(*policy);
   policy.reset();  // the breakers keep it alive
   EXPECT_EQ(a.name(), "shared");

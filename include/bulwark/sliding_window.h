@@ -179,18 +179,20 @@ class InFlight {
   // older than an epoch another thread already started) is counted in the newer one.
   Admission admit(std::uint32_t gen, std::uint64_t epoch) noexcept {
     for (;;) {
-      const std::uint64_t other = slots_[(epoch + 1) & 1].load(std::memory_order_acquire);
-      if (slot_gen(other) == gen && is_ahead(slot_epoch(other), epoch)) {
-        epoch += (slot_epoch(other) - epoch) & kEpochMask;  // late: move up to the newest epoch
-        continue;
-      }
       auto& slot = slots_[epoch & 1];
       std::uint64_t raw = slot.load(std::memory_order_acquire);
-      if (slot_gen(raw) == gen && slot_epoch(raw) == (epoch & kEpochMask)) {
+      if (slot_gen(raw) == gen && slot_epoch(raw) == (epoch & kEpochMask)) {  // the common case
         if (slot.compare_exchange_weak(raw, raw + 1, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
           return {epoch, false};
         }
+        continue;
+      }
+      // A late thread (its clock read is older than an epoch another thread already
+      // started) is counted in the newer epoch.
+      const std::uint64_t other = slots_[(epoch + 1) & 1].load(std::memory_order_acquire);
+      if (slot_gen(other) == gen && is_ahead(slot_epoch(other), epoch)) {
+        epoch += (slot_epoch(other) - epoch) & kEpochMask;
         continue;
       }
       if (slot_gen(raw) == gen && is_ahead(slot_epoch(raw), epoch)) {
