@@ -104,7 +104,8 @@ TEST(SeedIncident, CountingInFlightSlowCallsOpensBeforeAnyCallCompletes) {
                  .slow_call_rate = 0.3,
                  .slow_call_duration = 400ms,
                  .minimum_calls = 20,
-                 .window_length = 10s},
+                 .window_length = 10s,
+                 .count_in_flight_slow_calls = true},
                 clock);
   const auto opened = run_incident(clock, b);
   ASSERT_TRUE(opened);
@@ -124,7 +125,8 @@ TEST(SeedIncident,
   TimeBreaker b({.slow_call_rate = 0.1,
                  .slow_call_duration = 400ms,
                  .minimum_calls = 20,
-                 .window_length = 10s},
+                 .window_length = 10s,
+                 .count_in_flight_slow_calls = true},
                 clock);
   const auto opened = run_incident(clock, b);
   ASSERT_TRUE(opened);
@@ -381,7 +383,8 @@ TEST(InFlightSlowCalls, ADependencyThatStopsAnsweringTripsBeforeAnyCallCompletes
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 1s,
                  .minimum_calls = 10,
-                 .window_length = 30s},
+                 .window_length = 30s,
+                 .count_in_flight_slow_calls = true},
                 clock);
   std::vector<TimeBreaker::Permit> hanging;
   for (int i = 0; i < 100 && b.state() == State::closed; ++i) {  // 10 calls a second, none answers
@@ -401,7 +404,8 @@ TEST(InFlightSlowCalls, TheSnapshotShowsThem) {
                  .slow_call_rate = 1.0,
                  .slow_call_duration = 1s,
                  .minimum_calls = 1000,
-                 .window_length = 30s},
+                 .window_length = 30s,
+                 .count_in_flight_slow_calls = true},
                 clock);
   std::vector<TimeBreaker::Permit> hanging;
   for (int i = 0; i < 5; ++i) hanging.push_back(std::move(*b.try_acquire()));
@@ -439,7 +443,8 @@ TEST(InFlightSlowCalls, CallsFromBeforeAResetDoNotCount) {
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 1s,
                  .minimum_calls = 1,
-                 .window_length = 30s},
+                 .window_length = 30s,
+                 .count_in_flight_slow_calls = true},
                 clock);
   std::vector<TimeBreaker::Permit> hanging;
   for (int i = 0; i < 3; ++i) hanging.push_back(std::move(*b.try_acquire()));

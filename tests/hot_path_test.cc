@@ -68,7 +68,8 @@ Counts windowed_closed_calls(ManualClock& clock) {
                                               .slow_call_duration = 100ms,
                                               .minimum_calls = 10,
                                               .window_size = 50,
-                                              .window_length = 10s},
+                                              .window_length = 10s,
+                                              .count_in_flight_slow_calls = true},
                                              clock);
   const Counts c = count([&] {
     for (int i = 0; i < 10'000; ++i) {  // crosses many buckets and in-flight epochs

@@ -36,7 +36,8 @@ BreakerConfig never_trips() {
           .minimum_calls = 1'000'000,
           .window_size = 65'535,
           .window_length = 1h,
-          .window_buckets = 10};
+          .window_buckets = 10,
+          .count_in_flight_slow_calls = true};
 }
 
 // Each thread records random outcomes with reported durations; one of them also moves

@@ -65,9 +65,10 @@ struct BreakerConfig {
   std::uint32_t window_buckets = 10;
   // Calls admitted more than slow_call_duration ago and still outstanding count as slow
   // when the rates are evaluated, so a dependency that stops answering trips the
-  // breaker before any call completes or times out. Costs one atomic update when a
-  // call is admitted and one when it completes.
-  bool count_in_flight_slow_calls = true;
+  // breaker before any call completes or times out (beyond Resilience4j, which only
+  // judges completed calls). Off by default: it costs one more atomic update when a
+  // call is admitted and one when it completes (docs/performance.md).
+  bool count_in_flight_slow_calls = false;
 
   // How long the breaker stays OPEN before it lets a probe through.
   Nanos open_duration = std::chrono::seconds(60);
