@@ -486,8 +486,6 @@ TEST(Classification, ACallersErrorIsIgnoredAndCountsNowhere) {
 
 TEST(Classification, AClassifierThatThrowsCountsAFailureAndTheCallerKeepsTheResult) {
   ManualClock clock;
-  CircuitBreaker::Permit* unused = nullptr;
-  (void)unused;
   BasicCircuitBreaker<ManualClock> b({.consecutive_failures = 1}, clock);
   auto r = b.execute([] { return 7; },
                      [](const int&) -> Outcome { throw std::logic_error("classifier bug"); });
