@@ -345,6 +345,23 @@ TEST(TimeWindowEdges, AJumpOfTenToTheTwelveSecondsCostsOnlyTheBuckets) {
   EXPECT_EQ(b.state(), State::open);
 }
 
+// Bucket tags keep the low 16 bits of a bucket's period: after a gap of a multiple of
+// 65,536 periods (here 327.68 s of 1 ms buckets), an old bucket's tag would equal a new
+// one's if the window did not start a new lap on a gap of a whole window or more.
+TEST(TimeWindowEdges, AGapThatWrapsTheBucketTagsDoesNotBringOldCountsBack) {
+  ManualClock clock;
+  clock.set(1000s);
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 5, .window_length = 10ms},
+      clock);
+  record(b, Outcome::failure, 4);  // below the minimum volume
+  clock.advance(327'680ms);        // lcm(10 buckets, 65536) periods of 1 ms
+  record(b, Outcome::success);
+  EXPECT_EQ(b.state(), State::closed) << "four failures from 5 minutes ago came back";
+  EXPECT_EQ(b.snapshot().window->calls, 1u);
+  EXPECT_EQ(b.snapshot().window->failures, 0u);
+}
+
 TEST(TimeWindowEdges, AClockSteppingBackIsNoTimePassing) {
   ManualClock clock;
   clock.set(100s);
@@ -417,6 +434,24 @@ TEST(InFlightSlowCalls, TheSnapshotShowsThem) {
   hanging.back().record_success();
   EXPECT_EQ(b.snapshot().window->in_flight_slow, 3u);
   EXPECT_EQ(b.snapshot().window->slow_successes, 1u);
+}
+
+// A thread whose clock reading is several epochs old (preempted between reading the
+// clock and counting its call) is counted in the newest epoch; it must not recycle that
+// epoch's slot, which would move fresh calls into the "ancient" (slow) count.
+TEST(InFlightSlowCalls, ALateAdmissionNeverMakesFreshCallsSlow) {
+  detail::InFlight in_flight;
+  constexpr unsigned kShift = 20;  // epochs of 2^20 ns, as for slow_call_duration = 1 ms
+  constexpr std::uint64_t kNow = 1000;
+  for (int i = 0; i < 5; ++i) (void)in_flight.admit(7, kNow);
+  const Ticks now = static_cast<Ticks>(kNow << kShift) + 1000;
+  ASSERT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift), 0u);
+  for (std::uint64_t late : {1u, 2u, 9u, 100u, 1000u}) {
+    const auto a = in_flight.admit(7, kNow - late);
+    EXPECT_EQ(a.epoch, kNow) << late << " epochs late";
+    EXPECT_FALSE(a.new_epoch);
+  }
+  EXPECT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift), 0u) << "fresh calls counted as slow";
 }
 
 TEST(InFlightSlowCalls, CanBeSwitchedOff) {

@@ -533,6 +533,45 @@ TEST_F(BreakerTest, AListenerMayCallBackIntoTheBreaker) {
   EXPECT_EQ(seen, expected);
 }
 
+// While a transition is being published (its listener runs), an operator's request is
+// queued; a rate rule that fires meanwhile must not replace it: the last operator
+// action wins.
+TEST(BreakerRequests, ARateTripDoesNotReplaceAQueuedManualTransition) {
+  ManualClock clock;
+  BreakerPolicy<ManualClock> policy(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 1, .window_size = 10},
+      clock);
+  BasicCircuitBreaker<ManualClock, CountWindow>* breaker = nullptr;
+  bool once = false;
+  policy.on_transition([&](const TransitionEvent& e) {
+    if (e.to != State::closed || once) return;
+    once = true;
+    EXPECT_TRUE(
+        breaker->transition_to(State::forced_open));  // queued: the close is being published
+    breaker->try_acquire()->record_failure();         // 1 of 1 failed: the rate rule fires
+  });
+  BasicCircuitBreaker<ManualClock, CountWindow> b(policy);
+  breaker = &b;
+  ASSERT_TRUE(b.transition_to(State::metrics_only));
+  ASSERT_TRUE(b.transition_to(State::closed));
+  EXPECT_EQ(b.state(), State::forced_open);
+}
+
+TEST(BreakerRequests, TheLastManualRequestWinsEvenIfItNamesTheCurrentState) {
+  ManualClock clock;
+  BreakerPolicy<ManualClock> policy({.consecutive_failures = 1}, clock);
+  BasicCircuitBreaker<ManualClock>* breaker = nullptr;
+  policy.on_transition([&](const TransitionEvent& e) {
+    if (e.to != State::open || e.from != State::closed) return;
+    EXPECT_TRUE(breaker->transition_to(State::disabled));  // queued...
+    EXPECT_TRUE(breaker->transition_to(State::open));      // ...then: stay open after all
+  });
+  BasicCircuitBreaker<ManualClock> b(policy);
+  breaker = &b;
+  b.try_acquire()->record_failure();
+  EXPECT_EQ(b.state(), State::open);
+}
+
 TEST_F(BreakerTest, AThrowingListenerCannotBreakTheBreaker) {
   BreakerPolicy<ManualClock> policy({.consecutive_failures = 1, .open_duration = 1s}, clock);
   int after = 0;

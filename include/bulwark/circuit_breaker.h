@@ -927,12 +927,14 @@ class alignas(64) BasicCircuitBreaker {
     for (;;) {
       const State from = static_cast<State>(w.state());
       if (!manual_allowed(from, target)) return Unexpected(TransitionError{from, target});
-      if (from == target && req != Request::manual_reset) return {};
       if (w.pending()) {
-        // Someone is publishing a transition; they will apply ours right after.
+        // Someone is publishing a transition; they apply ours right after. Queue it
+        // even if the breaker is already in `target`: it replaces whatever was queued
+        // (the last operator action wins), and is dropped then if it changes nothing.
         if (cas(w, with_request(w, req))) return {};
         continue;
       }
+      if (from == target && req != Request::manual_reset) return {};
       State to{};
       std::uint32_t reopens = 0;
       TransitionReason reason{};

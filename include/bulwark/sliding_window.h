@@ -65,32 +65,49 @@ constexpr bool gen_newer(std::uint32_t a, std::uint32_t b) noexcept {
 }
 
 // The window's head word. In a recording phase (CLOSED, METRICS_ONLY) it holds the
-// newest bucket (or call count) and whether a rate rule is "armed" (over its
-// threshold, waiting for the minimum volume); in a HALF_OPEN phase it holds that
-// round's probe tally instead. The generation says which phase it belongs to.
-//   recording: [gen 19 | armed 1 | position 44]
-//   probing:   [gen 19 | completed 15 | failures 15 | slow 15]
+// newest bucket (or call count), the lap, and whether a rate rule is "armed" (over its
+// threshold, waiting for the minimum volume); in a HALF_OPEN phase it holds that round's
+// probe tally instead. The generation (its low 12 bits: it is only ever compared with
+// the breaker's current one) says which phase the word belongs to.
+//   recording: [gen 12 | lap 7 | armed 1 | position 44]
+//   probing:   [gen 12 | 0 7   | completed 15 | failures 15 | slow 15]
+// The lap changes whenever a time window starts afresh (a new phase, or a gap of a
+// whole window or more): bucket tags are made of it, so a bucket left from an earlier
+// lap never passes for a current one, however far the head jumped.
 class HeadWord {
  public:
   static constexpr unsigned kPosBits = 44;
   static constexpr std::uint64_t kPosMask = (std::uint64_t{1} << kPosBits) - 1;
+  static constexpr std::uint32_t kLapMask = (1u << 7) - 1;
+  static constexpr std::uint32_t kGenMask12 = (1u << 12) - 1;
   static constexpr std::uint32_t kProbeMax = (1u << 15) - 1;
 
   constexpr HeadWord() noexcept = default;
   constexpr explicit HeadWord(std::uint64_t raw) noexcept : raw_(raw) {}
-  static constexpr HeadWord recording(std::uint32_t gen, bool armed, std::uint64_t pos) noexcept {
-    return HeadWord((std::uint64_t{gen & kGenMask} << 45) | (std::uint64_t{armed} << 44) |
+  static constexpr HeadWord recording(std::uint32_t gen, std::uint32_t lap, bool armed,
+                                      std::uint64_t pos) noexcept {
+    return HeadWord((std::uint64_t{gen & kGenMask12} << 52) |
+                    (std::uint64_t{lap & kLapMask} << 45) | (std::uint64_t{armed} << 44) |
                     (pos & kPosMask));
   }
   static constexpr HeadWord probing(std::uint32_t gen, std::uint32_t completed,
                                     std::uint32_t failures, std::uint32_t slow) noexcept {
-    return HeadWord((std::uint64_t{gen & kGenMask} << 45) |
+    return HeadWord((std::uint64_t{gen & kGenMask12} << 52) |
                     (std::uint64_t{std::min(completed, kProbeMax)} << 30) |
                     (std::uint64_t{std::min(failures, kProbeMax)} << 15) |
                     std::min(slow, kProbeMax));
   }
   constexpr std::uint64_t raw() const noexcept { return raw_; }
-  constexpr std::uint32_t gen() const noexcept { return static_cast<std::uint32_t>(raw_ >> 45); }
+  // True if the word belongs to the breaker's generation `gen`.
+  constexpr bool of(std::uint32_t gen) const noexcept { return gen12() == (gen & kGenMask12); }
+  // True if the word belongs to a generation after `gen` (within half the 12-bit range).
+  constexpr bool after(std::uint32_t gen) const noexcept {
+    const std::uint32_t d = (gen12() - gen) & kGenMask12;
+    return d != 0 && d < (kGenMask12 + 1) / 2;
+  }
+  constexpr std::uint32_t lap() const noexcept {
+    return static_cast<std::uint32_t>((raw_ >> 45) & kLapMask);
+  }
   constexpr bool armed() const noexcept { return ((raw_ >> 44) & 1) != 0; }
   constexpr std::uint64_t pos() const noexcept { return raw_ & kPosMask; }
   constexpr std::uint32_t completed() const noexcept {
@@ -104,6 +121,7 @@ class HeadWord {
   }
 
  private:
+  constexpr std::uint32_t gen12() const noexcept { return static_cast<std::uint32_t>(raw_ >> 52); }
   std::uint64_t raw_ = 0;
 };
 
@@ -120,8 +138,8 @@ class HeadBase {
     std::uint64_t raw = head_.load(std::memory_order_acquire);
     for (;;) {
       const HeadWord h(raw);
-      if (h.gen() != gen || h.armed() == armed) return;
-      const HeadWord next = HeadWord::recording(gen, armed, h.pos());
+      if (!h.of(gen) || h.armed() == armed) return;
+      const HeadWord next = HeadWord::recording(gen, h.lap(), armed, h.pos());
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire))
         return;
@@ -135,9 +153,9 @@ class HeadBase {
     for (;;) {
       const HeadWord h(raw);
       ProbeTally t;
-      if (h.gen() == gen) {
+      if (h.of(gen)) {
         t = {h.completed(), h.failures(), h.slow()};
-      } else if (gen_newer(h.gen(), gen)) {
+      } else if (h.after(gen)) {
         return {};  // a later phase has started: this probe is stale
       }
       t.completed += 1, t.failures += failure ? 1 : 0, t.slow += slow ? 1 : 0;
@@ -151,7 +169,7 @@ class HeadBase {
 
   ProbeTally probe_tally(std::uint32_t gen) const noexcept {
     const HeadWord h(head_.load(std::memory_order_acquire));
-    if (h.gen() != gen) return {};
+    if (!h.of(gen)) return {};
     return {h.completed(), h.failures(), h.slow()};
   }
 
@@ -261,11 +279,13 @@ class InFlight {
   static constexpr std::uint32_t slot_gen(std::uint64_t raw) noexcept {
     return static_cast<std::uint32_t>(raw >> 45);
   }
-  // True if epoch (low bits) `lo` is a few epochs after `epoch`: a thread late by a
-  // scheduling delay, not a slot left over from long ago.
+  // True if epoch (low bits) `lo` is up to 1024 epochs after `epoch`: a slot newer than
+  // a late thread's reading of the clock (preempted, or a clock stepped back), which it
+  // must not recycle. Further ahead means a slot left over from long ago (epochs wrap
+  // at 2^21): that one is old. 1024 epochs is at least a second (epochs are >= 1 ms).
   static constexpr bool is_ahead(std::uint64_t lo, std::uint64_t epoch) noexcept {
     const std::uint64_t d = (lo - epoch) & kEpochMask;
-    return d != 0 && d < 8;
+    return d != 0 && d <= 1024;
   }
   static constexpr std::uint64_t slot_epoch(std::uint64_t raw) noexcept {
     return (raw >> 24) & kEpochMask;
@@ -347,12 +367,12 @@ class CountWindow : public detail::HeadBase {
       const detail::HeadWord h(raw);
       std::uint64_t n = 0;
       bool armed = false;
-      if (h.gen() == gen) {
+      if (h.of(gen)) {
         n = h.pos(), armed = h.armed();
-      } else if (detail::gen_newer(h.gen(), gen)) {
+      } else if (h.after(gen)) {
         return h;  // stale: a later phase owns the window
       }
-      const detail::HeadWord next = detail::HeadWord::recording(gen, armed, n + 1);
+      const detail::HeadWord next = detail::HeadWord::recording(gen, 0, armed, n + 1);
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         ring_[n % size_].store(tag(gen, s), std::memory_order_release);
@@ -364,7 +384,7 @@ class CountWindow : public detail::HeadBase {
   WindowCounts counts(const WindowParams&, std::uint32_t gen, Ticks) const noexcept {
     WindowCounts c;
     const detail::HeadWord h(head_.load(std::memory_order_acquire));
-    if (h.gen() != gen) return c;
+    if (!h.of(gen)) return c;
     const std::uint64_t filled = std::min<std::uint64_t>(h.pos(), size_);
     const std::uint8_t g = static_cast<std::uint8_t>((gen & 31) << 3);
     for (std::uint64_t i = 0; i < filled; ++i) {
@@ -426,13 +446,14 @@ class TimeWindow : public detail::HeadBase {
     std::uint64_t raw = head_.load(std::memory_order_acquire);
     for (;;) {
       const detail::HeadWord h(raw);
-      if (h.gen() != gen) {
-        if (detail::gen_newer(h.gen(), gen)) return h;  // stale
-        // The first outcome of this generation: the window starts empty at `at`.
-        const detail::HeadWord next = detail::HeadWord::recording(gen, false, at);
+      if (!h.of(gen)) {
+        if (h.after(gen)) return h;  // stale
+        // The first outcome of this generation: the window starts empty at `at`, in a
+        // new lap, so that no bucket of an earlier phase can pass for one of this one.
+        const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, at);
         if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
-          clear(p, gen, at, next, p.buckets);
+          clear(p, at, next, p.buckets);
           raw = next.raw();
         }
         continue;
@@ -440,15 +461,19 @@ class TimeWindow : public detail::HeadBase {
       // A clock stepping back is no time passing: record into the newest bucket.
       const std::uint64_t i = std::max(at, h.pos());
       if (i > h.pos()) {
-        const detail::HeadWord next = detail::HeadWord::recording(gen, h.armed(), i);
+        // A gap of a whole window or more starts a new lap: every bucket is stale then,
+        // and the new tags differ from the old ones however far the head jumped.
+        const bool fresh = i - h.pos() >= p.buckets;
+        const detail::HeadWord next =
+            detail::HeadWord::recording(gen, fresh ? h.lap() + 1 : h.lap(), h.armed(), i);
         if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
-          clear(p, gen, i, next, std::min<std::uint64_t>(i - h.pos(), p.buckets));
+          clear(p, i, next, fresh ? p.buckets : i - h.pos());
           raw = next.raw();
         }
         continue;
       }
-      if (add(p, gen, i, s, h)) return h;
+      if (add(p, i, s, h)) return h;
       raw = head_.load(std::memory_order_acquire);  // the head moved on: record in the new one
     }
   }
@@ -456,7 +481,7 @@ class TimeWindow : public detail::HeadBase {
   WindowCounts counts(const WindowParams& p, std::uint32_t gen, Ticks now) const noexcept {
     WindowCounts c;
     const detail::HeadWord h(head_.load(std::memory_order_acquire));
-    if (h.gen() != gen) return c;
+    if (!h.of(gen)) return c;
     const std::uint64_t newest = h.pos();
     const std::uint64_t at = std::max(index_of(p, now), newest);
     // Buckets (at - buckets, newest]: the ones still inside the window at `now`.
@@ -466,10 +491,10 @@ class TimeWindow : public detail::HeadBase {
       if (j + p.buckets <= at) break;
       const Bucket& b = buckets_[j % p.buckets];
       const std::uint64_t w0 = b.calls.load(std::memory_order_acquire);
-      if (bucket_tag(w0) != tag(gen, j)) continue;
+      if (bucket_tag(w0) != tag(h.lap(), j)) continue;
       const std::uint64_t w1 = b.slow.load(std::memory_order_acquire);
       c.calls += field(w0, 1), c.failures += field(w0, 0);
-      if (bucket_tag(w1) == tag(gen, j))
+      if (bucket_tag(w1) == tag(h.lap(), j))
         c.slow_successes += field(w1, 1), c.slow_failures += field(w1, 0);
     }
     return c;
@@ -494,8 +519,10 @@ class TimeWindow : public detail::HeadBase {
     return static_cast<std::uint64_t>(std::max<Ticks>(0, now)) /
            static_cast<std::uint64_t>(p.bucket_width);
   }
-  static constexpr std::uint32_t tag(std::uint32_t gen, std::uint64_t index) noexcept {
-    return ((gen & 0xFF) << 16) | static_cast<std::uint32_t>(index & 0xFFFF);
+  // A bucket's tag: its lap and period (low bits), with the top bit set so that no tag is
+  // ever 0 — an empty bucket's word, never mistaken for a real one.
+  static constexpr std::uint32_t tag(std::uint32_t lap, std::uint64_t index) noexcept {
+    return 0x800000u | ((lap & 0x7Fu) << 16) | static_cast<std::uint32_t>(index & 0xFFFF);
   }
   static constexpr std::uint32_t bucket_tag(std::uint64_t w) noexcept {
     return static_cast<std::uint32_t>(w >> 40);
@@ -531,10 +558,9 @@ class TimeWindow : public detail::HeadBase {
     }
   }
 
-  bool add(const WindowParams& p, std::uint32_t gen, std::uint64_t i, detail::Sample s,
-           detail::HeadWord h) noexcept {
+  bool add(const WindowParams& p, std::uint64_t i, detail::Sample s, detail::HeadWord h) noexcept {
     Bucket& b = buckets_[i % p.buckets];
-    const std::uint32_t t = tag(gen, i);
+    const std::uint32_t t = tag(h.lap(), i);
     const bool failure = s == detail::Sample::failure || s == detail::Sample::slow_failure;
     if (!add_word(b.calls, head_, h, t, 1, failure ? 1 : 0)) return false;
     // Only slow calls touch the second word; readers ignore it while its tag is stale.
@@ -548,12 +574,12 @@ class TimeWindow : public detail::HeadBase {
   // Empties the `n` buckets ending at `to` (n <= buckets: however long the gap, the
   // work is bounded). Stops as soon as the head moves past `installed`: whoever moved
   // it clears from there.
-  void clear(const WindowParams& p, std::uint32_t gen, std::uint64_t to, detail::HeadWord installed,
+  void clear(const WindowParams& p, std::uint64_t to, detail::HeadWord installed,
              std::uint64_t n) noexcept {
     for (std::uint64_t k = 0; k < n && k <= to; ++k) {
       const std::uint64_t j = to - k;
       Bucket& b = buckets_[j % p.buckets];
-      const std::uint32_t t = tag(gen, j);
+      const std::uint32_t t = tag(installed.lap(), j);
       for (auto* word : {&b.calls, &b.slow}) {
         std::uint64_t raw = word->load(std::memory_order_acquire);
         while (bucket_tag(raw) != t) {

@@ -50,10 +50,18 @@ constexpr int request_priority(Request r) noexcept {
     case Request::close:
       return 1;
     case Request::open:
+    case Request::open_failure_rate:
+    case Request::open_slow_call_rate:
       return 2;
-    default:
+    case Request::manual_reset:
+    case Request::manual_open:
+    case Request::manual_half_open:
+    case Request::manual_forced_open:
+    case Request::manual_disabled:
+    case Request::manual_metrics_only:
       return 3;
   }
+  return 3;
 }
 
 class Word {
