@@ -4,17 +4,10 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <sstream>
 #include <thread>
 
 namespace bulwark {
 namespace {
-
-std::string describe(Nanos d) {
-  std::ostringstream out;
-  out << d.count() << "ns";
-  return out.str();
-}
 
 // Clamps a non-negative floating-point number of nanoseconds to [0, cap].
 Nanos clamp_ns(long double ns, Nanos cap) noexcept {
@@ -116,24 +109,24 @@ Expected<void, ConfigError> Backoff::validate(const std::string& component,
   switch (kind_) {
     case Kind::constant:
       if (initial_ < Nanos::zero())
-        return fail("delay", "must not be negative (got " + describe(initial_) + ")");
+        return fail("delay", "must not be negative (got " + detail::format_duration(initial_) + ")");
       break;
     case Kind::exponential:
       if (initial_ <= Nanos::zero())
-        return fail("initial", "must be positive (got " + describe(initial_) + ")");
+        return fail("initial", "must be positive (got " + detail::format_duration(initial_) + ")");
       if (!std::isfinite(multiplier_) || multiplier_ < 1.0) {
         return fail("multiplier",
                     "must be a finite number >= 1 (got " + std::to_string(multiplier_) + ")");
       }
       if (max_ < initial_) {
-        return fail("max", "must be at least initial (got " + describe(max_) + " < " +
-                               describe(initial_) + ")");
+        return fail("max", "must be at least initial (got " + detail::format_duration(max_) + " < " +
+                               detail::format_duration(initial_) + ")");
       }
       break;
     case Kind::custom:
       if (!fn_) return fail("function", "must not be empty");
       if (max_ < Nanos::zero())
-        return fail("max", "must not be negative (got " + describe(max_) + ")");
+        return fail("max", "must not be negative (got " + detail::format_duration(max_) + ")");
       break;
   }
   switch (jitter_) {

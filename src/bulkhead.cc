@@ -1,6 +1,5 @@
 #include "bulwark/bulkhead.h"
 
-#include <sstream>
 #include <string>
 
 namespace bulwark {
@@ -13,9 +12,7 @@ Expected<void, ConfigError> validate(const BulkheadConfig& c) {
   if (c.name.empty()) return fail("name", "must not be empty");
   if (c.max_concurrent < 1) return fail("max_concurrent", "must be at least 1 (got 0)");
   if (c.max_wait < Nanos::zero()) {
-    std::ostringstream out;
-    out << "must not be negative (got " << c.max_wait.count() << "ns)";
-    return fail("max_wait", out.str());
+    return fail("max_wait", "must not be negative (got " + detail::format_duration(c.max_wait) + ")");
   }
   return {};
 }

@@ -118,5 +118,19 @@ TEST_F(HotPath, RejectionsNeitherLockNorAllocate) {
   EXPECT_EQ(b.snapshot().rejected, 2000u);
 }
 
+// A rejection listener runs on every rejected call: reaching it takes no lock either.
+TEST_F(HotPath, RejectionListenersTakeNoLock) {
+  BreakerPolicy<ManualClock> policy({.consecutive_failures = 1, .open_duration = 1h}, clock);
+  int heard = 0;
+  policy.on_rejection([&](const RejectionEvent&) { ++heard; });
+  BasicCircuitBreaker<ManualClock> b(policy);
+  b.try_acquire()->record_failure();
+  expect_none(count([&] {
+                for (int i = 0; i < 1000; ++i) (void)b.try_acquire();
+              }),
+              "a rejection heard by a listener");
+  EXPECT_EQ(heard, 1000);
+}
+
 }  // namespace
 }  // namespace bulwark

@@ -66,6 +66,17 @@ TEST_F(PipelineTest, AFallbackStageCountsWhatItAnswersFor) {
   ASSERT_TRUE(r.has_fallback);
   EXPECT_EQ(r.fallbacks[static_cast<int>(FallbackKind::failed)], 2u);
   EXPECT_EQ(r.fallbacks[static_cast<int>(FallbackKind::rejected)], 2u);
+
+  // A fallback that declines (hands the failure on) answered nothing: not counted.
+  ComponentCounters declined;
+  auto q = pipeline(fallback([](const Failure<HttpError>& f) -> Expected<int, Failure<HttpError>> {
+                      return Unexpected(f);
+                    }).counted_by(declined),
+                    bulwark::breaker(breaker));
+  EXPECT_FALSE(q(Ctx(clock), failing));
+  ComponentReading none;
+  declined.read_into(none);
+  EXPECT_FALSE(none.has_fallback);
 }
 
 TEST_F(PipelineTest, AllStagesSuccess) {

@@ -581,6 +581,20 @@ TEST(Registry, AForeignBreakerOnACopiedPolicyIsIgnored) {
   EXPECT_EQ(keys, std::vector<std::string>{"k"});
 }
 
+// A key_created event carries the time the key was created, with or without idle_ttl.
+TEST(RegistryEvents, KeyCreatedCarriesItsTime) {
+  ManualClock clock;
+  clock.set(5000s);
+  Reg reg({.name = "r"}, clock);
+  std::vector<bulwark::Ticks> created;
+  auto sub = reg.events().subscribe(bulwark::EventMask::all(), [&](const bulwark::Event& e) {
+    if (e.kind == EventKind::key_created) created.push_back(e.at);
+  });
+  auto h = reg.get("host-1");
+  ASSERT_EQ(created.size(), 1u);
+  EXPECT_EQ(created[0], bulwark::Nanos(5000s).count());
+}
+
 }  // namespace
 
 namespace {

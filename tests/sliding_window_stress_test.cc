@@ -165,6 +165,27 @@ TEST(WindowStress, TimeWindowTightLoops) {
   tight_loops(clock, breaker);
 }
 
+// The same contention while another thread moves the clock through the buckets (but
+// stays inside the window, so every call still counts): rotation and clearing race the
+// bucket updates, and nothing may be lost or counted twice.
+TEST(WindowStress, TimeWindowTightLoopsWhileBucketsRotate) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips(), clock);
+  std::atomic<bool> started{false}, done{false};
+  std::thread mover([&] {
+    for (int step = 0; step < 9; ++step) {  // one 6-minute bucket per step: 54 min of a 1 h window
+      clock.advance(6min);
+      started.store(true);
+      if (done.load()) break;
+      std::this_thread::yield();
+    }
+  });
+  while (!started.load()) std::this_thread::yield();
+  tight_loops(clock, breaker);
+  done.store(true);
+  mover.join();
+}
+
 TEST(WindowStress, CountWindowTightLoops) {
   ManualClock clock;
   BasicCircuitBreaker<ManualClock, CountWindow> breaker(never_trips(), clock);

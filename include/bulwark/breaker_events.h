@@ -148,10 +148,10 @@ using ListenerId = std::uint64_t;
 
 namespace detail {
 
-// Copy-on-write list of listeners. Emitting copies the list's shared_ptr under a brief
-// mutex (never held while a listener runs), and only when there is a listener: with
-// none registered, emitting is one relaxed load. Ids start at `first` and step by
-// `step`, so lists sharing one id space (transitions, rejections) never collide.
+// Copy-on-write list of listeners. Adding and removing take a mutex (only against each
+// other); emitting loads the current list through an atomic shared_ptr, holds nothing
+// while listeners run, and with none registered is one relaxed load. Ids start at `first` and step
+// by `step`, so lists sharing one id space (transitions, rejections) never collide.
 template <class Event>
 class ListenerList {
  public:
@@ -162,7 +162,7 @@ class ListenerList {
 
   ListenerId add(Listener listener) {
     std::lock_guard lock(mu_);
-    auto next = std::make_shared<List>(*list_);
+    auto next = std::make_shared<List>(*list_.load(std::memory_order_relaxed));
     const ListenerId id = next_id_;
     next_id_ += step_;
     next->push_back(Entry{id, std::move(listener)});
@@ -172,7 +172,7 @@ class ListenerList {
 
   bool remove(ListenerId id) {
     std::lock_guard lock(mu_);
-    auto next = std::make_shared<List>(*list_);
+    auto next = std::make_shared<List>(*list_.load(std::memory_order_relaxed));
     const auto it =
         std::find_if(next->begin(), next->end(), [id](const Entry& e) { return e.id == id; });
     if (it == next->end()) return false;
@@ -182,11 +182,7 @@ class ListenerList {
   }
 
   void emit(const Event& event) const noexcept {
-    std::shared_ptr<const List> list;
-    {
-      std::lock_guard lock(mu_);
-      list = list_;
-    }
+    const std::shared_ptr<const List> list = list_.load(std::memory_order_acquire);
     for (const Entry& entry : *list) {
 #if defined(__cpp_exceptions)
       try {
@@ -210,12 +206,12 @@ class ListenerList {
   using List = std::vector<Entry>;
 
   void publish(std::shared_ptr<const List> next) {
-    list_ = std::move(next);
-    count_.store(list_->size(), std::memory_order_relaxed);
+    count_.store(next->size(), std::memory_order_relaxed);
+    list_.store(std::move(next), std::memory_order_release);
   }
 
-  mutable std::mutex mu_;
-  std::shared_ptr<const List> list_ = std::make_shared<const List>();
+  std::mutex mu_;  // serialises add and remove
+  std::atomic<std::shared_ptr<const List>> list_{std::make_shared<const List>()};
   std::atomic<std::size_t> count_{0};
   ListenerId next_id_;
   const ListenerId step_;

@@ -191,18 +191,22 @@ struct FallbackStage {
   Out apply(Failure<E>&& failure) const {
     using T = typename Out::value_type;
     if (!on.contains(failure.reason)) return Unexpected(std::move(failure));
-    observer(failure.rejected());
-    if constexpr (std::is_invocable_v<const F&, const Failure<E>&>) {
-      return wrap<Out>([&]() -> decltype(auto) { return fallback(std::as_const(failure)); });
-    } else if constexpr (std::is_invocable_v<const F&>) {
-      return wrap<Out>([&]() -> decltype(auto) { return fallback(); });
-    } else {
-      static_assert(
-          std::is_constructible_v<T, const F&>,
-          "a fallback must be a value convertible to the call's value type, or a function "
-          "of () or (const Failure<E>&)");
-      return Out(T(fallback));
-    }
+    const bool rejected = failure.rejected();
+    Out out = [&]() -> Out {
+      if constexpr (std::is_invocable_v<const F&, const Failure<E>&>) {
+        return wrap<Out>([&]() -> decltype(auto) { return fallback(std::as_const(failure)); });
+      } else if constexpr (std::is_invocable_v<const F&>) {
+        return wrap<Out>([&]() -> decltype(auto) { return fallback(); });
+      } else {
+        static_assert(
+            std::is_constructible_v<T, const F&>,
+            "a fallback must be a value convertible to the call's value type, or a function "
+            "of () or (const Failure<E>&)");
+        return Out(T(fallback));
+      }
+    }();
+    if (out.has_value()) observer(rejected);  // a fallback that declined answered nothing
+    return out;
   }
 
  private:

@@ -549,10 +549,10 @@ class BasicRegistry {
     return removed;
   }
 
-  // Runs eviction steps on every shard, examining at most `max_slots` table slots in
-  // total (0: every slot once). Returns how many keys were evicted. For callers that
-  // want memory back without waiting for traffic (say, after a scrape). No-op without
-  // idle_ttl.
+  // Runs eviction steps on every shard, examining about `max_slots` table slots in all
+  // (split evenly, at least one per shard; 0: every slot once). Returns how many keys
+  // were evicted. For callers that want memory back without waiting for traffic (say,
+  // after a scrape). No-op without idle_ttl.
   std::size_t evict_idle(std::size_t max_slots = 0) {
     if (ttl_units_ == 0) return 0;
     const Ticks now = coarse_now_ticks(clock_.get());
@@ -927,7 +927,6 @@ class BasicRegistry {
 
   template <class K>
   Entry* create(Shard& s, std::uint64_t h, const K& key) {
-    const Ticks now = ttl_units_ != 0 ? coarse_now_ticks(clock_.get()) : 0;
     Key owned(key);
     // User code first, with no lock held: it may even call back into the registry.
     std::optional<Policy> own_policy;
@@ -952,6 +951,10 @@ class BasicRegistry {
     }
     construct_payload(s, e, std::move(owned), own_policy.has_value() ? *own_policy : shared_policy_,
                       index);
+    // Read after the user's callbacks ran, so a slow config_for can't make the key look
+    // idle from birth; also the time of its key_created event.
+    const bool announced = events_.wants(EventKind::key_created);
+    const Ticks now = ttl_units_ != 0 || announced ? coarse_now_ticks(clock_.get()) : 0;
     std::vector<Evicted> gone;
     Entry* result = e;
     {
@@ -974,8 +977,7 @@ class BasicRegistry {
       }
     }
     announce_evicted(gone);
-    if (result == e && events_.wants(EventKind::key_created))
-      emit_key(EventKind::key_created, e, now, Nanos::zero());
+    if (result == e && announced) emit_key(EventKind::key_created, e, now, Nanos::zero());
     return result;
   }
 

@@ -388,6 +388,8 @@ TEST(ScenarioToml, ErrorsNameTheKeyAndLine) {
   expect_error(p + "[[dependency.phases]]\nstart = \"0s\"\nlatency = \"1s\"\n[config.a]\n",
                "s.toml:12:9", "dependency.phases[1].start", "must be after the previous phase",
                true);
+  expect_error(p + "[[dependency.phases]]\nstart = \"1min\"\nlatency = \"1s\"\n[config.a]\n",
+               "s.toml:12:9", "dependency.phases[1].start", "the phase would never run", true);
   expect_error(
       p + "[[dependency.phases]]\nstart = \"2s\"\nlatency = { distribution = \"lognormal\", "
           "median = \"1s\" }\n[config.a]\n",

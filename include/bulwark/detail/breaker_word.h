@@ -14,8 +14,10 @@
 //
 // A permit remembers the word it was admitted under; its outcome only counts while the
 // generation is unchanged. The generation wraps after 524,288 transitions, so an
-// outcome reported after exactly that many transitions would be taken as current; a
-// transition takes at least one open period, so no real call lives that long.
+// outcome reported after exactly a multiple of that many transitions would be taken as
+// current. Automatic transitions are paced by open periods and probe rounds; only a
+// program issuing manual transitions in a tight loop while a call is outstanding could
+// get there, and the cost would be one outcome counted in the wrong generation.
 
 #ifndef BULWARK_DETAIL_BREAKER_WORD_H_
 #define BULWARK_DETAIL_BREAKER_WORD_H_

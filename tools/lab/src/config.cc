@@ -657,6 +657,10 @@ Scenario read_scenario(Reader& root) {
         pr.fail("start", "must be after the previous phase's start (" +
                              format_duration(s.dependency.phases.back().start) + ")");
       }
+      if (p.start >= s.duration) {
+        pr.fail("start", "is not before the scenario's end (duration " +
+                             format_duration(s.duration) + "): the phase would never run");
+      }
       if (p.name.empty()) p.name = "phase " + std::to_string(i + 1);
       s.dependency.phases.push_back(std::move(p));
     }
