@@ -109,7 +109,8 @@ Expected<void, ConfigError> Backoff::validate(const std::string& component,
   switch (kind_) {
     case Kind::constant:
       if (initial_ < Nanos::zero())
-        return fail("delay", "must not be negative (got " + detail::format_duration(initial_) + ")");
+        return fail("delay",
+                    "must not be negative (got " + detail::format_duration(initial_) + ")");
       break;
     case Kind::exponential:
       if (initial_ <= Nanos::zero())
@@ -119,8 +120,8 @@ Expected<void, ConfigError> Backoff::validate(const std::string& component,
                     "must be a finite number >= 1 (got " + std::to_string(multiplier_) + ")");
       }
       if (max_ < initial_) {
-        return fail("max", "must be at least initial (got " + detail::format_duration(max_) + " < " +
-                               detail::format_duration(initial_) + ")");
+        return fail("max", "must be at least initial (got " + detail::format_duration(max_) +
+                               " < " + detail::format_duration(initial_) + ")");
       }
       break;
     case Kind::custom:

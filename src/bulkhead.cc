@@ -12,7 +12,8 @@ Expected<void, ConfigError> validate(const BulkheadConfig& c) {
   if (c.name.empty()) return fail("name", "must not be empty");
   if (c.max_concurrent < 1) return fail("max_concurrent", "must be at least 1 (got 0)");
   if (c.max_wait < Nanos::zero()) {
-    return fail("max_wait", "must not be negative (got " + detail::format_duration(c.max_wait) + ")");
+    return fail("max_wait",
+                "must not be negative (got " + detail::format_duration(c.max_wait) + ")");
   }
   return {};
 }

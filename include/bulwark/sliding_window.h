@@ -349,9 +349,9 @@ struct NoWindow {
 // The last `window_size` calls, exactly. A ring of one byte per call, allocated once
 // with the breaker. Each byte keeps five bits of its call's generation, which only has
 // to tell a written slot from one claimed by a call still being recorded (or left from
-// an earlier phase): the cursor, which carries the generation, says which slots count. Recording a call is one CAS on the cursor and one byte store;
-// reading the window scans the ring (window_size bytes), which the breaker does only
-// when a failure or a slow call might change its mind.
+// an earlier phase): the cursor, which carries the generation, says which slots count. Recording a
+// call is one CAS on the cursor and one byte store; reading the window scans the ring (window_size
+// bytes), which the breaker does only when a failure or a slow call might change its mind.
 class CountWindow : public detail::HeadBase {
  public:
   static constexpr WindowKind kind = WindowKind::count;
