@@ -347,6 +347,33 @@ TEST_F(PipelineTest, ExceptionsReleaseEverythingAndPropagate) {
   EXPECT_THROW((void)per_attempt(Ctx(clock), [](const Ctx&) -> Result { throw 1; }), int);
   EXPECT_EQ(breaker.snapshot().failures, 2u);
 }
+
+// An exception thrown before any attempt ran (here by the idempotency-key hook) is
+// not the dependency's failure: with either breaker scope the permit is cancelled,
+// and however often it happens the breaker never opens on a dependency it never called.
+TEST_F(PipelineTest, ExceptionBeforeAnyAttemptCancelsThePermitInBothScopes) {
+  RetryConfig config{.name = "dep", .max_attempts = 3, .backoff = Backoff::constant(100ms)};
+  config.idempotency_key = []() -> std::string { throw std::runtime_error("no key"); };
+  BasicRetry<Clock, ManualSleeper> keyed(std::move(config), clock, ManualSleeper(clock), &budget);
+  int calls = 0;
+  auto call = [&](const Ctx&) -> Result { return ++calls; };
+
+  for (const BreakerScope scope : {BreakerScope::call, BreakerScope::attempt}) {
+    auto p = pipeline(fallback(-1), bulwark::breaker(breaker, scope), bulkhead(pool),
+                      bulwark::retry(keyed));
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_THROW((void)p(Ctx(clock), call), std::runtime_error);
+    }
+    EXPECT_EQ(pool.in_use(), 0u);
+  }
+  EXPECT_EQ(calls, 0);
+  const auto snap = breaker.snapshot();
+  EXPECT_EQ(snap.failures, 0u) << "no attempt ran: nothing to blame the dependency for";
+  EXPECT_EQ(snap.cancelled, 6u);
+  EXPECT_EQ(breaker.state(), State::closed);
+  EXPECT_EQ(*pipeline(bulwark::breaker(breaker), bulwark::retry(retry))(Ctx(clock), call), 1)
+      << "the dependency is still reachable";
+}
 #endif
 
 }  // namespace

@@ -31,7 +31,9 @@
 // default), or ignored — the caller's own fault, such as a 4xx: never retried, and
 // neither a success nor a failure for the breaker. An exception thrown by the call is
 // not retried: it releases every permit, counts as a failure for the breaker, and
-// propagates unchanged.
+// propagates unchanged. An exception thrown before any attempt ran (by the retry's
+// idempotency_key hook, say) propagates too, but cancels the breaker permit: the
+// dependency was never called, so it is neither a success nor a failure.
 //
 // The result is Expected<T, Failure<E>>: the value, or which stage stopped the call,
 // why, after how many attempts, and the last attempt's error (fallback.h).
@@ -373,7 +375,10 @@ class Pipeline {
         return out;
 #if defined(__cpp_exceptions)
       } catch (...) {
-        permit->record(Outcome::failure, Nanos::zero());
+        // Blame the dependency only if it was called. An exception from before the
+        // first attempt (the idempotency-key hook, the bulkhead) drops the permit
+        // unrecorded, which cancels it — as the per-attempt scope does.
+        if (trace.attempts > 0) permit->record(Outcome::failure, Nanos::zero());
         throw;
       }
 #endif
