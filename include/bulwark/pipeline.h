@@ -123,9 +123,11 @@ enum class BreakerScope : std::uint8_t {
 
 // Anything with try_acquire() -> Expected<typename B::Permit, Rejection>, whose
 // Permit has record(Outcome, Nanos) (a zero duration meaning "measure it yourself")
-// and cancels itself when destroyed unrecorded.
+// and cancels itself when destroyed unrecorded, and which names the clock it reads
+// as `clock_type` (it must be the context's: see Pipeline::execute).
 template <class B>
 concept BreakerLike = requires(B& b, typename B::Permit& p) {
+  typename B::clock_type;
   { b.try_acquire() } -> std::same_as<Expected<typename B::Permit, Rejection>>;
   p.record(Outcome::success, Nanos::zero());
 };
@@ -133,6 +135,7 @@ concept BreakerLike = requires(B& b, typename B::Permit& p) {
 template <class B>
 struct BreakerStage {
   static constexpr int kOrder = 1;
+  using clock_type = typename B::clock_type;
   B* breaker;
   BreakerScope scope;
 };
@@ -144,6 +147,7 @@ constexpr BreakerStage<B> breaker(B& b, BreakerScope scope = BreakerScope::call)
 template <class H>
 struct BulkheadStage {
   static constexpr int kOrder = 2;
+  using clock_type = typename H::clock_type;
   H* bulkhead;
 };
 template <class C>
@@ -162,6 +166,7 @@ struct RetryFailures {
 template <class R, class Pred>
 struct RetryStage {
   static constexpr int kOrder = 3;
+  using clock_type = typename R::clock_type;
   R* retry;
   Pred retry_on;
 };
@@ -212,6 +217,16 @@ constexpr int stage_index() {
     if (orders[i] == K) return i;
   }
   return -1;
+}
+
+// True if stage I (absent: I < 0) of S... reads the clock type C.
+template <int I, class C, class... S>
+constexpr bool stage_runs_on() {
+  if constexpr (I < 0) {
+    return true;
+  } else {
+    return std::is_same_v<typename std::tuple_element_t<I, std::tuple<S...>>::clock_type, C>;
+  }
 }
 
 template <class... S>
@@ -302,8 +317,22 @@ class Pipeline {
   // Runs `call` through the stages. Blocks only to wait out a retry's backoff (through
   // the retry's sleeper) or for a bulkhead slot (up to its max_wait); both end early
   // at the context's deadline and on its cancellation.
+  //
+  // Every stage must run on the context's clock type (a compile-time error otherwise):
+  // a steady-clock retry inside a BasicContext<ManualClock> would sleep its backoff in
+  // real time while the virtual deadline never moved.
   template <Clock C, class F>
   auto execute(const BasicContext<C>& ctx, F&& call) const {
+    static_assert(detail::stage_runs_on<kBreaker, C, S...>(),
+                  "bulwark::pipeline: the breaker's clock_type must be the context's clock "
+                  "(BasicContext<C> needs a breaker on C too)");
+    static_assert(detail::stage_runs_on<kBulkhead, C, S...>(),
+                  "bulwark::pipeline: the bulkhead's clock_type must be the context's clock "
+                  "(BasicContext<C> needs a BasicBulkhead<C>)");
+    static_assert(detail::stage_runs_on<kRetry, C, S...>(),
+                  "bulwark::pipeline: the retry's clock_type must be the context's clock "
+                  "(BasicContext<C> needs a BasicRetry<C, ...>; another clock would sleep "
+                  "the backoff on one time while the deadline is read on the other)");
     using Ctx = BasicContext<C>;
     using R = std::remove_cvref_t<call_result_t<F, Ctx>>;
     static_assert(detail::IsExpected<R>::value, "the call must return bulwark::Expected<T, E>");
