@@ -22,13 +22,19 @@
 //   if (d) { auto ticket = budget.try_withdraw(); ... schedule the next attempt at now + d.delay
 //   ... }
 //
-// Rules the loop follows after a failed attempt, in this order: a non-retryable or
-// ignored error (a 4xx) ends the call; max_attempts ends it (retries_exhausted); the
-// next delay is the server's retry-after hint when the error carries one (it replaces
-// the schedule, no jitter), else the backoff; if now + delay reaches the deadline the
-// call ends at once (deadline_exceeded: no sleep starts that could not be followed by
-// an attempt); the budget must grant a token (budget_exhausted); the sleep wakes at
-// once on cancellation (cancelled). Every early end returns the last attempt's error.
+// Rules the loop follows after a failed attempt, in this order (pipeline.h applies
+// them; docs/resilience.md lists them too):
+//   1. a non-retryable or ignored error (a 4xx) ends the call (call_error, or timeout);
+//   2. a cancelled request ends it (cancelled), and so does a deadline that has
+//      already passed (deadline_exceeded);
+//   3. max_attempts ends it (retries_exhausted);
+//   4. the next delay is the server's retry-after hint when the error carries one (it
+//      replaces the schedule, no jitter), else the backoff; if now + delay reaches the
+//      deadline the call ends at once (deadline_exceeded: no sleep starts that could
+//      not be followed by an attempt);
+//   5. the budget must grant a token (budget_exhausted);
+//   6. the sleep wakes at once on cancellation (cancelled).
+// Every early end returns the last attempt's error.
 //
 // Names follow Resilience4j: max_attempts counts the first call (3 = 1 call + 2
 // retries), where Polly's MaxRetryAttempts would be 2.
