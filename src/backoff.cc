@@ -93,8 +93,10 @@ Nanos Backoff::delay(std::uint32_t n, Nanos previous, std::uint64_t random) cons
       const Nanos cap = std::max(max_, Nanos::zero());
       const Nanos lo = std::min(base_delay(1), cap);
       const Nanos prev = std::max(previous, lo);
-      // 3 * prev, saturating at the cap.
-      const Nanos hi = prev >= cap / 3 ? cap : prev * 3;
+      // min(cap, 3 * prev) without overflow: prev > cap / 3 (integer division) is
+      // exactly when 3 * prev > cap. (prev >= cap / 3 would return the cap for
+      // prev == cap / 3 although 3 * prev can be up to 2 ns below it.)
+      const Nanos hi = prev > cap / 3 ? cap : prev * 3;
       return uniform_between(lo, std::max(lo, hi), random);
     }
   }

@@ -53,15 +53,59 @@ TEST(Backoff, HugeAttemptCountsSaturateAtTheCap) {
   EXPECT_EQ(Backoff::exponential(7ms, 2.0, 1s).base_delay(0), 7ms);
 }
 
+// At huge attempt counts the base delay is the cap, so each jitter must stay within
+// its documented bounds around the cap (backoff.h): full in [0, cap], equal in
+// [cap/2, cap], decorrelated in [initial, min(cap, 3 * max(previous, initial))]. Both
+// a real cap and no cap at all (Nanos::max(), where d/2 and 3 * previous are closest
+// to overflowing), and for decorrelated every kind of previous delay.
 TEST(Backoff, JitteredHugeAttemptsStayInRange) {
-  const std::uint32_t n = std::numeric_limits<std::uint32_t>::max();
-  SplitMix64 rng(1);
-  for (const Jitter j : {Jitter::full, Jitter::equal, Jitter::decorrelated}) {
-    const auto b = Backoff::exponential(1ms, 2.0, Nanos::max()).with_jitter(j);
-    for (int i = 0; i < 1000; ++i) {
-      const Nanos d = b.delay(n, Nanos::max(), rng());
-      EXPECT_GE(d, Nanos::zero()) << to_string(j);
+  const std::uint32_t huge[] = {64, 1000, std::numeric_limits<std::uint32_t>::max()};
+  const Nanos initial = 1ms;
+  for (const Nanos cap : {Nanos(30s), Nanos::max()}) {
+    SplitMix64 rng(1);
+    const auto full = Backoff::exponential(initial, 2.0, cap).with_jitter(Jitter::full);
+    const auto equal = Backoff::exponential(initial, 2.0, cap).with_jitter(Jitter::equal);
+    const auto decorrelated =
+        Backoff::exponential(initial, 2.0, cap).with_jitter(Jitter::decorrelated);
+    // min(cap, 3 * max(previous, initial)), without overflowing: p > cap / 3 means
+    // 3 * p > cap.
+    auto decorrelated_hi = [&](Nanos previous) {
+      const Nanos p = std::max(previous, initial);
+      return p > cap / 3 ? cap : std::min(cap, p * 3);
+    };
+    const Nanos previous_delays[] = {Nanos::zero(), initial, 7s,  cap / 3 - 1ns, cap / 3,
+                                     cap / 3 + 1ns, cap / 2, cap, Nanos::max()};
+    for (const std::uint32_t n : huge) {
+      ASSERT_EQ(full.base_delay(n), cap);
+      for (int i = 0; i < 1000; ++i) {
+        const Nanos f = full.delay(n, Nanos::zero(), rng());
+        EXPECT_GE(f, Nanos::zero()) << "full, attempt " << n;
+        EXPECT_LE(f, cap) << "full, attempt " << n;
+        const Nanos e = equal.delay(n, Nanos::zero(), rng());
+        EXPECT_GE(e, cap / 2) << "equal, attempt " << n;
+        EXPECT_LE(e, cap) << "equal, attempt " << n;
+      }
+      for (const Nanos previous : previous_delays) {
+        for (int i = 0; i < 100; ++i) {
+          const Nanos d = decorrelated.delay(n, previous, rng());
+          EXPECT_GE(d, initial) << "decorrelated, previous " << previous.count() << "ns";
+          EXPECT_LE(d, decorrelated_hi(previous))
+              << "decorrelated, previous " << previous.count() << "ns";
+        }
+        // All-ones bits draw the top of the range: exactly the bound, not 1 ns past it.
+        EXPECT_EQ(decorrelated.delay(n, previous, ~std::uint64_t{0}), decorrelated_hi(previous))
+            << "decorrelated, previous " << previous.count() << "ns";
+      }
     }
+    // The bounds are reached, not just respected: draws of all-zero and all-one bits
+    // land on the ends of each range.
+    const std::uint32_t n = huge[2];
+    EXPECT_EQ(full.delay(n, Nanos::zero(), 0), Nanos::zero());
+    EXPECT_EQ(full.delay(n, Nanos::zero(), ~std::uint64_t{0}), cap);
+    EXPECT_EQ(equal.delay(n, Nanos::zero(), 0), cap / 2);
+    EXPECT_EQ(equal.delay(n, Nanos::zero(), ~std::uint64_t{0}), cap);
+    EXPECT_EQ(decorrelated.delay(n, Nanos::max(), 0), initial);
+    EXPECT_EQ(decorrelated.delay(n, Nanos::max(), ~std::uint64_t{0}), cap);
   }
 }
 
