@@ -26,6 +26,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -149,41 +150,56 @@ using ListenerId = std::uint64_t;
 namespace detail {
 
 // Copy-on-write list of listeners. Adding and removing take a mutex (only against each
-// other); emitting loads the current list through an atomic shared_ptr, holds nothing
-// while listeners run, and with none registered is one relaxed load. Ids start at `first` and step
-// by `step`, so lists sharing one id space (transitions, rejections) never collide.
+// other, never on a call's path). Emitting is lock-free: with none registered it is
+// one relaxed load; otherwise one atomic add to borrow the current list, the
+// listeners run with nothing held, and one atomic step to give it back.
+//
+// (std::atomic<std::shared_ptr> would be simpler, but libstdc++ implements it with a
+// spin lock.) The list's address and the number of emitters borrowing it share one
+// word, `head_`: [borrowers 16 | pointer 48]. An emitter adds one borrower and gets
+// the pointer in the same step; it gives the list back by subtracting it again if the
+// list is still current. A writer swaps in a new list and moves the borrower count it
+// found into the old list's `balance`; emitters that then give back the old list count
+// it down there, and whoever brings it to zero frees it. Nothing ever waits, so a
+// listener may add or remove listeners, its own included.
+//
+// Ids start at `first` and step by `step`, so lists sharing one id space
+// (transitions, rejections) never collide.
 template <class Event>
 class ListenerList {
  public:
   using Listener = std::function<void(const Event&)>;
 
-  explicit ListenerList(ListenerId first = 1, ListenerId step = 1) noexcept
-      : next_id_(first), step_(step) {}
+  explicit ListenerList(ListenerId first = 1, ListenerId step = 1)
+      : head_(pack(new Node{})), next_id_(first), step_(step) {}
+  ListenerList(const ListenerList&) = delete;
+  ListenerList& operator=(const ListenerList&) = delete;
+  ~ListenerList() { delete node(head_.load(std::memory_order_acquire)); }
 
   ListenerId add(Listener listener) {
     std::lock_guard lock(mu_);
-    auto next = std::make_shared<List>(*list_.load(std::memory_order_relaxed));
+    auto next = std::make_unique<Node>(*node(head_.load(std::memory_order_acquire)));
     const ListenerId id = next_id_;
     next_id_ += step_;
-    next->push_back(Entry{id, std::move(listener)});
+    next->entries.push_back(Entry{id, std::move(listener)});
     publish(std::move(next));
     return id;
   }
 
   bool remove(ListenerId id) {
     std::lock_guard lock(mu_);
-    auto next = std::make_shared<List>(*list_.load(std::memory_order_relaxed));
-    const auto it =
-        std::find_if(next->begin(), next->end(), [id](const Entry& e) { return e.id == id; });
-    if (it == next->end()) return false;
-    next->erase(it);
+    auto next = std::make_unique<Node>(*node(head_.load(std::memory_order_acquire)));
+    auto& e = next->entries;
+    const auto it = std::find_if(e.begin(), e.end(), [id](const Entry& x) { return x.id == id; });
+    if (it == e.end()) return false;
+    e.erase(it);
     publish(std::move(next));
     return true;
   }
 
   void emit(const Event& event) const noexcept {
-    const std::shared_ptr<const List> list = list_.load(std::memory_order_acquire);
-    for (const Entry& entry : *list) {
+    const Node* n = node(head_.fetch_add(kBorrower, std::memory_order_acquire));
+    for (const Entry& entry : n->entries) {
 #if defined(__cpp_exceptions)
       try {
         entry.fn(event);
@@ -194,6 +210,7 @@ class ListenerList {
       entry.fn(event);
 #endif
     }
+    give_back(n);
   }
 
   bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
@@ -203,15 +220,49 @@ class ListenerList {
     ListenerId id;
     Listener fn;
   };
-  using List = std::vector<Entry>;
+  struct Node {
+    Node() = default;
+    Node(const Node& other) : entries(other.entries) {}
+    std::vector<Entry> entries;
+    // Once replaced: borrowers the writer found, minus those that gave it back since.
+    mutable std::atomic<std::int64_t> balance{0};
+  };
 
-  void publish(std::shared_ptr<const List> next) {
-    count_.store(next->size(), std::memory_order_relaxed);
-    list_.store(std::move(next), std::memory_order_release);
+  static constexpr unsigned kPointerBits = 48;
+  static constexpr std::uint64_t kBorrower = std::uint64_t{1} << kPointerBits;
+  static constexpr std::uint64_t kPointerMask = kBorrower - 1;
+
+  static std::uint64_t pack(const Node* n) noexcept {
+    const auto bits = reinterpret_cast<std::uintptr_t>(n);
+    // User-space addresses on x86-64 and AArch64 fit 48 bits.
+    if ((bits & ~kPointerMask) != 0) std::abort();
+    return bits;
+  }
+  static Node* node(std::uint64_t head) noexcept {
+    return reinterpret_cast<Node*>(static_cast<std::uintptr_t>(head & kPointerMask));
+  }
+
+  void give_back(const Node* n) const noexcept {
+    std::uint64_t cur = head_.load(std::memory_order_relaxed);
+    while (node(cur) == n) {
+      if (head_.compare_exchange_weak(cur, cur - kBorrower, std::memory_order_release,
+                                      std::memory_order_relaxed))
+        return;
+    }
+    // Replaced while we read it: the writer moved our borrow into the node's balance.
+    if (n->balance.fetch_sub(1, std::memory_order_acq_rel) == 1) delete n;
+  }
+
+  void publish(std::unique_ptr<Node> next) {
+    count_.store(next->entries.size(), std::memory_order_relaxed);
+    const std::uint64_t old = head_.exchange(pack(next.release()), std::memory_order_acq_rel);
+    const auto borrowers = static_cast<std::int64_t>(old >> kPointerBits);
+    const Node* n = node(old);
+    if (n->balance.fetch_add(borrowers, std::memory_order_acq_rel) + borrowers == 0) delete n;
   }
 
   std::mutex mu_;  // serialises add and remove
-  std::atomic<std::shared_ptr<const List>> list_{std::make_shared<const List>()};
+  mutable std::atomic<std::uint64_t> head_;
   std::atomic<std::size_t> count_{0};
   ListenerId next_id_;
   const ListenerId step_;
