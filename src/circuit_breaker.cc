@@ -128,6 +128,7 @@ Expected<void, ConfigError> validate_window(const BreakerConfig& c, WindowKind k
     if (c.failure_rate) return fail("failure_rate", needs);
     if (c.slow_call_rate) return fail("slow_call_rate", needs);
     if (c.slow_call_duration != Nanos::zero()) return fail("slow_call_duration", needs);
+    if (c.count_in_flight_slow_calls) return fail("count_in_flight_slow_calls", needs);
     return {};
   }
   if (kind == WindowKind::count && (c.window_size < 1 || c.window_size > Word::kCountMax)) {
@@ -150,8 +151,11 @@ Expected<void, ConfigError> validate_window(const BreakerConfig& c, WindowKind k
                                         std::to_string(c.window_buckets) + " buckets is less)");
     }
   }
-  if (c.count_in_flight_slow_calls && c.slow_call_duration != Nanos::zero() &&
-      c.slow_call_duration < std::chrono::milliseconds(1)) {
+  if (c.count_in_flight_slow_calls && c.slow_call_duration == Nanos::zero()) {
+    return fail("count_in_flight_slow_calls",
+                "needs slow_call_duration (it says when a call in flight is slow)");
+  }
+  if (c.count_in_flight_slow_calls && c.slow_call_duration < std::chrono::milliseconds(1)) {
     return fail("slow_call_duration", "must be at least 1ms to count calls in flight (got " +
                                           format_duration(c.slow_call_duration) + ")");
   }

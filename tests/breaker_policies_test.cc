@@ -289,10 +289,47 @@ TEST(RateRules, IgnoredAndRejectedCallsCountNowhere) {
   record(b, Outcome::failure, 1);
   record(b, Outcome::success, 1);
   EXPECT_EQ(b.snapshot().window->calls, 2u);
-  ASSERT_TRUE(b.transition_to(State::forced_open));
+  EXPECT_EQ(b.state(), State::closed);
+}
+
+// Rejections never reach the probes' tally either: one probe out, ten requests turned
+// away, and the probe's success alone decides.
+TEST(RateRules, RejectedCallsDoNotCountAgainstTheProbes) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 0,
+                 .failure_rate = 0.5,
+                 .minimum_calls = 2,
+                 .window_length = 60s,
+                 .open_duration = 5s,
+                 .half_open_max_calls = 1,
+                 .half_open_successes = 1},
+                clock);
+  record(b, Outcome::failure, 2);
+  ASSERT_EQ(b.state(), State::open);
+  clock.advance(5s);
+  auto probe = b.try_acquire();
+  ASSERT_TRUE(probe);
   for (int i = 0; i < 10; ++i) EXPECT_FALSE(b.try_acquire());
-  ASSERT_TRUE(b.transition_to(State::metrics_only));
-  EXPECT_EQ(b.snapshot().window->calls, 0u) << "a fresh phase starts with an empty window";
+  EXPECT_EQ(b.snapshot().rejected, 10u);
+  probe->record_success();
+  EXPECT_EQ(b.state(), State::closed);
+}
+
+// The rates are judged again when outcomes leave a time window: successes aging out
+// can leave the failures over the threshold, and the next call — a success — trips.
+TEST(RateRules, SuccessesAgingOutOfATimeWindowCanTripTheBreaker) {
+  ManualClock clock;
+  TimeBreaker b(
+      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 10, .window_length = 10s},
+      clock);
+  record(b, Outcome::success, 20);  // t = 0
+  clock.set(5s);
+  record(b, Outcome::failure, 15);  // 15 of 35: below the threshold
+  ASSERT_EQ(b.state(), State::closed);
+  clock.set(10s);  // the 20 successes leave the window
+  EXPECT_EQ(b.snapshot().failure_rate, 1.0);
+  record(b, Outcome::success);  // 15 of 16
+  EXPECT_EQ(b.state(), State::open);
 }
 
 // --- Time-window edges ----------------------------------------------------------
@@ -817,6 +854,8 @@ TEST(PolicyConfig, EveryBadFieldIsNamed) {
       {{.open_duration_multiplier = 0.9}, WindowKind::time, "open_duration_multiplier"},
       {{.failure_rate = 0.5}, WindowKind::none, "failure_rate"},
       {{.slow_call_duration = 1s}, WindowKind::none, "slow_call_duration"},
+      {{.count_in_flight_slow_calls = true}, WindowKind::time, "count_in_flight_slow_calls"},
+      {{.count_in_flight_slow_calls = true}, WindowKind::none, "count_in_flight_slow_calls"},
       {{.half_open_fraction = 0.0}, WindowKind::none, "half_open_fraction"},
       {{.half_open_ramp = {0.5}}, WindowKind::none, "half_open_ramp"},
       {{.half_open_fraction = 0.5, .half_open_ramp = {0.25}}, WindowKind::none, "half_open_ramp"},

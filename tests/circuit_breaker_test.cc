@@ -365,6 +365,37 @@ TEST_F(BreakerTest, ALeakedProbeStopsHoldingItsSlotAfterTheHalfOpenMaxWait) {
   EXPECT_EQ(b.state(), State::closed);
 }
 
+// The wait measures a round, not a probe: when it runs out, probes admitted moments
+// ago are given up with the leaked ones. A dependency that answers well but slowly
+// must still close the breaker, so a fresh round keeps the successes already earned.
+TEST_F(BreakerTest, ASlowButHealthyDependencyClosesAcrossHalfOpenRounds) {
+  auto policy = make_policy({.consecutive_failures = 1,
+                             .open_duration = 5s,
+                             .half_open_max_calls = 1,
+                             .half_open_successes = 5,
+                             .half_open_max_wait = 60s});
+  Breaker b(policy);
+  fail(b);
+  const auto half_open_at = clock.now() + 5s;
+  struct Call {
+    Breaker::Permit permit;
+    ManualClock::time_point due;
+  };
+  std::vector<Call> out;
+  // A request a second; every admitted call succeeds after 15 s. When the round's
+  // 60 s run out, the probe admitted a second earlier is still out.
+  for (int second = 0; second < 300 && b.state() != State::closed; ++second) {
+    clock.advance(1s);
+    for (auto& c : out) {
+      if (c.due == clock.now()) c.permit.record_success();
+    }
+    if (auto p = b.try_acquire()) out.push_back({std::move(*p), clock.now() + 15s});
+  }
+  EXPECT_EQ(b.state(), State::closed);
+  // Four successes in the first round, one in the second.
+  EXPECT_EQ(clock.now() - half_open_at, 76s);
+}
+
 TEST_F(BreakerTest, WithoutMaxWaitAFullHalfOpenSuggestsOneOpenPeriod) {
   Breaker b({.consecutive_failures = 1, .open_duration = 7s, .half_open_max_wait = 0s}, clock);
   fail(b);
@@ -595,6 +626,25 @@ TEST_F(BreakerTest, RemovedListenersAreNotCalled) {
   Breaker b(policy);
   fail(b);
   EXPECT_EQ(calls, 0);
+}
+
+// A listener may remove itself (or add others) while it runs: emitting holds nothing
+// a listener could wait for. The list it runs from stays alive until it returns.
+TEST_F(BreakerTest, AListenerCanRemoveItselfWhileItRuns) {
+  BreakerPolicy<ManualClock> policy({.consecutive_failures = 1, .open_duration = 1s}, clock);
+  int once = 0, always = 0;
+  ListenerId self = 0;
+  self = policy.on_transition([&](const TransitionEvent&) {
+    ++once;
+    EXPECT_TRUE(policy.remove_listener(self));
+    policy.on_transition([&](const TransitionEvent&) { ++always; });
+  });
+  Breaker b(policy);
+  fail(b);  // CLOSED -> OPEN: `once` runs, removes itself, adds `always`
+  clock.advance(1s);
+  succeed(b);  // OPEN -> HALF_OPEN -> CLOSED
+  EXPECT_EQ(once, 1);
+  EXPECT_EQ(always, 2);
 }
 
 TEST_F(BreakerTest, RejectionListenersHearEveryRejectionWithItsReason) {

@@ -67,7 +67,13 @@ struct BreakerConfig {
   // when the rates are evaluated, so a dependency that stops answering trips the
   // breaker before any call completes or times out (beyond Resilience4j, which only
   // judges completed calls). Off by default: it costs one more atomic update when a
-  // call is admitted and one when it completes (docs/performance.md).
+  // call is admitted and one when it completes (docs/performance.md). Calls are
+  // grouped by admission into epochs (the power of two nanoseconds at or above
+  // slow_call_duration, E), and an epoch's calls count once all of them are older than
+  // slow_call_duration: a call counts as slow between D and D + E (< 2D) after it was
+  // admitted, never before; without completions the rates are re-evaluated at the
+  // first admission of each epoch, which can add up to another E before a trip.
+  // Needs slow_call_duration of at least 1 ms.
   bool count_in_flight_slow_calls = false;
 
   // How long the breaker stays OPEN before it lets a probe through.
@@ -93,8 +99,10 @@ struct BreakerConfig {
   // (e.g. {0.25, 0.5, 1.0}); closes after the last stage. Non-decreasing, at most 7.
   std::vector<double> half_open_ramp{};
   // A probe that never reports (its permit leaked into a lost callback) stops holding
-  // its slot this long after HALF_OPEN began: the next request that finds every slot
-  // taken starts a fresh half-open round. Zero: never.
+  // its slot this long after the half-open round began: the next request that finds
+  // every slot taken starts a fresh round, which keeps the successes already counted
+  // (probes still out then report into a round that is over). Set it well above the
+  // calls' own timeout. Zero: never.
   Nanos half_open_max_wait = std::chrono::seconds(60);
 
   // A breaker that reopens within this period after recovering (a successful half-open

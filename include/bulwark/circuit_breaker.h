@@ -97,10 +97,12 @@ struct BreakerSnapshot {
   std::uint32_t half_open_successes;  // HALF_OPEN: probe successes so far this round
   std::uint32_t generation;           // +1 on every transition (wraps at 2^19)
 
-  // Monotonic totals since the breaker was built.
+  // Monotonic totals since the breaker was built, counting every call in every state
+  // (DISABLED's calls too: "records nothing" means nothing reaches the trip rules).
   // A call admitted while CLOSED writes nothing shared until it resolves (that is what
-  // keeps the closed path at one atomic add), so `permitted` counts resolved permits —
-  // successes + failures + ignored + cancelled — plus half-open probes in flight.
+  // keeps the closed path at one atomic add), so `permitted` counts permits once they
+  // resolve: successes + failures + ignored + cancelled. Calls still in flight are
+  // not in it yet; that keeps it monotonic.
   std::uint64_t permitted;
   std::uint64_t rejected;
   std::uint64_t successes;
@@ -385,7 +387,10 @@ class alignas(64) BasicCircuitBreaker {
             break;
           }
           // Every slot is taken. A probe whose permit leaked would hold its slot
-          // forever; after half_open_max_wait we start a fresh round instead.
+          // forever; after half_open_max_wait we start a fresh round instead. The
+          // round keeps the successes and ramp stage already earned, so a dependency
+          // that answers slowly but well still closes the breaker: each round adds
+          // at least one success as long as a probe takes less than the wait.
           if (p.half_open_max_wait <= 0 || w.pending())
             return reject(RejectReason::half_open_full, half_open_wait(w));
           const Ticks t = now();
@@ -393,8 +398,10 @@ class alignas(64) BasicCircuitBreaker {
           if (waited < p.half_open_max_wait) {
             return reject(RejectReason::half_open_full, p.half_open_max_wait - waited);
           }
-          const Word next =
-              w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
+          const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
+                                .with_a(1)
+                                .with_b(w.b())
+                                .with_stage(w.stage());
           if (cas(w, next)) {
             publish(next, State::half_open, TransitionReason::open_period_elapsed, t);
             return Permit(this, next, probe_start());
@@ -508,8 +515,7 @@ class alignas(64) BasicCircuitBreaker {
     const std::uint64_t cold = cold_.load(std::memory_order_relaxed);
     snap.cancelled = cold & kCancelledMax;
     snap.opens = cold >> kOpensShift;
-    snap.permitted =
-        snap.successes + snap.failures + snap.ignored + snap.cancelled + snap.half_open_in_flight;
+    snap.permitted = snap.successes + snap.failures + snap.ignored + snap.cancelled;
     snap.flapping = (cold & kFlappingBit) != 0 && !(s == State::closed && p.flapping_period > 0 &&
                                                     snap.time_in_state >= Nanos(p.flapping_period));
     if constexpr (kWindowed) {
@@ -676,7 +682,7 @@ class alignas(64) BasicCircuitBreaker {
 
   // A CLOSED / METRICS_ONLY call of a windowed breaker completed.
   void closed_outcome(Word admitted, bool failure, bool slow, Ticks t) noexcept {
-    const detail::HeadWord head =
+    const detail::Recorded rec =
         window_.record(policy_->window, admitted.gen(), t, detail::make_sample(failure, slow));
     bool tripped = false;
     if (failure) {
@@ -684,8 +690,11 @@ class alignas(64) BasicCircuitBreaker {
     } else {
       closed_success(admitted);
     }
-    // A success only lowers the rates, unless the volume was all a rule waited for.
-    if (!tripped && (failure || slow || head.armed())) evaluate(admitted.gen(), t);
+    // A success only lowers the rates, unless the volume was all a rule waited for, or
+    // older outcomes just left the window (once per bucket: successes aging out can
+    // leave the failures over the threshold).
+    if (!tripped && (failure || slow || rec.head.armed() || rec.dropped))
+      evaluate(admitted.gen(), t);
   }
 
   void closed_success(Word admitted) noexcept {
@@ -1029,6 +1038,11 @@ class alignas(64) BasicCircuitBreaker {
       return classify(args...);
 #endif
     } else {
+      // Only a classifier of exceptions may decline to look at results: one that
+      // takes the wrong type would otherwise make every result a success, silently.
+      static_assert(std::is_invocable_r_v<Outcome, Classify&, std::exception_ptr>,
+                    "the classifier can't be called with the call's result: make it take "
+                    "`const R&` (or nothing, for a void call) and return bulwark::Outcome");
       return Outcome::success;
     }
   }

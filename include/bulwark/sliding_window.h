@@ -177,6 +177,14 @@ class HeadBase {
   std::atomic<std::uint64_t> head_{0};
 };
 
+// What recording an outcome did: the head word after it, and whether older outcomes
+// left the window on the way (a time window rotated), which can raise a rate even
+// when the new outcome is a success.
+struct Recorded {
+  HeadWord head;
+  bool dropped = false;
+};
+
 // Calls in flight, by the epoch they were admitted in. An epoch is the smallest power
 // of two nanoseconds at least slow_call_duration long (a shift, not a division, on
 // the call path). Two epoch slots plus an "ancient" count: a slot is recycled by the
@@ -283,6 +291,9 @@ class InFlight {
   // a late thread's reading of the clock (preempted, or a clock stepped back), which it
   // must not recycle. Further ahead means a slot left over from long ago (epochs wrap
   // at 2^21): that one is old. 1024 epochs is at least a second (epochs are >= 1 ms).
+  // Epochs wrap, so "far ahead" and "long ago" look alike; we read them as long ago,
+  // since a steady clock never steps back: a clock set back by more than 1024 epochs
+  // (a ManualClock, say) makes the calls then in flight count as slow.
   static constexpr bool is_ahead(std::uint64_t lo, std::uint64_t epoch) noexcept {
     const std::uint64_t d = (lo - epoch) & kEpochMask;
     return d != 0 && d <= 1024;
@@ -361,8 +372,10 @@ class CountWindow : public detail::HeadBase {
     for (std::uint32_t i = 0; i < size_; ++i) ring_[i].store(0, std::memory_order_relaxed);
   }
 
-  // Records a completed call of generation `gen`. Returns the head word after it.
-  detail::HeadWord record(const WindowParams&, std::uint32_t gen, Ticks,
+  // Records a completed call of generation `gen`. A full count window drops one
+  // outcome per call, but replacing it can only lower the rate when the new one is a
+  // success, so `dropped` stays false.
+  detail::Recorded record(const WindowParams&, std::uint32_t gen, Ticks,
                           detail::Sample s) noexcept {
     std::uint64_t raw = head_.load(std::memory_order_acquire);
     for (;;) {
@@ -372,13 +385,13 @@ class CountWindow : public detail::HeadBase {
       if (h.of(gen)) {
         n = h.pos(), armed = h.armed();
       } else if (h.after(gen)) {
-        return h;  // stale: a later phase owns the window
+        return {h};  // stale: a later phase owns the window
       }
       const detail::HeadWord next = detail::HeadWord::recording(gen, 0, armed, n + 1);
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         ring_[n % size_].store(tag(gen, s), std::memory_order_release);
-        return next;
+        return {next};
       }
     }
   }
@@ -442,14 +455,17 @@ class TimeWindow : public detail::HeadBase {
 
   explicit TimeWindow(const WindowParams&) noexcept {}
 
-  detail::HeadWord record(const WindowParams& p, std::uint32_t gen, Ticks now,
+  // Records a completed call of generation `gen` at `now`. `dropped` is set if this
+  // call rotated the window, so that buckets left it.
+  detail::Recorded record(const WindowParams& p, std::uint32_t gen, Ticks now,
                           detail::Sample s) noexcept {
     const std::uint64_t at = index_of(p, now);
     std::uint64_t raw = head_.load(std::memory_order_acquire);
+    bool rotated = false;
     for (;;) {
       const detail::HeadWord h(raw);
       if (!h.of(gen)) {
-        if (h.after(gen)) return h;  // stale
+        if (h.after(gen)) return {h};  // stale
         // The first outcome of this generation: the window starts empty at `at`, in a
         // new lap, so that no bucket of an earlier phase can pass for one of this one.
         const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, at);
@@ -472,10 +488,11 @@ class TimeWindow : public detail::HeadBase {
                                         std::memory_order_acquire)) {
           clear(p, i, next, fresh ? p.buckets : i - h.pos());
           raw = next.raw();
+          rotated = true;
         }
         continue;
       }
-      if (add(p, i, s, h)) return h;
+      if (add(p, i, s, h)) return {h, rotated};
       raw = head_.load(std::memory_order_acquire);  // the head moved on: record in the new one
     }
   }
