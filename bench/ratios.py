@@ -56,6 +56,8 @@ def goals(t, c):
                                                            "BM_Baseline_AtomicFetchAdd/threads:1"), None, None),
         ("open rejection, virtual clock / template clock", r("BM_Open_Reject_VirtualClock/threads:1",
                                                              "BM_Open_Reject/threads:1"), None, None),
+        ("  with a cheap clock (ManualClock): virtual / template",
+         r("BM_Open_Reject_ManualClock_Virtual", "BM_Open_Reject_ManualClock"), None, None),
         ("half-open rejection / steady_clock::now()", r("BM_HalfOpen_Reject/threads:1",
                                                         "BM_Baseline_SteadyClockNow/threads:1"), None, None),
         ("Windows (issue 3)", None, "section", None),
