@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/replay.h"
@@ -125,6 +127,136 @@ TEST(Replay, ScientificNotationAndFractionsAreMilliseconds) {
   const std::string csv = "t_ms,key,duration_ms,outcome\n1.5e3,k,2.5e-1,failure\n";
   const std::string out = replay_text(consecutive(1), csv);
   EXPECT_EQ(out.rfind("{\"t_ms\":1500.25,\"key\":\"k\",\"from\":\"closed\"", 0), 0u) << out;
+}
+
+// Unix-epoch milliseconds (~1.7e12) do not fit a double to the nanosecond: the times
+// are read as decimal text, exactly.
+TEST(Replay, EpochMillisecondsArePrintedExactly) {
+  const std::string csv =
+      "t_ms,key,duration_ms,outcome\n"
+      "1732000000123,k,0.5,failure\n"
+      "1732000000123.000001,k,1,success\n"
+      "1732000000124.25,k,1,success\n";
+  EXPECT_EQ(replay_text(consecutive(1), csv, "t.csv", {.decisions = true}),
+            "{\"t_ms\":1732000000123,\"key\":\"k\",\"decision\":\"permitted\"}\n"
+            "{\"t_ms\":1732000000123.000001,\"key\":\"k\",\"decision\":\"permitted\"}\n"
+            "{\"t_ms\":1732000000123.5,\"key\":\"k\",\"from\":\"closed\",\"to\":\"open\","
+            "\"reason\":\"consecutive_failures\"}\n"
+            "{\"t_ms\":1732000000124.25,\"key\":\"k\",\"decision\":\"rejected\"}\n"
+            "{\"key\":\"k\",\"summary\":{\"permitted\":2,\"rejected\":1,\"success\":1,"
+            "\"failure\":1,\"slow\":0,\"ignored\":0,\"opened\":1}}\n");
+}
+
+// A completion at t + d runs before an arrival at the same t + d, however large t is:
+// the epoch trace replays exactly as the same trace shifted to 0.
+TEST(Replay, EpochMillisecondsKeepCompletionsBeforeArrivalsAtEqualTimes) {
+  const std::string at_epoch =
+      "t_ms,key,duration_ms,outcome\n"
+      "1732000000000,k,1,failure\n"
+      "1732000000001,k,1,success\n";
+  const std::string at_zero =
+      "t_ms,key,duration_ms,outcome\n"
+      "0,k,1,failure\n"
+      "1,k,1,success\n";
+  const std::string epoch = replay_text(consecutive(1), at_epoch, "t.csv", {.decisions = true});
+  const std::string zero = replay_text(consecutive(1), at_zero, "t.csv", {.decisions = true});
+  EXPECT_NE(epoch.find("{\"t_ms\":1732000000001,\"key\":\"k\",\"decision\":\"rejected\"}"),
+            std::string::npos)
+      << epoch;
+  std::string shifted = epoch;
+  for (const auto& [from, to] : {std::pair{"\"t_ms\":1732000000000,", "\"t_ms\":0,"},
+                                 std::pair{"\"t_ms\":1732000000001,", "\"t_ms\":1,"}}) {
+    for (std::size_t at; (at = shifted.find(from)) != std::string::npos;) {
+      shifted.replace(at, std::string_view(from).size(), to);
+    }
+  }
+  EXPECT_EQ(shifted, zero);
+}
+
+TEST(Replay, DecimalMillisecondsAreExactToTheNanosecond) {
+  const std::string h = "t_ms,key,duration_ms,outcome\n";
+  // Trailing zeros past the nanosecond, exponents and a bare point change nothing.
+  EXPECT_EQ(replay_text(consecutive(1), h + "1.732e12,k,1.5000000000,failure\n")
+                .rfind("{\"t_ms\":1732000000001.5,", 0),
+            0u);
+  EXPECT_EQ(replay_text(consecutive(1), h + ".5,k,2.,failure\n").rfind("{\"t_ms\":2.5,", 0), 0u);
+  EXPECT_EQ(replay_text(consecutive(1), h + "0,k,1e-6,failure\n").rfind("{\"t_ms\":0.000001,", 0),
+            0u);
+  EXPECT_EQ(replay_text(consecutive(1), h + "4000000000000,k,0,failure\n")
+                .rfind("{\"t_ms\":4000000000000,", 0),
+            0u);
+}
+
+TEST(Replay, TimesFinerThanANanosecondOrPastTheRangeAreErrors) {
+  const BreakerSpec spec = consecutive(1);
+  const auto error = [&](const std::string& row) -> std::string {
+    try {
+      replay_text(spec, "t_ms,key,duration_ms,outcome\n" + row + "\n", "t.csv");
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "no error";
+  };
+  EXPECT_EQ(error("1732000000000.0000001,k,1,success"),
+            "t.csv:2:1: t_ms: has more than 6 decimal places (got 1732000000000.0000001): times "
+            "are whole nanoseconds, at most 0.000001 ms apart");
+  EXPECT_NE(error("0,k,5e-7,success").find("t.csv:2:5: duration_ms: has more than 6 decimal"),
+            std::string::npos);
+  EXPECT_NE(error("4000000000000.000001,k,1,success").find("t.csv:2:1: t_ms: is too large"),
+            std::string::npos);
+  EXPECT_NE(error("0,k,9223372036854775808,success").find("t.csv:2:5: duration_ms: is too large"),
+            std::string::npos);
+  EXPECT_NE(error("0,k,1e999999999999,success").find("duration_ms: is too large"),
+            std::string::npos);
+  EXPECT_NE(error("0,k,1e,success").find("duration_ms: expected a number of milliseconds"),
+            std::string::npos);
+  EXPECT_NE(error("0,k,.,success").find("duration_ms: expected a number of milliseconds"),
+            std::string::npos);
+  EXPECT_NE(error("0,k,+1,success").find("duration_ms: expected a number of milliseconds"),
+            std::string::npos);
+  EXPECT_NE(error("0,k,-inf,success").find("duration_ms: expected a finite number"),
+            std::string::npos);
+}
+
+// Errors quote what they found with its unprintable bytes escaped: never a raw carriage
+// return (which would hide the start of the message) or a broken character.
+TEST(Replay, ErrorsEscapeUnprintableAndInvalidBytes) {
+  const std::string h = "t_ms,key,duration_ms,outcome\n";
+  expect_error(h + "0,k,1,succ\xff\n", "t.csv:2:7", "outcome",
+               "unknown outcome \"succ\\xff\" (expected");
+  expect_error(h + "0,k,1,bad\x01\x7f\"\\\n", "t.csv:2:7", "outcome",
+               "unknown outcome \"bad\\x01\\x7f\\\"\\\\\" (expected");
+  expect_error(h + "0,k,1,caf\xc3\xa9\n", "t.csv:2:7", "outcome",
+               "unknown outcome \"caf\xc3\xa9\"");
+  expect_error("t_ms,key,duration_ms,outcome,\xfe\n", "t.csv:1:30", "\\xfe",
+               "unknown column \"\\xfe\"");
+  expect_error("t_ms,key,duration_ms,\"out\rcome\"\n", "t.csv:1", "", "carriage return");
+  try {
+    replay_text(consecutive(1), "t_ms,key,duration_ms,outcome\r0,k,1,success\r", "t.csv");
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    const std::string what = e.what();
+    EXPECT_EQ(what.find('\r'), std::string::npos) << what;
+    EXPECT_EQ(what,
+              "t.csv:1: the header line holds a carriage return (\\r): lines must end in LF or "
+              "CRLF, not CR alone (got \"t_ms,key,duration_ms,outcome\\r0,k,1,success\")");
+  }
+  for (const char* c : {"\x80", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"}) {
+    try {
+      replay_text(consecutive(1), h + "0,k,1," + c + "\n", "t.csv");
+      ADD_FAILURE() << c;
+    } catch (const InputError& e) {
+      const std::string m = e.message();
+      for (char ch : m) EXPECT_LT(static_cast<unsigned char>(ch), 0x80) << m;
+    }
+  }
+}
+
+TEST(Replay, ATraceWithoutAHeaderSaysSo) {
+  expect_error("0,k,1,success\n1,k,1,success\n", "t.csv:1", "",
+               "missing header: the first line must be the header t_ms,key,duration_ms,outcome "
+               "(got \"0,k,1,success\")");
+  expect_error("1732000000000,payments,120,success\n", "t.csv:1", "", "missing header");
 }
 
 TEST(Replay, NothingIsWrittenWhenALaterRowIsBad) {

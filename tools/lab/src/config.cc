@@ -22,7 +22,7 @@
 namespace bulwark::lab {
 namespace {
 
-std::string in_quotes(std::string_view s) { return "\"" + std::string(s) + "\""; }
+std::string in_quotes(std::string_view s) { return quote_for_error(s); }
 
 std::string number_text(double v) {
   std::ostringstream out;

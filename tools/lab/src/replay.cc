@@ -5,8 +5,6 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <charconv>
-#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -26,54 +24,109 @@ namespace bulwark::lab {
 namespace {
 
 constexpr std::size_t kMaxLine = 1 << 20;
-// Times and durations up to ~126 years of milliseconds: their sum still fits in
-// 64-bit nanoseconds.
-constexpr double kMaxMillis = 4e12;
-
-std::string quoted(std::string_view s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (static_cast<unsigned char>(c) < 0x20) {
-      out += '?';
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
+// Times and durations up to 4e12 ms (~126 years, enough for Unix-epoch milliseconds):
+// their sum still fits in 64-bit nanoseconds.
+constexpr std::uint64_t kMaxNanos = 4'000'000'000'000'000'000;
 
 bool valid_utf8(std::string_view s) {
-  std::size_t i = 0;
-  while (i < s.size()) {
-    const auto c = static_cast<unsigned char>(s[i]);
-    std::size_t n = 0;
-    std::uint32_t cp = 0;
-    if (c < 0x80) {
-      ++i;
-      continue;
-    } else if ((c & 0xE0) == 0xC0) {
-      n = 1, cp = c & 0x1F;
-    } else if ((c & 0xF0) == 0xE0) {
-      n = 2, cp = c & 0x0F;
-    } else if ((c & 0xF8) == 0xF0) {
-      n = 3, cp = c & 0x07;
-    } else {
-      return false;
-    }
-    if (i + n >= s.size()) return false;  // truncated sequence
-    for (std::size_t k = 1; k <= n; ++k) {
-      const auto d = static_cast<unsigned char>(s[i + k]);
-      if ((d & 0xC0) != 0x80) return false;
-      cp = (cp << 6) | (d & 0x3F);
-    }
-    // Overlong forms, surrogates and values past U+10FFFF are not UTF-8.
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-        (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) {
-      return false;
-    }
-    i += n + 1;
+  for (std::size_t i = 0; i < s.size();) {
+    const std::size_t n = utf8_sequence_length(s, i);
+    if (n == 0) return false;
+    i += n;
   }
   return true;
+}
+
+// Decimal milliseconds, read exactly as nanoseconds: no binary floating point between
+// the text and the tick, so 1732000000000.000001 is that many nanoseconds and a
+// completion at t + d meets an arrival written as t + d exactly.
+struct Millis {
+  enum class Status : std::uint8_t { ok, not_a_number, not_finite, too_precise, too_large };
+  Status status = Status::not_a_number;
+  Ticks ns = 0;
+};
+
+bool equals_lower(std::string_view s, std::string_view lower) {
+  if (s.size() != lower.size()) return false;
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char c = s[i] >= 'A' && s[i] <= 'Z' ? static_cast<char>(s[i] - 'A' + 'a') : s[i];
+    if (c != lower[i]) return false;
+  }
+  return true;
+}
+
+// [digits][.digits][(e|E)[+|-]digits], at least one mantissa digit; no sign, no spaces.
+Millis parse_millis(std::string_view s) {
+  using Status = Millis::Status;
+  if (equals_lower(s, "inf") || equals_lower(s, "infinity") || equals_lower(s, "nan")) {
+    return {Status::not_finite, 0};
+  }
+  const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  std::size_t i = 0;
+  while (i < s.size() && is_digit(s[i])) ++i;
+  const std::size_t int_end = i;  // the integer digits are s[0, int_end)
+  std::size_t frac_begin = i, frac_end = i;
+  if (i < s.size() && s[i] == '.') {
+    frac_begin = ++i;
+    while (i < s.size() && is_digit(s[i])) ++i;
+    frac_end = i;
+  }
+  if (int_end == 0 && frac_end == frac_begin) return {};  // no digit at all
+  std::int64_t exponent = 0;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    ++i;
+    bool minus = false;
+    if (i < s.size() && (s[i] == '+' || s[i] == '-')) minus = s[i++] == '-';
+    if (i == s.size()) return {};
+    for (; i < s.size() && is_digit(s[i]); ++i) {
+      exponent = std::min<std::int64_t>(exponent * 10 + (s[i] - '0'), 1'000'000'000);
+    }
+    if (minus) exponent = -exponent;
+  }
+  if (i != s.size()) return {};
+
+  // The mantissa's digits, the integer's then the fraction's: digit(k) for k in
+  // [0, count). Digit k weighs 10^(point - 1 - k) ms = 10^(point + 5 - k) ns.
+  const std::size_t count = int_end + (frac_end - frac_begin);
+  const auto digit = [&](std::size_t k) {
+    return s[k < int_end ? k : frac_begin + (k - int_end)] - '0';
+  };
+  const std::int64_t point = static_cast<std::int64_t>(int_end) + exponent;
+  std::size_t first = 0;
+  while (first < count && digit(first) == 0) ++first;
+  if (first == count) return {Status::ok, 0};
+  if (point + 5 - static_cast<std::int64_t>(first) > 18) return {Status::too_large, 0};
+  static constexpr std::uint64_t kPow10[] = {1,
+                                             10,
+                                             100,
+                                             1'000,
+                                             10'000,
+                                             100'000,
+                                             1'000'000,
+                                             10'000'000,
+                                             100'000'000,
+                                             1'000'000'000,
+                                             10'000'000'000,
+                                             100'000'000'000,
+                                             1'000'000'000'000,
+                                             10'000'000'000'000,
+                                             100'000'000'000'000,
+                                             1'000'000'000'000'000,
+                                             10'000'000'000'000'000,
+                                             100'000'000'000'000'000,
+                                             1'000'000'000'000'000'000};
+  std::uint64_t ns = 0;  // at most 19 digits below 10^19: no overflow
+  for (std::size_t k = first; k < count; ++k) {
+    const int d = digit(k);
+    const std::int64_t power = point + 5 - static_cast<std::int64_t>(k);
+    if (power < 0) {
+      if (d != 0) return {Status::too_precise, 0};
+      continue;  // a trailing zero past the nanoseconds changes nothing
+    }
+    ns += static_cast<std::uint64_t>(d) * kPow10[power];
+  }
+  if (ns > kMaxNanos) return {Status::too_large, 0};
+  return {Status::ok, static_cast<Ticks>(ns)};
 }
 
 void append_json_string(std::string& out, std::string_view s) {
@@ -121,6 +174,16 @@ void append_ms(std::string& out, Ticks ns) {
   while (!d.empty() && d.back() == '0') d.remove_suffix(1);
   out += '.';
   out += d;
+}
+
+// A line for an error message: quoted, escaped, and cut after about 80 bytes (at a
+// character boundary).
+std::string excerpt(std::string_view line) {
+  constexpr std::size_t kMax = 80;
+  if (line.size() <= kMax) return quote_for_error(line);
+  std::size_t cut = kMax;
+  while (cut > 0 && (static_cast<unsigned char>(line[cut]) & 0xC0) == 0x80) --cut;
+  return quote_for_error(line.substr(0, cut)) + "...";
 }
 
 // ---- reading the trace --------------------------------------------------------------
@@ -196,7 +259,8 @@ class TraceReader {
             row.outcome = Outcome::ignored;
           } else {
             fail(col, "outcome",
-                 "unknown outcome " + quoted(v) + " (expected success, failure or ignored)");
+                 "unknown outcome " + quote_for_error(v) +
+                     " (expected success, failure or ignored)");
           }
           break;
       }
@@ -306,26 +370,27 @@ class TraceReader {
   }
 
   Ticks millis(std::string_view v, std::uint32_t col, const char* field) const {
-    double ms = 0;
-    const char* end = v.data() + v.size();
-    const auto [ptr, ec] = std::from_chars(v.data(), end, ms, std::chars_format::general);
-    if (v.empty() || ec != std::errc() || ptr != end) {
-      if (!v.empty() && v.front() == '-') {
-        double negative = 0;
-        const auto [p2, e2] =
-            std::from_chars(v.data() + 1, end, negative, std::chars_format::general);
-        if (e2 == std::errc() && p2 == end) {
-          fail(col, field, "must not be negative (got " + std::string(v) + ")");
-        }
-      }
-      fail(col, field, "expected a number of milliseconds, got " + quoted(v));
+    using Status = Millis::Status;
+    const bool negative = !v.empty() && v.front() == '-';
+    const Millis m = parse_millis(negative ? v.substr(1) : v);
+    if (m.status == Status::not_a_number) {
+      fail(col, field, "expected a number of milliseconds, got " + quote_for_error(v));
     }
-    if (!std::isfinite(ms)) fail(col, field, "expected a finite number of milliseconds");
-    if (ms < 0 || (ms == 0 && std::signbit(ms))) {
-      fail(col, field, "must not be negative (got " + std::string(v) + ")");
+    if (m.status == Status::not_finite) {
+      fail(col, field, "expected a finite number of milliseconds, got " + quote_for_error(v));
     }
-    if (ms > kMaxMillis) fail(col, field, "is too large (got " + std::string(v) + ")");
-    return static_cast<Ticks>(std::llround(ms * 1e6));
+    // The text is a well-formed number from here on: safe to print as it is.
+    if (negative) fail(col, field, "must not be negative (got " + std::string(v) + ")");
+    if (m.status == Status::too_precise) {
+      fail(col, field,
+           "has more than 6 decimal places (got " + std::string(v) +
+               "): times are whole nanoseconds, at most 0.000001 ms apart");
+    }
+    if (m.status == Status::too_large) {
+      fail(col, field,
+           "is too large (got " + std::string(v) + "; at most 4000000000000 ms, about 126 years)");
+    }
+    return m.ns;
   }
 
   void read_header() {
@@ -334,17 +399,34 @@ class TraceReader {
       throw InputError({name_, 1, 0}, "", "is empty: expected the header " + std::string(kHeader));
     }
     if (line.size() >= 3 && line.substr(0, 3) == "\xEF\xBB\xBF") line.remove_prefix(3);  // BOM
+    if (line.find('\r') != std::string_view::npos) {
+      // Lines that end in a bare CR are one long line to getline().
+      fail(0, "",
+           "the header line holds a carriage return (\\r): lines must end in LF or CRLF, "
+           "not CR alone (got " +
+               excerpt(line) + ")");
+    }
     split(line);
+    const auto known = [](std::string_view name) {
+      return std::find(std::begin(kColumnNames), std::end(kColumnNames), name) !=
+             std::end(kColumnNames);
+    };
+    if (std::none_of(fields_.begin(), fields_.end(), known)) {
+      fail(0, "",
+           "missing header: the first line must be the header " + std::string(kHeader) + " (got " +
+               excerpt(line) + ")");
+    }
     for (std::size_t i = 0; i < fields_.size(); ++i) {
       const std::string_view name = fields_[i];
       const auto* it = std::find(std::begin(kColumnNames), std::end(kColumnNames), name);
       if (it == std::end(kColumnNames)) {
-        fail(column_of(i), std::string(name),
-             "unknown column " + quoted(name) + " (the header is " + std::string(kHeader) + ")");
+        fail(column_of(i), escape_for_error(name),
+             "unknown column " + quote_for_error(name) + " (the header is " + std::string(kHeader) +
+                 ")");
       }
       const auto c = static_cast<Column>(it - std::begin(kColumnNames));
       if (std::find(order_.begin(), order_.end(), c) != order_.end()) {
-        fail(column_of(i), std::string(name), "appears twice in the header");
+        fail(column_of(i), escape_for_error(name), "appears twice in the header");
       }
       order_.push_back(c);
     }
@@ -352,7 +434,7 @@ class TraceReader {
       if (std::find(order_.begin(), order_.end(), static_cast<Column>(c)) == order_.end()) {
         fail(0, std::string(kColumnNames[c]),
              "missing column (the header must name t_ms, key, duration_ms and outcome; got " +
-                 quoted(line) + ")");
+                 excerpt(line) + ")");
       }
     }
   }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace bulwark::lab {
 
@@ -44,6 +45,20 @@ class InputError : public std::runtime_error {
   std::string field_;
   std::string message_;
 };
+
+// Text from the input, made safe to print in an error: printable ASCII and valid UTF-8
+// as they are; '"' and '\\' escaped; \r, \n and \t as such; every other control byte
+// and every byte that is not part of valid UTF-8 as \xNN. So an error never prints a
+// raw carriage return or a broken character:  sucess\r  ->  sucess\r (four characters
+// more, not a line end).
+std::string escape_for_error(std::string_view text);
+// The same, in double quotes: "sucess\r".
+std::string quote_for_error(std::string_view text);
+
+// The length of the valid UTF-8 sequence that starts text[i] (1 for ASCII), or 0 if
+// the byte there does not start one (overlong forms, surrogates and values past
+// U+10FFFF are not UTF-8).
+std::size_t utf8_sequence_length(std::string_view text, std::size_t i) noexcept;
 
 }  // namespace bulwark::lab
 

@@ -20,6 +20,10 @@
 //   {"key":"payments","summary":{"permitted":…,"rejected":…,"success":…,"failure":…,
 //                                "slow":…,"ignored":…,"opened":…}}
 //
+// t_ms and duration_ms are decimal milliseconds read exactly (no floating point) into
+// whole nanoseconds: at most 6 significant decimal places, at most 4e12 ms, so
+// Unix-epoch milliseconds replay and print exactly as written.
+//
 // Semantics: events run in time order; at equal times completions run before arrivals,
 // and completions in the order their calls arrived. A ManualClock is set to each
 // event's time, so the breaker's open periods, windows and slow calls are judged in
