@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -157,12 +158,104 @@ TEST(BadInput, MissingFilesAndBadArguments) {
       {"/nonexistent.csv: cannot open"});
   expect_bad_input({"replay", kGolden + "consecutive_failures.csv"}, "", {"--config is required"});
   expect_bad_input({"simulate", "--timeline-step", "5"}, "", {"--timeline-step: has no unit"});
+  expect_bad_input({"simulate", "--timeline-step", "0s"}, "",
+                   {"bulwark: error: --timeline-step: must be positive"});
+  expect_bad_input({"simulate", "--timeline-step", "1ns"}, "",
+                   {"bulwark: error: --timeline-step: makes more than 1000000 timeline rows"});
   expect_bad_input({"simulate", "--only", "nope"}, "",
                    {"--only: no configuration named \"nope\" (the scenario has before, after)"});
   expect_bad_input({"simulate", "--seed", "-4"}, "", {"--seed: must be a whole number"});
   expect_bad_input({"simulate", "--duration", "0s"}, "", {"--duration: must be positive"});
   expect_bad_input({"frobnicate"}, "", {"frobnicate"});
   expect_bad_input({}, "", {"A subcommand is required"});
+}
+
+TEST(BadInput, TheConfigurationAndTheTraceCannotBothBeStandardInput) {
+  expect_bad_input({"replay", "--config", "-", "-"}, "[breaker]\nconsecutive_failures = 1\n",
+                   {"--config: the configuration and the trace cannot both be read from standard "
+                    "input"});
+}
+
+TEST(BadInput, ATraceWithBareCarriageReturnsIsNamedWithoutPrintingOne) {
+  const CliRun r = run({"replay", "--config", kGolden + "consecutive_failures.toml", "-"},
+                       "t_ms,key,duration_ms,outcome\r0,k,1,success\r");
+  EXPECT_EQ(r.status, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err.find('\r'), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("<stdin>:1: the header line holds a carriage return (\\r)"),
+            std::string::npos)
+      << r.err;
+}
+
+TEST(BadInput, ATraceWithoutAHeader) {
+  expect_bad_input({"replay", "--config", kGolden + "consecutive_failures.toml", "-"},
+                   "0,k,1,success\n",
+                   {"<stdin>:1: missing header: the first line must be the header "
+                    "t_ms,key,duration_ms,outcome"});
+}
+
+// An output path that starts with '-' is an option swallowed as a file name.
+TEST(BadInput, AnOutputPathThatLooksLikeAnOption) {
+  expect_bad_input(
+      {"simulate", "--json", "--no-timeline"}, "",
+      {"--json: expected a file name or '-' (standard output), got \"--no-timeline\""});
+  expect_bad_input({"simulate", "--svg", "-x.svg", "--duration", "10s"}, "",
+                   {"--svg:", "./-x.svg"});
+  std::ifstream stray("--no-timeline");
+  EXPECT_FALSE(stray.good()) << "a file named --no-timeline was written";
+}
+
+// Outputs are opened before the simulation runs: a bad path prints nothing at all.
+TEST(BadInput, AnOutputThatCannotBeOpenedFailsBeforeAnythingIsPrinted) {
+  const CliRun r =
+      run({"simulate", "--json", "-", "--svg", "/nonexistent/x.svg", "--duration", "10s"});
+  EXPECT_EQ(r.status, 1) << r.err;
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            "bulwark: error: --svg: cannot open /nonexistent/x.svg for writing: No such "
+            "file or directory\n");
+  const CliRun text = run({"simulate", "--json", "/nonexistent/x.json", "--duration", "10s"});
+  EXPECT_EQ(text.status, 1) << text.err;
+  EXPECT_EQ(text.out, "");
+  EXPECT_NE(text.err.find("/nonexistent/x.json"), std::string::npos) << text.err;
+  // The other output is left as it was: an existing file keeps its content, a new one is
+  // removed again.
+  const std::string kept = temp_path("kept");
+  std::ofstream(kept) << "previous results\n";
+  const CliRun failed =
+      run({"simulate", "--json", kept, "--svg", "/nonexistent/x.svg", "--duration", "10s"});
+  EXPECT_EQ(failed.status, 1) << failed.err;
+  EXPECT_EQ(read_all(kept), "previous results\n");
+  std::remove(kept.c_str());
+  const CliRun again =
+      run({"simulate", "--json", kept, "--svg", "/nonexistent/x.svg", "--duration", "10s"});
+  EXPECT_EQ(again.status, 1) << again.err;
+  EXPECT_FALSE(std::ifstream(kept).good()) << "a file the failed command created";
+}
+
+TEST(BadInput, JsonAndSvgCannotShareAFile) {
+  expect_bad_input({"simulate", "--json", "out.txt", "--svg", "out.txt"}, "",
+                   {"--svg: names the same file as --json"});
+}
+
+// --only takes one NAME per flag: the scenario after it is the scenario, not a name.
+TEST(Simulate, OnlyTakesOneNamePerFlag) {
+  const std::string scenario = source_path("tools/examples/incident.toml");
+  const CliRun r =
+      run({"simulate", "--only", "after", scenario, "--json", "-", "--duration", "10s"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("scenario").at("source"), scenario);
+  ASSERT_EQ(j.at("configurations").size(), 1u);
+  EXPECT_EQ(j.at("configurations")[0].at("name"), "after");
+
+  const CliRun both =
+      run({"simulate", "--only", "after", "--only", "before", "--json", "-", "--duration", "10s"});
+  ASSERT_EQ(both.status, 0) << both.err;
+  const nlohmann::json b = nlohmann::json::parse(both.out);
+  ASSERT_EQ(b.at("configurations").size(), 2u);
+  EXPECT_EQ(b.at("configurations")[0].at("name"), "after");
+  EXPECT_EQ(b.at("configurations")[1].at("name"), "before");
 }
 
 // --- simulate -----------------------------------------------------------------------

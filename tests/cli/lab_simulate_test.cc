@@ -244,7 +244,12 @@ TEST(Simulate, TheIncidentInMiniatureTellsTheSeedsStory) {
 
 TEST(Simulate, BadOptionsAreInputErrors) {
   const Scenario s = scenario(10, 10s, 10, 10ms);
-  EXPECT_THROW(simulate_configuration(s, config(), {.timeline_step = 0s}), InputError);
+  try {
+    simulate_configuration(s, config(), {.timeline_step = 0s});
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "timeline_step") << "the option's name, as SimulateOptions spells it";
+  }
   EXPECT_THROW(simulate_configuration(s, config(), {.timeline_step = 1us}), InputError);
   ResilienceConfig bad = config("bad");
   bad.breaker = BreakerSpec{};
@@ -273,6 +278,35 @@ TEST(Report, TextJsonAndSvgCarryTheResults) {
   EXPECT_NE(svg.find("</svg>"), std::string::npos);
   EXPECT_NE(svg.find("<polygon"), std::string::npos);
   EXPECT_NE(to_json(r).find("\"timeline_step_ms\": 10000"), std::string::npos);
+}
+
+// The chart's headline and the summary table show the same, rounded, time to open.
+TEST(Report, TheChartAndTheSummaryRoundTimeToOpenAlike) {
+  Scenario s = small_incident();
+  s.duration = 1min;
+  SimulationResult r = simulate(s, {.timeline_step = 10s});
+  ASSERT_EQ(r.configurations.size(), 2u);
+  r.configurations[1].time_to_open = 809'600us;
+  std::ostringstream text;
+  write_text(text, r, {.timeline = false});
+  const std::string t = text.str();
+  const std::size_t row = t.find("time from degradation to breaker open");
+  ASSERT_NE(row, std::string::npos) << t;
+  const std::string line = t.substr(row, t.find('\n', row) - row);
+  EXPECT_EQ(line.substr(line.size() - 5), "810ms") << line;
+  const std::string svg = to_svg(r);
+  EXPECT_NE(svg.find("breaker open 810ms after the degradation"), std::string::npos);
+  EXPECT_EQ(svg.find("809ms"), std::string::npos);
+}
+
+TEST(Report, ReadableDurationsRoundBeforePickingTheUnit) {
+  EXPECT_EQ(format_readable(809'600us), "810ms");
+  EXPECT_EQ(format_readable(999'600us), "1.00s");
+  EXPECT_EQ(format_readable(6'040ms), "6.04s");
+  EXPECT_EQ(format_readable(9'996ms), "10.0s");
+  EXPECT_EQ(format_readable(14'100ms), "14.1s");
+  EXPECT_EQ(format_readable(119'960ms), "2min 0s");
+  EXPECT_EQ(format_readable(369s), "6min 9s");
 }
 
 }  // namespace

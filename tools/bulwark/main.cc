@@ -8,16 +8,24 @@
 // Exit status: 0 on success, 2 for bad input (arguments, configuration, trace: the
 // message names the file, line and field), 1 when output cannot be written.
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <CLI/CLI.hpp>
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
+#include <cstring>
 #include <iostream>
+#include <memory>
+#include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bulwark/lab/config.h"
@@ -52,28 +60,94 @@ struct ReplayArgs {
   bool decisions = false;
 };
 
-void write_file(const std::string& path, const std::string& content) {
-  if (path == "-") {
-    std::cout << content << std::flush;
-    if (!std::cout) throw std::runtime_error("cannot write to standard output");
-    return;
+// An output the command writes: standard output ("-") or a file. Files are opened
+// before anything runs, so an unwritable path fails before any work and before anything
+// is printed; an existing file is only truncated when its new content is written, and a
+// file this command created is removed again if the command fails before writing it.
+class Output {
+ public:
+  Output(std::string flag, std::string path) : flag_(std::move(flag)), path_(std::move(path)) {
+    if (path_.empty() || path_ == "-") return;
+    if (path_.front() == '-') {
+      throw InputError({}, flag_,
+                       "expected a file name or '-' (standard output), got " +
+                           bulwark::lab::quote_for_error(path_) +
+                           ", which looks like an option; for a file whose name starts with "
+                           "'-', write ./" +
+                           bulwark::lab::escape_for_error(path_));
+    }
   }
-  std::ofstream out(path, std::ios::binary);
-  out << content;
-  out.close();
-  if (!out) throw std::runtime_error("cannot write " + path);
-}
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+  ~Output() {
+    file_.reset();
+    if (created_ && !written_) std::remove(path_.c_str());
+  }
+
+  void open() {
+    if (path_.empty() || path_ == "-") return;
+    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      created_ = true;
+    } else if (errno == EEXIST) {
+      fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    }
+    if (fd >= 0) {
+      file_.reset(::fdopen(fd, "wb"));
+      if (!file_) ::close(fd);
+    }
+    if (!file_) {
+      throw std::runtime_error(flag_ + ": cannot open " + path_ +
+                               " for writing: " + std::strerror(errno));
+    }
+  }
+  bool used() const { return !path_.empty(); }
+  bool is_stdout() const { return path_ == "-"; }
+  const std::string& path() const { return path_; }
+
+  void write(const std::string& content) {
+    if (is_stdout()) {
+      std::cout << content << std::flush;
+      if (!std::cout) throw std::runtime_error("cannot write to standard output");
+      return;
+    }
+    std::FILE* f = file_.release();
+    // A pipe or a terminal (--json /dev/stdout) cannot be truncated, and needs not be.
+    bool ok = ::ftruncate(::fileno(f), 0) == 0 || errno == EINVAL;
+    ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && ok;
+    ok = std::fclose(f) == 0 && ok;
+    written_ = true;
+    if (!ok) throw std::runtime_error("cannot write " + path_);
+  }
+
+ private:
+  struct FileCloser {
+    void operator()(std::FILE* f) const noexcept {
+      if (f != nullptr) std::fclose(f);
+    }
+  };
+  std::string flag_;
+  std::string path_;
+  std::unique_ptr<std::FILE, FileCloser> file_;
+  bool created_ = false;
+  bool written_ = false;
+};
 
 int run_simulate(const SimulateArgs& a) {
   if (a.print_scenario) {
     std::cout << bulwark::lab::builtin_scenario_toml();
     return 0;
   }
-  if (a.json == "-" && a.svg == "-") {
+  Output json("--json", a.json), svg("--svg", a.svg);
+  if (json.is_stdout() && svg.is_stdout()) {
     throw InputError({}, "--svg", "only one of --json and --svg can write to standard output");
+  }
+  if (json.used() && svg.used() && !json.is_stdout() && json.path() == svg.path()) {
+    throw InputError({}, "--svg", "names the same file as --json (" + a.svg + ")");
   }
   auto step = bulwark::lab::parse_duration(a.timeline_step);
   if (!step) throw InputError({}, "--timeline-step", step.error());
+  if (*step <= bulwark::Nanos::zero()) throw InputError({}, "--timeline-step", "must be positive");
   bulwark::lab::Scenario scenario = a.scenario.empty()
                                         ? bulwark::lab::builtin_scenario()
                                         : bulwark::lab::load_scenario_file(a.scenario);
@@ -89,6 +163,12 @@ int run_simulate(const SimulateArgs& a) {
     }
     scenario.duration = *d;
   }
+  if (scenario.duration / *step > 1'000'000) {
+    throw InputError({}, "--timeline-step",
+                     "makes more than 1000000 timeline rows of " +
+                         bulwark::lab::format_duration(*step) + " in " +
+                         bulwark::lab::format_duration(scenario.duration));
+  }
   if (!a.only.empty()) {
     std::vector<bulwark::lab::ResilienceConfig> kept;
     for (const std::string& name : a.only) {
@@ -98,24 +178,27 @@ int run_simulate(const SimulateArgs& a) {
       }
       if (!found) {
         std::string names;
-        for (const auto& c : scenario.configurations) names += (names.empty() ? "" : ", ") + c.name;
-        throw InputError(
-            {}, "--only",
-            "no configuration named \"" + name + "\" (the scenario has " + names + ")");
+        for (const auto& c : scenario.configurations) {
+          names += (names.empty() ? "" : ", ") + bulwark::lab::escape_for_error(c.name);
+        }
+        throw InputError({}, "--only",
+                         "no configuration named " + bulwark::lab::quote_for_error(name) +
+                             " (the scenario has " + names + ")");
       }
     }
     scenario.configurations = std::move(kept);
   }
+  json.open();
+  svg.open();
   const bulwark::lab::SimulationResult result =
       bulwark::lab::simulate(scenario, {.timeline_step = *step});
-  if (!a.json.empty()) write_file(a.json, bulwark::lab::to_json(result));
-  if (!a.svg.empty()) write_file(a.svg, bulwark::lab::to_svg(result));
-  if (a.json != "-" && a.svg != "-") {
+  if (json.used()) json.write(bulwark::lab::to_json(result));
+  if (svg.used()) svg.write(bulwark::lab::to_svg(result));
+  if (!json.is_stdout() && !svg.is_stdout()) {
     std::ostringstream text;
     bulwark::lab::write_text(text, result, {.timeline = !a.no_timeline});
-    if (!a.json.empty()) text << "\nResults written to " << a.json << "\n";
-    if (!a.svg.empty())
-      text << (a.json.empty() ? "\n" : "") << "Chart written to " << a.svg << "\n";
+    if (json.used()) text << "\nResults written to " << a.json << "\n";
+    if (svg.used()) text << (json.used() ? "" : "\n") << "Chart written to " << a.svg << "\n";
     std::cout << text.str() << std::flush;
     if (!std::cout) throw std::runtime_error("cannot write to standard output");
   }
@@ -123,6 +206,11 @@ int run_simulate(const SimulateArgs& a) {
 }
 
 int run_replay(const ReplayArgs& a) {
+  if (a.config == "-" && a.trace == "-") {
+    throw InputError({}, "--config",
+                     "the configuration and the trace cannot both be read from standard input "
+                     "('-'): give one of them as a file");
+  }
   const bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file(a.config);
   bulwark::lab::replay_file(spec, a.trace, stdout, {.decisions = a.decisions});
   return 0;
@@ -174,8 +262,14 @@ int main(int argc, char** argv) {
       ->add_option("--timeline-step", sim.timeline_step,
                    "Width of a timeline row, e.g. 1s, 10s, 1min (default 1s)")
       ->type_name("DURATION");
-  simulate->add_option("--only", sim.only, "Run only this configuration (repeatable)")
-      ->type_name("NAME");
+  simulate
+      ->add_option("--only", sim.only,
+                   "Run only this configuration; one NAME per flag, repeat it for more\n"
+                   "(--only before --only after)")
+      ->type_name("NAME")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   simulate->add_flag("--no-timeline", sim.no_timeline, "Print the summary without the timeline");
   simulate->add_flag("--print-scenario", sim.print_scenario,
                      "Print the built-in scenario's TOML (a starting point) and exit");

@@ -316,10 +316,7 @@ class Svg {
                            group_thousands(c.failed) + ", peak in flight " +
                            group_thousands(c.peak_in_flight);
     if (c.time_to_open)
-      headline +=
-          ", breaker open " +
-          format_duration(std::chrono::duration_cast<std::chrono::milliseconds>(*c.time_to_open)) +
-          " after the degradation";
+      headline += ", breaker open " + format_readable(*c.time_to_open) + " after the degradation";
     text(kLeft, y + 14, escape(headline), "font-size=\"13\" font-weight=\"bold\"");
     const double band_y = y + 22;
     state_band(c, band_y);

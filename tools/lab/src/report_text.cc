@@ -37,6 +37,24 @@ std::string format_clock(Nanos t) {
   return out;
 }
 
+// Rounded to the precision shown, then the unit picked, so 999.6 ms is "1.00s", not
+// "1000ms".
+std::string format_readable(Nanos d) {
+  const double s = std::chrono::duration<double>(d).count();
+  char buf[48];
+  if (const long long ms = std::llround(s * 1000); ms < 1000) {
+    std::snprintf(buf, sizeof buf, "%lldms", ms);
+  } else if (std::llround(s * 100) < 1000) {
+    std::snprintf(buf, sizeof buf, "%.2fs", s);
+  } else if (std::llround(s * 10) < 1200) {
+    std::snprintf(buf, sizeof buf, "%.1fs", s);
+  } else {
+    const long long whole = std::llround(s);
+    std::snprintf(buf, sizeof buf, "%lldmin %llds", whole / 60, whole % 60);
+  }
+  return buf;
+}
+
 namespace {
 
 std::string pad_left(const std::string& s, std::size_t width) {
@@ -49,23 +67,6 @@ std::string pad_right(const std::string& s, std::size_t width) {
 std::string percent(double fraction) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f%%", 100.0 * fraction);
-  return buf;
-}
-
-// A duration for the summary: "6.31s", "830ms", "14.1s", "6min 2s".
-std::string readable(Nanos d) {
-  const double s = std::chrono::duration<double>(d).count();
-  char buf[48];
-  if (s >= 120) {
-    const auto whole = static_cast<long long>(std::llround(s));
-    std::snprintf(buf, sizeof buf, "%lldmin %llds", whole / 60, whole % 60);
-  } else if (s >= 10) {
-    std::snprintf(buf, sizeof buf, "%.1fs", s);
-  } else if (s >= 1) {
-    std::snprintf(buf, sizeof buf, "%.2fs", s);
-  } else {
-    std::snprintf(buf, sizeof buf, "%.0fms", s * 1000);
-  }
   return buf;
 }
 
@@ -193,14 +194,14 @@ void write_summary(std::ostream& out, const SimulationResult& r) {
     if (r.scenario.degraded_from()) {
       row("time from degradation to breaker open", [](const auto& c) -> std::string {
         if (!c.has_breaker) return "-";
-        return c.time_to_open ? readable(*c.time_to_open) : "never";
+        return c.time_to_open ? format_readable(*c.time_to_open) : "never";
       });
     }
     row("breaker openings", [](const auto& c) -> std::string {
       return c.has_breaker ? group_thousands(c.opens) : "-";
     });
     row("longest time away from closed", [](const auto& c) -> std::string {
-      return c.has_breaker ? readable(c.longest_open) : "-";
+      return c.has_breaker ? format_readable(c.longest_open) : "-";
     });
     if (std::any_of(configs.begin(), configs.end(),
                     [](const auto& c) { return c.alert_when_open_for.has_value(); })) {
@@ -210,8 +211,8 @@ void write_summary(std::ostream& out, const SimulationResult& r) {
       });
     }
   }
-  row("page latency p50", [](const auto& c) { return readable(c.p50); });
-  row("page latency p99", [](const auto& c) { return readable(c.p99); });
+  row("page latency p50", [](const auto& c) { return format_readable(c.p50); });
+  row("page latency p99", [](const auto& c) { return format_readable(c.p99); });
   for (int k = 0; k < kReasonCount; ++k) {
     const auto reason = static_cast<Reason>(k);
     if (std::none_of(configs.begin(), configs.end(),

@@ -595,10 +595,10 @@ ConfigurationResult simulate_configuration(const Scenario& scenario,
                                            const ResilienceConfig& configuration,
                                            const SimulateOptions& options) {
   if (options.timeline_step <= Nanos::zero()) {
-    throw InputError({}, "timeline step", "must be positive");
+    throw InputError({}, "timeline_step", "must be positive");
   }
   if (scenario.duration / options.timeline_step > 1'000'000) {
-    throw InputError({}, "timeline step",
+    throw InputError({}, "timeline_step",
                      "makes more than 1000000 steps of " + format_duration(options.timeline_step) +
                          " in " + format_duration(scenario.duration));
   }

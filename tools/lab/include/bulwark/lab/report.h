@@ -33,6 +33,8 @@ std::string to_svg(const SimulationResult& result);
 // Helpers the reports share (and the CLI uses for its own messages).
 std::string group_thousands(std::uint64_t n);  // 1234567 -> "1,234,567"
 std::string format_clock(Nanos t);             // 75 s -> "1:15", 3725 s -> "1:02:05"
+// A duration as the summary shows it, rounded: "810ms", "6.04s", "14.1s", "6min 9s".
+std::string format_readable(Nanos d);
 
 }  // namespace bulwark::lab
 
