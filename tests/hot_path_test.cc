@@ -1,6 +1,7 @@
 // The call path of a CLOSED breaker takes no lock and allocates nothing; neither do
 // rejections, nor a windowed breaker's calls (slow-call timing and in-flight counting
-// included). Counted, not assumed: see support/counting.h.
+// included). Counted, not assumed: see support/counting.h (mutex and spin locks, try-locks
+// included).
 
 #include <gtest/gtest.h>
 

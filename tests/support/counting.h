@@ -1,4 +1,4 @@
-// Counts the allocations and mutex locks made by a piece of code, so that "allocates
+// Counts the allocations and locks taken by a piece of code, so that "allocates
 // nothing, takes no lock" is a checked claim:
 //
 //   const auto c = bulwark::testing::count([&] { breaker.try_acquire()->record_success(); });
@@ -6,9 +6,13 @@
 //   if (bulwark::testing::kCountsLocks) EXPECT_EQ(c.locks, 0u);
 //
 // Include it in exactly one file of a test executable: it replaces the global operator
-// new/delete and interposes pthread_mutex_lock (what std::mutex uses) for the whole
-// binary. Counting is per thread and only inside count(), so gtest's own allocations
-// and other threads don't disturb it. ThreadSanitizer owns pthread_mutex_lock, so under
+// new/delete and interposes pthread_mutex_lock and pthread_mutex_trylock (what
+// std::mutex's lock() and try_lock() use) and pthread_spin_lock / pthread_spin_trylock
+// for the whole binary. `locks` counts every one of them, successful or not: a try-lock
+// never waits, but it is still a lock on the path (a contended cache line, a syscall
+// when it is released to a waiter); `try_locks` says how many of them were try-locks.
+// Counting is per thread and only inside count(), so gtest's own allocations and other
+// threads don't disturb it. ThreadSanitizer owns the pthread lock functions, so under
 // TSan locks are not counted (kCountsLocks is false); allocations always are.
 
 #ifndef BULWARK_TESTS_SUPPORT_COUNTING_H_
@@ -39,7 +43,8 @@ inline constexpr bool kCountsLocks = BULWARK_COUNT_LOCKS != 0;
 
 struct Counts {
   std::size_t allocations = 0;
-  std::size_t locks = 0;
+  std::size_t locks = 0;      // lock and try-lock calls, mutexes and spin locks
+  std::size_t try_locks = 0;  // of which try-locks (never wait)
 };
 
 namespace detail {
@@ -69,16 +74,23 @@ Counts count(F&& f) {
   return detail::counts;
 }
 
-// True if the counting itself works in this binary (a lock and an allocation are seen).
+// True if the counting itself works in this binary (an allocation, a lock, a try-lock
+// and a spin lock are seen).
 inline bool counting_works() {
   std::mutex m;
+  pthread_spinlock_t spin;
+  pthread_spin_init(&spin, PTHREAD_PROCESS_PRIVATE);
   const Counts c = count([&] {
     int* volatile escaped = new int(1);  // volatile: the pair can't be elided
     delete escaped;
     m.lock();
     m.unlock();
+    if (m.try_lock()) m.unlock();
+    pthread_spin_lock(&spin);
+    pthread_spin_unlock(&spin);
   });
-  return c.allocations == 1 && (!kCountsLocks || c.locks == 1);
+  pthread_spin_destroy(&spin);
+  return c.allocations == 1 && (!kCountsLocks || (c.locks == 3 && c.try_locks == 1));
 }
 
 }  // namespace bulwark::testing
@@ -108,18 +120,55 @@ void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::f
 
 #if BULWARK_COUNT_LOCKS
 namespace bulwark::testing::detail {
-using LockFn = int (*)(pthread_mutex_t*);
-inline LockFn real_lock() {
-  static const LockFn fn = reinterpret_cast<LockFn>(dlsym(RTLD_NEXT, "pthread_mutex_lock"));
+template <class Lock>
+Lock real(const char* name) {
+  return reinterpret_cast<Lock>(dlsym(RTLD_NEXT, name));
+}
+using MutexFn = int (*)(pthread_mutex_t*);
+using SpinFn = int (*)(pthread_spinlock_t*);
+inline MutexFn real_lock() {
+  static const MutexFn fn = real<MutexFn>("pthread_mutex_lock");
   return fn;
 }
-inline const LockFn resolved_early = real_lock();  // before anything counts
+inline MutexFn real_trylock() {
+  static const MutexFn fn = real<MutexFn>("pthread_mutex_trylock");
+  return fn;
+}
+inline SpinFn real_spin_lock() {
+  static const SpinFn fn = real<SpinFn>("pthread_spin_lock");
+  return fn;
+}
+inline SpinFn real_spin_trylock() {
+  static const SpinFn fn = real<SpinFn>("pthread_spin_trylock");
+  return fn;
+}
+// Resolved before anything counts.
+inline const bool resolved_early =
+    real_lock() && real_trylock() && real_spin_lock() && real_spin_trylock();
+
+inline void count_lock(bool is_try) {
+  if (!counting) return;
+  ++counts.locks;
+  if (is_try) ++counts.try_locks;
+}
 }  // namespace bulwark::testing::detail
 
-// Every std::mutex::lock in the binary comes through here.
+// Every std::mutex::lock / try_lock in the binary comes through here.
 extern "C" int pthread_mutex_lock(pthread_mutex_t* m) {
-  if (bulwark::testing::detail::counting) ++bulwark::testing::detail::counts.locks;
+  bulwark::testing::detail::count_lock(false);
   return bulwark::testing::detail::real_lock()(m);
+}
+extern "C" int pthread_mutex_trylock(pthread_mutex_t* m) {
+  bulwark::testing::detail::count_lock(true);
+  return bulwark::testing::detail::real_trylock()(m);
+}
+extern "C" int pthread_spin_lock(pthread_spinlock_t* l) {
+  bulwark::testing::detail::count_lock(false);
+  return bulwark::testing::detail::real_spin_lock()(l);
+}
+extern "C" int pthread_spin_trylock(pthread_spinlock_t* l) {
+  bulwark::testing::detail::count_lock(true);
+  return bulwark::testing::detail::real_spin_trylock()(l);
 }
 #endif
 
