@@ -17,6 +17,18 @@ void ComponentReading::merge(const ComponentReading& o) noexcept {
   bulkhead_rejected += o.bulkhead_rejected;
 }
 
+void ComponentReading::merge_counters(const ComponentReading& o) noexcept {
+  has_fallback = has_fallback || o.has_fallback;
+  for (std::size_t i = 0; i < fallbacks.size(); ++i) fallbacks[i] += o.fallbacks[i];
+  has_retry = has_retry || o.has_retry;
+  for (std::size_t i = 0; i < retry_calls.size(); ++i) retry_calls[i] += o.retry_calls[i];
+  retries += o.retries;
+  retry_budget_exhausted += o.retry_budget_exhausted;
+  has_budget = has_budget || o.has_budget;
+  has_bulkhead = has_bulkhead || o.has_bulkhead;
+  bulkhead_rejected += o.bulkhead_rejected;
+}
+
 void ComponentCounters::read_into(ComponentReading& r) const noexcept {
   const std::uint32_t used = used_.load(std::memory_order_relaxed);
   if ((used & kFallbackBit) != 0) {

@@ -96,6 +96,9 @@ void append_logfmt(std::string& out, const Event& e) {
         } else if constexpr (std::is_same_v<T, FlappingInfo>) {
           append_field(line, "flapping", info.flapping ? "true" : "false");
           append_seconds(line, "period", info.period.count());
+        } else if constexpr (std::is_same_v<T, BulkheadRejectionInfo>) {
+          append_field(line, "component", "bulkhead");
+          append_field(line, "reason", to_string(info.reason));
         } else if constexpr (std::is_same_v<T, KeyInfo>) {
           if (e.kind == EventKind::key_evicted) append_seconds(line, "idle", info.idle.count());
         }

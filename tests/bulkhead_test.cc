@@ -6,6 +6,7 @@
 #include <chrono>
 #include <optional>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -126,6 +127,47 @@ TEST(Bulkhead, CancellationWakesAWaiter) {
   auto already = pool.acquire(Context(SteadyClock{}, source.get_token()));
   ASSERT_FALSE(already);
   EXPECT_EQ(already.error().reason, BulkheadRejectReason::cancelled);
+}
+
+struct Heard {
+  std::vector<BulkheadRejectReason> reasons;
+  std::vector<std::string> names;
+  std::optional<Bulkhead::Permit>* release_on_rejection = nullptr;
+  void on_bulkhead_rejection(const BulkheadRejectionEvent& e) {
+    reasons.push_back(e.reason);
+    names.emplace_back(e.name);
+    // Giving a slot back takes the bulkhead's mutex when a waiter is registered: this
+    // would deadlock if the observer ran with the mutex still held by the waiter.
+    if (release_on_rejection != nullptr) release_on_rejection->reset();
+  }
+};
+
+TEST(Bulkhead, AnObserverHearsEveryRejectionWithNoLockHeld) {
+  Bulkhead pool({.name = "db", .max_concurrent = 1, .max_wait = 1ms});
+  Heard heard;
+  pool.observe_rejections(BulkheadObserver(heard));
+  std::optional<Bulkhead::Permit> held;
+  held.emplace(*pool.try_acquire());
+  EXPECT_FALSE(pool.try_acquire());  // full, at once
+  heard.release_on_rejection = &held;
+  EXPECT_FALSE(pool.acquire());  // waited 1 ms, then full: the observer frees the slot
+  EXPECT_FALSE(held.has_value());
+  EXPECT_EQ(pool.in_use(), 0u);
+  std::stop_source stop;
+  stop.request_stop();
+  held.emplace(*pool.try_acquire());
+  heard.release_on_rejection = nullptr;
+  const SteadyClock steady;
+  EXPECT_FALSE(pool.acquire(Context(steady, stop.get_token())));  // cancelled
+  EXPECT_EQ(heard.reasons, (std::vector<BulkheadRejectReason>{BulkheadRejectReason::full,
+                                                              BulkheadRejectReason::full,
+                                                              BulkheadRejectReason::cancelled}));
+  EXPECT_EQ(heard.names, (std::vector<std::string>{"db", "db", "db"}));
+  EXPECT_EQ(pool.snapshot().rejected, 3u);
+  held.reset();
+  auto ok = pool.try_acquire();  // admissions are not reported
+  EXPECT_TRUE(ok);
+  EXPECT_EQ(heard.reasons.size(), 3u);
 }
 
 TEST(Bulkhead, ValidationNamesTheField) {

@@ -185,6 +185,30 @@ TEST(ComponentReading, ReadsComponentsThatCountThemselves) {
   EXPECT_TRUE(total.has_budget);
 }
 
+// What an evicted key leaves in its registry's totals: its counters, not its gauges.
+TEST(ComponentReading, MergeCountersKeepsCountersAndDropsGauges) {
+  bulwark::ComponentReading r;
+  r.add_bulkhead(FakeBulkhead{});
+  r.add_budget(FakeBudget{});
+  r.add_retry(FakeRetry{});
+  r.has_fallback = true;
+  r.fallbacks = {5, 6};
+  r.retry_calls = {1, 2, 3, 4};
+  bulwark::ComponentReading gone;
+  gone.merge_counters(r);
+  gone.merge_counters(r);
+  EXPECT_TRUE(gone.has_bulkhead && gone.has_budget && gone.has_retry && gone.has_fallback);
+  EXPECT_EQ(gone.bulkhead_rejected, 14u);
+  EXPECT_EQ(gone.retry_budget_exhausted, 8u);
+  EXPECT_EQ(gone.retries, 22u);
+  EXPECT_EQ(gone.fallbacks[0], 10u);
+  EXPECT_EQ(gone.fallbacks[1], 12u);
+  EXPECT_EQ(gone.retry_calls[3], 8u);
+  EXPECT_EQ(gone.bulkhead_in_use, 0u);
+  EXPECT_EQ(gone.bulkhead_max, 0u);
+  EXPECT_EQ(gone.budget_tokens, 0.0);
+}
+
 TEST(ReadBreaker, ReadsTheRealBreaker) {
   bulwark::ManualClock clock;
   bulwark::BasicCircuitBreaker<bulwark::ManualClock> b({.name = "x", .consecutive_failures = 2},

@@ -10,6 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "bulwark/pipeline.h"
+#include "bulwark/registry.h"
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -146,6 +149,14 @@ TEST(Logfmt, RejectionFallbackFlappingAndKeyLines) {
   EXPECT_EQ(bulwark::to_logfmt(fl), "event=flapping name=reviews flapping=true period=60 at=0");
   const Event ev{EventKind::key_evicted, "reviews", "h", nullptr, 0, bulwark::KeyInfo{90s}};
   EXPECT_EQ(bulwark::to_logfmt(ev), "event=key_evicted name=reviews key=h idle=90 at=0");
+  const Event bh{EventKind::rejection,
+                 "pool",
+                 "h",
+                 nullptr,
+                 0,
+                 bulwark::BulkheadRejectionInfo{bulwark::BulkheadRejectReason::deadline_exceeded}};
+  EXPECT_EQ(bulwark::to_logfmt(bh),
+            "event=rejection name=pool key=h component=bulkhead reason=deadline_exceeded at=0");
 }
 
 TEST(Logfmt, HostileKeysCannotForgeFields) {
@@ -201,6 +212,138 @@ TEST(ForwardTransitions, AStandaloneBreakersTransitionsAndFlappingReachAHub) {
   };
   EXPECT_EQ(lines, expected);
   EXPECT_TRUE(breaker.snapshot().flapping);
+}
+
+// ---- events that components emit through a registry, heard by real listeners ----
+
+struct CallError {
+  bulwark::Outcome outcome() const { return bulwark::Outcome::failure; }
+};
+using bulwark::ManualClock;
+using Breaker = bulwark::BasicCircuitBreaker<ManualClock>;
+using Ctx = bulwark::BasicContext<ManualClock>;
+using Result = bulwark::Expected<int, CallError>;
+
+Result fails(const Ctx&) { return bulwark::Unexpected(CallError{}); }
+Result works(const Ctx&) { return 7; }
+
+TEST(RegistryEvents, AFallbackStageCountedByAHandleEmitsFallbackEventsWithTheKey) {
+  ManualClock clock;
+  bulwark::RegistryOptions<std::string, Breaker> o;
+  o.name = "hosts";
+  o.breaker = {.name = "upstream", .consecutive_failures = 1, .open_duration = 30s};
+  o.detailed_metrics = true;
+  bulwark::BasicRegistry<std::string, Breaker> reg(std::move(o), clock);
+  auto h = reg.get("db:5432");
+  std::vector<std::string> lines;
+  std::vector<const void*> sources;
+  auto sub = reg.events().subscribe(EventKind::fallback, [&](const Event& e) {
+    lines.push_back(bulwark::to_logfmt(e));
+    sources.push_back(e.source);
+  });
+  auto p = bulwark::pipeline(bulwark::fallback(-1).counted_by(h), bulwark::breaker(h.breaker()));
+  clock.advance(1s);
+  EXPECT_EQ(*p(Ctx(clock), fails), -1);  // called and failed: the breaker opens
+  EXPECT_EQ(*p(Ctx(clock), works), -1);  // never called: the breaker is open
+  const std::vector<std::string> expected = {
+      "event=fallback name=upstream key=db:5432 kind=failed reason=call_error at=1",
+      "event=fallback name=upstream key=db:5432 kind=rejected reason=breaker_open at=1",
+  };
+  EXPECT_EQ(lines, expected);
+  EXPECT_EQ(sources, (std::vector<const void*>{&h.breaker(), &h.breaker()}));
+  // The same answers are counted in the key's block, as counted_by(components) would.
+  const auto c = h.metrics()->read().components;
+  EXPECT_EQ(c.fallbacks[static_cast<int>(bulwark::FallbackKind::failed)], 1u);
+  EXPECT_EQ(c.fallbacks[static_cast<int>(bulwark::FallbackKind::rejected)], 1u);
+}
+
+// A registry's per-key bulkhead (the Extra's `bulkhead` member).
+struct Pool {
+  bulwark::BasicBulkhead<ManualClock> bulkhead;
+};
+
+TEST(RegistryEvents, RejectionsOfARegistrysBulkheadsReachItsListenersWithTheKey) {
+  ManualClock clock;
+  bulwark::RegistryOptions<std::string, Breaker, Pool> o;
+  o.name = "hosts";
+  o.breaker = {.name = "upstream", .consecutive_failures = 5, .open_duration = 30s};
+  o.extra_for = [&clock](const std::string&) {
+    return Pool{bulwark::BasicBulkhead<ManualClock>({.name = "pool", .max_concurrent = 1}, clock)};
+  };
+  bulwark::BasicRegistry<std::string, Breaker, Pool> reg(std::move(o), clock);
+  std::vector<std::string> lines;
+  std::vector<const void*> sources;
+  auto sub =
+      reg.events().subscribe(EventKind::rejection | EventKind::fallback, [&](const Event& e) {
+        lines.push_back(bulwark::to_logfmt(e));
+        sources.push_back(e.source);
+        if (e.kind == EventKind::rejection) {
+          EXPECT_EQ(std::get<bulwark::BulkheadRejectionInfo>(e.info).reason,
+                    bulwark::BulkheadRejectReason::full);
+        }
+      });
+  auto h = reg.get("db:5432");
+  auto& pool = h.extra().bulkhead;
+  auto held = pool.try_acquire();  // the only slot
+  ASSERT_TRUE(held);
+  clock.advance(2s);
+  EXPECT_FALSE(pool.try_acquire());
+  // Through a pipeline: the bulkhead stage refuses, the fallback answers.
+  auto p = bulwark::pipeline(bulwark::fallback(-1).counted_by(h), bulwark::breaker(h.breaker()),
+                             bulwark::bulkhead(pool));
+  EXPECT_EQ(*p(Ctx(clock), works), -1);
+  const std::vector<std::string> expected = {
+      "event=rejection name=pool key=db:5432 component=bulkhead reason=full at=2",
+      "event=rejection name=pool key=db:5432 component=bulkhead reason=full at=2",
+      "event=fallback name=upstream key=db:5432 kind=rejected reason=bulkhead_full at=2",
+  };
+  EXPECT_EQ(lines, expected);
+  EXPECT_EQ(sources, (std::vector<const void*>{&pool, &pool, &h.breaker()}));
+  EXPECT_EQ(pool.snapshot().rejected, 2u);
+
+  // Another key's bulkhead says which key it belongs to.
+  auto other = reg.get("cache:6379");
+  auto other_slot = other.extra().bulkhead.try_acquire();
+  EXPECT_FALSE(other.extra().bulkhead.try_acquire());
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_EQ(lines[3],
+            "event=rejection name=pool key=cache:6379 component=bulkhead reason=full at=2");
+}
+
+// An Extra with several bulkheads hands the registry's observer on itself.
+struct Pools {
+  bulwark::BasicBulkhead<ManualClock> reads;
+  bulwark::BasicBulkhead<ManualClock> writes;
+  void observe_rejections(bulwark::BulkheadObserver o) {
+    reads.observe_rejections(o);
+    writes.observe_rejections(o);
+  }
+};
+
+TEST(RegistryEvents, AnExtraCanHandTheObserverToSeveralBulkheads) {
+  ManualClock clock;
+  bulwark::RegistryOptions<int, Breaker, Pools> o;
+  o.name = "partitions";
+  o.breaker.name = "ledger";
+  o.extra_for = [&clock](const int&) {
+    return Pools{
+        bulwark::BasicBulkhead<ManualClock>({.name = "reads", .max_concurrent = 1}, clock),
+        bulwark::BasicBulkhead<ManualClock>({.name = "writes", .max_concurrent = 1}, clock)};
+  };
+  bulwark::BasicRegistry<int, Breaker, Pools> reg(std::move(o), clock);
+  std::vector<std::string> lines;
+  auto sub = reg.events().subscribe(
+      EventKind::rejection, [&](const Event& e) { lines.push_back(bulwark::to_logfmt(e)); });
+  auto h = reg.get(7);
+  auto r = h.extra().reads.try_acquire();
+  auto w = h.extra().writes.try_acquire();
+  EXPECT_FALSE(h.extra().writes.try_acquire());
+  EXPECT_FALSE(h.extra().reads.try_acquire());
+  const std::vector<std::string> expected = {
+      "event=rejection name=writes key=7 component=bulkhead reason=full at=0",
+      "event=rejection name=reads key=7 component=bulkhead reason=full at=0",
+  };
+  EXPECT_EQ(lines, expected);
 }
 
 }  // namespace

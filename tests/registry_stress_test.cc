@@ -4,7 +4,9 @@
 //   * eviction racing with lookups and calls never removes an entry that has a call
 //     in flight, and never leaves a held reference dangling (a dead entry's payload is
 //     poisoned under ASan, so touching one is a report, not a silent read);
-//   * counters under concurrency add up exactly, evicted keys included.
+//   * counters under concurrency add up exactly, evicted keys included;
+//   * scrapes racing with eviction see registry counters that never decrease, and
+//     created = evicted + live in every one.
 // Sizes shrink under the sanitizers (compile-time check) so CI stays within budget;
 // the full-size check runs in release.
 
@@ -14,6 +16,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -59,6 +63,29 @@ std::string named(const char* prefix, unsigned i) {
   std::string s = prefix;
   s.append(std::to_string(i));
   return s;
+}
+
+// The registry's counter samples in an exposition (counters and histogram parts),
+// by series: the values that must never decrease from one scrape to the next.
+std::map<std::string, double> registry_counters(const std::string& text) {
+  std::map<std::string, double> m;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("bulwark_registry_", 0) != 0) continue;
+    const std::string name = line.substr(0, line.find_first_of("{ "));
+    const bool counter = name.size() > 6 && name.compare(name.size() - 6, 6, "_total") == 0;
+    const bool histogram = name.find("_call_duration_seconds_") != std::string::npos;
+    if (!counter && !histogram) continue;
+    const auto sp = line.rfind(' ');
+    m[line.substr(0, sp)] = std::strtod(line.c_str() + sp + 1, nullptr);
+  }
+  return m;
+}
+
+double gauge(const std::string& text, const std::string& series) {
+  const auto at = text.find("\n" + series + " ");
+  if (at == std::string::npos) return -1;
+  return std::strtod(text.c_str() + at + 1 + series.size() + 1, nullptr);
 }
 
 // Twice: with plain-pointer handles (no idle_ttl), and with reference-counted ones
@@ -181,11 +208,33 @@ TEST(RegistryStress, EvictionNeverTakesAKeyWithACallInFlightAndCountersAddUp) {
       (void)reg.evict_idle(16);
     }
   };
+  // Every scrape, while keys are evicted under it: the registry's counters never go
+  // down from one scrape to the next (Prometheus would read a drop as a counter reset),
+  // and each scrape is consistent (created = evicted + live).
+  std::atomic<std::uint64_t> scrapes{0}, decreases{0}, inconsistent{0};
+  std::string first_problem;  // written by the scraper only; read after join
   auto scraper = [&] {
+    std::map<std::string, double> last;
     while (!stop.load()) {
       std::ostringstream out;
       bulwark::prometheus::write(out, reg);
       ASSERT_FALSE(out.str().empty());
+      const std::map<std::string, double> now = registry_counters(out.str());
+      for (const auto& [series, value] : now) {
+        const auto it = last.find(series);
+        if (it != last.end() && value < it->second) {
+          if (decreases.fetch_add(1) == 0) {
+            first_problem = series + " went from " + std::to_string(it->second) + " to " +
+                            std::to_string(value);
+          }
+        }
+      }
+      const double created = now.at(R"(bulwark_registry_keys_created_total{registry="churn"})");
+      const double evicted = now.at(R"(bulwark_registry_keys_evicted_total{registry="churn"})");
+      const double keys = gauge(out.str(), R"(bulwark_registry_keys{registry="churn"})");
+      if (created != evicted + keys) inconsistent.fetch_add(1);
+      last = now;
+      scrapes.fetch_add(1);
     }
   };
   std::thread e(evictor), s(scraper);
@@ -197,6 +246,10 @@ TEST(RegistryStress, EvictionNeverTakesAKeyWithACallInFlightAndCountersAddUp) {
   s.join();
 
   EXPECT_EQ(wrong_entry.load(), 0u) << "an entry was evicted (or replaced) while referenced";
+  EXPECT_GT(scrapes.load(), 1u);
+  EXPECT_EQ(decreases.load(), 0u) << "a registry counter decreased between scrapes: "
+                                  << first_problem;
+  EXPECT_EQ(inconsistent.load(), 0u) << "a scrape's created != evicted + keys";
   const auto total = reg.read();
   EXPECT_GT(total.evicted, 0u) << "the test did not exercise eviction";
   EXPECT_EQ(total.successes + total.failures + total.ignored + total.cancelled, admitted.load());

@@ -12,7 +12,11 @@
 #include <set>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
+
+#include "bulwark/bulkhead.h"
+#include "bulwark/retry_budget.h"
 
 namespace {
 
@@ -435,6 +439,114 @@ TEST(Registry, TotalsIncludeEvictedKeysSoCountersNeverDecrease) {
   EXPECT_EQ(after.evicted, 10u);
   EXPECT_EQ(after.successes, 5u);
   EXPECT_EQ(after.failures, 5u);
+}
+
+// A per-key extra with real components that count for themselves, reported with
+// read_metrics (what prometheus.h exposes per key and sums per registry).
+struct HostGuards {
+  bulwark::BasicBulkhead<ManualClock> bulkhead;
+  bulwark::BasicRetryBudget<ManualClock> budget;
+  void read_metrics(bulwark::ComponentReading& r) {
+    r.add_bulkhead(bulkhead);
+    r.add_budget(budget);
+  }
+};
+using GuardedReg = bulwark::BasicRegistry<std::string, Breaker, HostGuards>;
+
+GuardedReg::Options guarded_options(ManualClock& clock, bulwark::Nanos ttl) {
+  GuardedReg::Options o;
+  o.name = "guarded";
+  o.breaker = {.name = "upstream", .consecutive_failures = 2, .open_duration = 30s};
+  o.idle_ttl = ttl;
+  o.shards = 2;
+  o.detailed_metrics = true;
+  o.extra_for = [&clock](const std::string& host) {
+    return HostGuards{
+        bulwark::BasicBulkhead<ManualClock>({.name = host, .max_concurrent = 1}, clock),
+        bulwark::BasicRetryBudget<ManualClock>(
+            {.name = host, .ratio = 0.1, .min_retries_per_second = 0, .max_tokens = 1}, clock)};
+  };
+  return o;
+}
+
+TEST(Registry, EvictedKeysKeepTheirComponentCountersInTheTotals) {
+  ManualClock clock;
+  GuardedReg reg(guarded_options(clock, 1s), clock);
+  for (int i = 0; i < 3; ++i) {
+    auto h = reg.get(key("k", i));
+    auto slot = h.extra().bulkhead.try_acquire();
+    ASSERT_TRUE(slot);
+    EXPECT_FALSE(h.extra().bulkhead.try_acquire());  // full: 1 rejection per key
+    EXPECT_FALSE(h.extra().budget.try_withdraw());   // empty: 1 exhaustion per key
+    h.metrics()->components.record_fallback(bulwark::FallbackKind::failed);
+    h.metrics()->components.bulkhead_acquired();  // a gauge: must not outlive the key
+  }
+  const auto before = reg.read();
+  ASSERT_EQ(before.components.bulkhead_rejected, 3u);
+  ASSERT_EQ(before.components.retry_budget_exhausted, 3u);
+  ASSERT_EQ(before.components.fallbacks[1], 3u);
+  clock.advance(5s);
+  ASSERT_EQ(reg.evict_idle(), 3u);
+  const auto after = reg.read();
+  EXPECT_EQ(after.keys, 0u);
+  // The counters stay (a drop would read as a counter reset)...
+  EXPECT_EQ(after.components.bulkhead_rejected, 3u);
+  EXPECT_EQ(after.components.retry_budget_exhausted, 3u);
+  EXPECT_EQ(after.components.fallbacks[1], 3u);
+  EXPECT_TRUE(after.components.has_bulkhead && after.components.has_retry);
+  // ...the gauges go with their keys.
+  EXPECT_EQ(after.components.bulkhead_in_use, 0u);
+  EXPECT_EQ(after.components.bulkhead_max, 0u);
+  EXPECT_EQ(after.components.budget_tokens, 0.0);
+}
+
+TEST(Registry, ARemovedKeyKeepsItsComponentCountersInTheTotalsToo) {
+  ManualClock clock;
+  auto o = guarded_options(clock, bulwark::Nanos::zero());
+  o.removable = true;
+  GuardedReg reg(std::move(o), clock);
+  {
+    auto h = reg.get("gone");
+    auto slot = h.extra().bulkhead.try_acquire();
+    EXPECT_FALSE(h.extra().bulkhead.try_acquire());
+  }
+  ASSERT_TRUE(reg.remove("gone"));
+  EXPECT_EQ(reg.read().components.bulkhead_rejected, 1u);
+}
+
+// A scrape must not count a key both live and evicted. collect() visits the entries;
+// while it is inside one of them, another thread evicts every idle key, including one
+// collect() has already counted. The totals must still be exact, and the next read must
+// not be lower.
+TEST(Registry, AnEvictionDuringACollectCountsEachKeyOnce) {
+  ManualClock clock;
+  Options o = options(1s);
+  o.shards = 1;
+  Reg reg(std::move(o), clock);
+  for (int i = 0; i < 4; ++i) reg.try_acquire(key("k", i))->record(Outcome::success);
+  clock.advance(5s);  // all four are idle for longer than the TTL
+
+  std::atomic<bool> go{false}, done{false};
+  std::thread evictor([&] {
+    while (!go.load()) std::this_thread::yield();
+    (void)reg.evict_idle();
+    done.store(true);
+  });
+  int visited = 0;
+  const auto during = reg.collect([&](const Reg::EntryView&, const bulwark::BreakerReading&) {
+    if (++visited != 2) return;
+    // Entry 1 is counted. Let the evictor run: if it can evict now, it evicts entry 1
+    // (and 3, 4), and collect() would then read entry 1's counters a second time in
+    // the evicted totals. Give it time to try (it must wait for the shard).
+    go.store(true);
+    for (int i = 0; i < 200 && !done.load(); ++i) std::this_thread::sleep_for(1ms);
+  });
+  evictor.join();
+  EXPECT_EQ(during.successes, 4u);
+  EXPECT_EQ(during.keys + during.evicted, 4u);
+  const auto after = reg.read();
+  EXPECT_EQ(after.successes, 4u);
+  EXPECT_EQ(after.evicted, 4u);
 }
 
 // ---- observability -------------------------------------------------------------

@@ -28,8 +28,14 @@
 // condition variable): with a ManualClock, the time a waiter may wait is read once from
 // that clock when it starts waiting.
 //
-// Thread-safety: every member function may be called concurrently from any thread. A
-// Permit belongs to one call; move it, don't share it.
+// Rejections can be observed: observe_rejections() sets a BulkheadObserver that is told
+// of each refusal on the refusing thread, with no lock held (nothing is done for an
+// admission). A registry sets one on the per-key bulkheads it builds, so that their
+// rejections reach its event listeners with the key (registry.h, observe.h).
+//
+// Thread-safety: every member function may be called concurrently from any thread,
+// except observe_rejections() (call it before the bulkhead is shared). A Permit belongs
+// to one call; move it, don't share it.
 
 #ifndef BULWARK_BULKHEAD_H_
 #define BULWARK_BULKHEAD_H_
@@ -86,6 +92,43 @@ constexpr std::string_view to_string(BulkheadRejectReason r) noexcept {
 
 struct BulkheadRejection {
   BulkheadRejectReason reason;
+};
+
+// What a bulkhead tells its observer when it refuses a call.
+struct BulkheadRejectionEvent {
+  const void* bulkhead;   // its identity (address)
+  std::string_view name;  // BulkheadConfig::name; valid during the call only
+  BulkheadRejectReason reason;
+};
+
+// Told each time a bulkhead refuses a call, on the refusing thread: a function pointer
+// and two pointers it is given back (as FallbackObserver, nothing is allocated). A
+// registry sets one on the per-key bulkheads it builds, so their rejections reach its
+// event listeners (registry.h); `BulkheadObserver(target)` calls
+// `target.on_bulkhead_rejection(event)`. The targets must outlive the bulkhead's use.
+class BulkheadObserver {
+ public:
+  using Fn = void (*)(void* target, void* context, const BulkheadRejectionEvent&) noexcept;
+  constexpr BulkheadObserver() noexcept = default;
+  constexpr BulkheadObserver(Fn fn, void* target, void* context = nullptr) noexcept
+      : fn_(fn), target_(target), context_(context) {}
+  template <class T>
+  requires requires(T& t, const BulkheadRejectionEvent& e) { t.on_bulkhead_rejection(e); }
+  explicit BulkheadObserver(T& target) noexcept
+      : fn_([](void* t, void*, const BulkheadRejectionEvent& e) noexcept {
+          static_cast<T*>(t)->on_bulkhead_rejection(e);
+        }),
+        target_(const_cast<void*>(static_cast<const void*>(&target))) {}
+
+  void operator()(const BulkheadRejectionEvent& e) const noexcept {
+    if (fn_ != nullptr) fn_(target_, context_, e);
+  }
+  explicit operator bool() const noexcept { return fn_ != nullptr; }
+
+ private:
+  Fn fn_ = nullptr;
+  void* target_ = nullptr;
+  void* context_ = nullptr;
 };
 
 // Each field is read atomically, not all at once.
@@ -145,8 +188,7 @@ class BasicBulkhead {
   // (event loops, the simulator) use only this.
   Expected<Permit, BulkheadRejection> try_acquire() noexcept {
     if (take()) return Permit(this);
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    return Unexpected(BulkheadRejection{BulkheadRejectReason::full});
+    return reject(BulkheadRejectReason::full);
   }
 
   // Takes a slot, waiting for one up to min(max_wait, ctx.remaining()) when full.
@@ -173,6 +215,11 @@ class BasicBulkhead {
   }
   std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
   const BulkheadConfig& config() const noexcept { return config_; }
+
+  // Tells `observer` about every rejection from now on (try_acquire() and acquire()),
+  // on the rejecting thread, after the rejection is counted. Set it before the bulkhead
+  // is shared: it is read without synchronisation. Costs nothing when a slot is free.
+  void observe_rejections(BulkheadObserver observer) noexcept { observer_ = observer; }
 
  private:
   static BulkheadConfig checked(BulkheadConfig config) {
@@ -205,6 +252,7 @@ class BasicBulkhead {
 
   Unexpected<BulkheadRejection> reject(BulkheadRejectReason reason) noexcept {
     rejected_.fetch_add(1, std::memory_order_relaxed);
+    if (observer_) observer_(BulkheadRejectionEvent{this, config_.name, reason});
     return Unexpected(BulkheadRejection{reason});
   }
 
@@ -219,25 +267,34 @@ class BasicBulkhead {
       std::lock_guard lock(mu_);
       cv_.notify_all();
     });
-    std::unique_lock lock(mu_);
-    waiting_.fetch_add(1, std::memory_order_seq_cst);
-    struct Leave {
-      std::atomic<std::uint32_t>& w;
-      ~Leave() { w.fetch_sub(1, std::memory_order_seq_cst); }
-    } leave{waiting_};
-    for (;;) {
-      if (take()) return Permit(this);
-      if (stop.stop_requested()) return reject(BulkheadRejectReason::cancelled);
-      if (cv_.wait_until(lock, until) == std::cv_status::timeout) {
+    BulkheadRejectReason refused = on_timeout;
+    {
+      std::unique_lock lock(mu_);
+      waiting_.fetch_add(1, std::memory_order_seq_cst);
+      struct Leave {
+        std::atomic<std::uint32_t>& w;
+        ~Leave() { w.fetch_sub(1, std::memory_order_seq_cst); }
+      } leave{waiting_};
+      for (;;) {
         if (take()) return Permit(this);
-        return reject(on_timeout);
+        if (stop.stop_requested()) {
+          refused = BulkheadRejectReason::cancelled;
+          break;
+        }
+        if (cv_.wait_until(lock, until) == std::cv_status::timeout) {
+          if (take()) return Permit(this);
+          break;
+        }
       }
     }
+    // Rejected with the mutex released: an observer may call back into the bulkhead.
+    return reject(refused);
   }
 
   const BulkheadConfig config_;
   [[no_unique_address]] const detail::ClockRef<C> clock_;
   const std::uint32_t max_;
+  BulkheadObserver observer_{};
   alignas(64) std::atomic<std::uint32_t> in_use_{0};
   std::atomic<std::uint32_t> waiting_{0};
   std::atomic<std::uint64_t> rejected_{0};

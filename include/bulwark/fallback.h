@@ -147,26 +147,39 @@ struct Failure {
   }
 };
 
-// Told each time a fallback answers, and whether the call was never made (stopped
-// before any attempt: breaker or bulkhead said no) or was made and failed. A function
-// pointer and a target pointer: copying the stage copies the observer, nothing else.
+// Told each time a fallback answers: whether the call was never made (stopped before
+// any attempt: breaker or bulkhead said no) or was made and failed, and the reason. A
+// function pointer and a target pointer: copying the stage copies the observer,
+// nothing else.
 class FallbackObserver {
  public:
   constexpr FallbackObserver() noexcept = default;
-  // `target` needs `on_fallback(bool rejected)`, and must outlive the stage's copies.
+  // `target` needs `on_fallback(bool rejected, Reason reason)` or
+  // `on_fallback(bool rejected)`, and must outlive the stage's copies.
   template <class T>
-  requires requires(T& t) { t.on_fallback(true); }
+  requires requires(T& t) { t.on_fallback(true, Reason::call_error); } || requires(T& t) {
+    t.on_fallback(true);
+  }
   explicit FallbackObserver(T& target) noexcept
-      : target_(&target),
-        fn_([](void* t, bool rejected) noexcept { static_cast<T*>(t)->on_fallback(rejected); }) {}
+      : target_(const_cast<void*>(static_cast<const void*>(&target))), fn_(&tell<T>) {}
 
-  void operator()(bool rejected) const noexcept {
-    if (fn_ != nullptr) fn_(target_, rejected);
+  void operator()(bool rejected, Reason reason) const noexcept {
+    if (fn_ != nullptr) fn_(target_, rejected, reason);
   }
 
  private:
+  template <class T>
+  static void tell(void* t, bool rejected, Reason reason) noexcept {
+    T& target = *static_cast<T*>(t);
+    if constexpr (requires { target.on_fallback(rejected, reason); }) {
+      target.on_fallback(rejected, reason);
+    } else {
+      target.on_fallback(rejected);
+    }
+  }
+
   void* target_ = nullptr;
-  void (*fn_)(void*, bool) noexcept = nullptr;
+  void (*fn_)(void*, bool, Reason) noexcept = nullptr;
 };
 
 // The fallback stage of a pipeline: answers for the reasons in `on`.
@@ -177,8 +190,10 @@ struct FallbackStage {
   Reasons on;
   FallbackObserver observer{};
 
-  // The same stage, telling `target` (e.g. a breaker's ComponentCounters, metrics.h)
-  // every time it answers: `fallback(f).counted_by(handle.metrics()->components)`.
+  // The same stage, telling `target` every time it answers. A registry Handle counts
+  // the answer in its key's metrics block and emits a `fallback` event (observe.h) to
+  // the registry's listeners: `fallback(f).counted_by(handle)`. A ComponentCounters
+  // (metrics.h) only counts: `fallback(f).counted_by(metrics.components)`.
   template <class T>
   FallbackStage counted_by(T& target) const {
     FallbackStage copy = *this;
@@ -192,6 +207,7 @@ struct FallbackStage {
     using T = typename Out::value_type;
     if (!on.contains(failure.reason)) return Unexpected(std::move(failure));
     const bool rejected = failure.rejected();
+    const Reason reason = failure.reason;
     Out out = [&]() -> Out {
       if constexpr (std::is_invocable_v<const F&, const Failure<E>&>) {
         return wrap<Out>([&]() -> decltype(auto) { return fallback(std::as_const(failure)); });
@@ -205,7 +221,8 @@ struct FallbackStage {
         return Out(T(fallback));
       }
     }();
-    if (out.has_value()) observer(rejected);  // a fallback that declined answered nothing
+    // A fallback that declined answered nothing.
+    if (out.has_value()) observer(rejected, reason);
     return out;
   }
 

@@ -283,6 +283,10 @@ struct ComponentReading {
 
   // Sums another reading into this one (registry totals).
   void merge(const ComponentReading& o) noexcept;
+  // Sums only the counters (and the has_* flags) of another reading, not its gauges
+  // (budget tokens, bulkhead slots in use and limit): what an evicted key leaves in its
+  // registry's totals, which must never decrease.
+  void merge_counters(const ComponentReading& o) noexcept;
 };
 
 // Counters a pipeline or an integration bumps for one breaker. Each is one relaxed
@@ -512,7 +516,11 @@ class alignas(64) BreakerMetrics {
   BreakerMetrics(const BreakerMetrics&) = delete;
   BreakerMetrics& operator=(const BreakerMetrics&) = delete;
 
-  // Latency of calls that reported a duration (both outcomes, slow or not).
+  // Latency of calls that reported a duration (both outcomes, slow or not). Only
+  // calls given an explicit, non-zero duration are observed (record_call(), or a
+  // registry Call's record(outcome, duration)): a call reported without one is not
+  // timed here, even if a breaker that judges slowness measured it for its own rules.
+  // Time your calls and pass the duration if you want them in the histogram.
   LatencyHistogram latency;
   TransitionCounts transitions;
   ComponentCounters components;

@@ -14,6 +14,12 @@
 //   ...
 //   sub.reset();   // or let it go out of scope: the listener is removed
 //
+// Sources. A registry emits every kind for its keys (registry.h): transitions and
+// flapping from its breakers, rejections by its breakers (try_acquire) and by the
+// per-key bulkheads it builds, fallbacks of pipeline stages given a Handle
+// (`bulwark::fallback(f).counted_by(handle)`), key creation and eviction. Outside a
+// registry, forward_transitions() feeds a hub from a breaker policy.
+//
 // Events are delivered synchronously, on the thread whose request caused them, after
 // the change is visible and while no bulwark lock is held; a listener that throws is
 // ignored. A listener may call back into bulwark. Keep listeners short: a slow listener
@@ -41,6 +47,7 @@
 #include <vector>
 
 #include "bulwark/breaker_events.h"
+#include "bulwark/bulkhead.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
 
@@ -48,8 +55,8 @@ namespace bulwark {
 
 enum class EventKind : std::uint8_t {
   transition = 0,   // a breaker changed state
-  rejection = 1,    // a breaker (or bulkhead) refused a call
-  fallback = 2,     // a fallback answered instead of the dependency
+  rejection = 1,    // a breaker (RejectionInfo) or bulkhead (BulkheadRejectionInfo) refused a call
+  fallback = 2,     // a fallback answered instead of the dependency (FallbackInfo)
   flapping = 3,     // a breaker started or stopped flapping (opening again and again)
   key_created = 4,  // a registry created the entry for a key
   key_evicted = 5,  // a registry evicted an idle key
@@ -108,9 +115,17 @@ struct TransitionInfo {
   std::uint32_t generation;  // the breaker's generation after the transition
 };
 
+// A breaker refused a call.
 struct RejectionInfo {
   RejectReason reason;
   Nanos retry_after;  // when a probe may be admitted (Rejection::retry_after)
+};
+
+// A bulkhead refused a call (an event of kind `rejection` too). Emitted by a registry
+// for the per-key bulkheads it builds (registry.h); the event's name is the bulkhead's
+// and its source the bulkhead's address.
+struct BulkheadRejectionInfo {
+  BulkheadRejectReason reason;
 };
 
 // Why a fallback answered: no attempt reached the dependency (a breaker or bulkhead
@@ -122,6 +137,8 @@ constexpr std::string_view to_string(FallbackKind k) noexcept {
   return k == FallbackKind::rejected ? "rejected" : "failed";
 }
 
+// A fallback stage answered. Emitted through a registry Handle given to the stage:
+// `bulwark::fallback(f).counted_by(handle)` (fallback.h, registry.h).
 struct FallbackInfo {
   FallbackKind kind;
   std::string_view reason;  // the pipeline's reason, e.g. "breaker_open" (fallback.h's Reason)
@@ -151,7 +168,9 @@ struct Event {
   std::string_view key;
   const void* source;
   Ticks at;  // clock time of the event
-  std::variant<TransitionInfo, RejectionInfo, FallbackInfo, FlappingInfo, KeyInfo> info;
+  std::variant<TransitionInfo, RejectionInfo, FallbackInfo, FlappingInfo, KeyInfo,
+               BulkheadRejectionInfo>
+      info;
 };
 
 // Builds the Event for a breaker's TransitionEvent, with the key it belongs to.
@@ -166,6 +185,7 @@ inline Event make_event(const TransitionEvent& e, std::string_view key = {}) noe
 
 // The event as one logfmt line (no trailing newline), e.g.
 //   event=rejection name=reviews key="host 7" reason=open retry_after=29.5 at=120.25
+//   event=rejection name=reviews-pool key="host 7" component=bulkhead reason=full at=120.25
 // Values with spaces, quotes, '=' or control characters are quoted and escaped, so a
 // key can never forge another field. Times are in seconds. Allocates the string.
 std::string to_logfmt(const Event& event);

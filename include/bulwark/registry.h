@@ -41,8 +41,11 @@
 // reference word, in the CAS that pins it, and a step that finds the bit set (or the
 // entry referenced) clears it and starts the key's idle time again. Lookups therefore
 // never read the clock; a key goes at the first step that finds it idle for idle_ttl —
-// later than idle_ttl, never sooner. An evicted key's counters are folded into the
-// registry's totals, so registry counters never decrease. Memory is bounded by the peak
+// later than idle_ttl, never sooner. An evicted key's counters — its breaker's, its
+// BreakerMetrics block's, and those its Extra reports (read_metrics: bulkhead
+// rejections, retry-budget exhaustion) — are folded into the shard's totals under the
+// lock that unlinks it, and a scrape reads each shard's entries and evicted totals under
+// that same lock, so registry counters never decrease. Memory is bounded by the peak
 // number of live keys, not by the keys ever seen: freed entries are reused; the index
 // and entry storage keep their peak size.
 //
@@ -57,12 +60,25 @@
 //
 // Cost. Lookup of an existing key: one hash and one probe (usually one cache line).
 // If entries can go away (idle_ttl, or `removable` for remove()), also one CAS to pin
-// the entry and one atomic subtract to let it go. No clock read, no allocation, no lock
-// (with idle_ttl, one lookup in 64 reads the coarse clock to see if a step is due). Creating a key
-// takes the shard mutex twice and allocates only when the arena grows, the key owns heap memory, or
-// a per-key policy is built. Memory: sizeof(Entry) (128 bytes for std::string keys: the 64-byte
-// breaker, the reference word, outage start, metrics pointer, and the key) plus ~8-20 bytes of
-// index per key; see memory().
+// the entry and one atomic subtract to let it go. No clock read, no allocation, no lock.
+// With idle_ttl, one lookup in 64 (per thread) reads the coarse clock to see whether the
+// shard's next eviction step is due; when it is, that lookup try-locks the shard's mutex
+// (never waits: if another thread holds it, the step is left to a later lookup) and runs
+// one bounded step. So a lookup never blocks on a lock, but about one lookup per shard
+// per idle_ttl/8 takes one. Creating a key takes the shard mutex twice and allocates only
+// when the arena grows, the key owns heap memory, or a per-key policy is built. Memory:
+// sizeof(Entry) (128 bytes for std::string keys: the 64-byte breaker, the reference
+// word, outage start, metrics pointer, and the key) plus ~8-20 bytes of index per key;
+// see memory().
+//
+// Per-key components and events. An Extra (say, a struct holding the key's Bulkhead and
+// RetryBudget) reports its counters with a member `void read_metrics(ComponentReading&)`
+// (metrics.h). Its bulkhead's rejections reach events() as `rejection` events with the
+// key (BulkheadRejectionInfo) when the Extra is a BasicBulkhead, has a BasicBulkhead
+// member named `bulkhead`, or has a member `observe_rejections(BulkheadObserver)` that
+// hands the observer on to its bulkheads: the registry attaches it when it builds the
+// Extra. A pipeline's fallback stage given a Handle (`fallback(f).counted_by(handle)`)
+// counts each answer in the key's metrics block and emits a `fallback` event.
 //
 // Thread-safety: every member function may be called concurrently, except that the
 // registry must outlive every Handle and Call.
@@ -94,10 +110,12 @@
 #include <vector>
 
 #include "bulwark/breaker_config.h"
+#include "bulwark/bulkhead.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
 #include "bulwark/expected.h"
+#include "bulwark/fallback.h"
 #include "bulwark/metrics.h"
 #include "bulwark/observe.h"
 #include "bulwark/outcome.h"
@@ -258,7 +276,7 @@ struct RegistryOptions {
   // Table slots one eviction step examines (bounds the work a request may do). >= 1.
   std::uint32_t evict_batch = 32;
   // Shards, a power of two in [1, 1024]: creation and eviction in different shards
-  // don't contend. Lookups never lock, whatever the number.
+  // don't contend. Lookups never wait on a lock, whatever the number.
   std::uint32_t shards = 16;
   // Keep a BreakerMetrics block per key (latency histogram, transitions by from/to,
   // component counters): sizeof(BreakerMetrics) bytes per key. Without it, per-key
@@ -372,6 +390,13 @@ class BasicRegistry {
     // same key returns another one, the key was evicted and created again.
     std::uint64_t incarnation() const noexcept { return entry_->incarnation; }
 
+    // A pipeline fallback stage's observer (fallback.h): `fallback(f).counted_by(handle)`
+    // counts each answer in the key's metrics block (with detailed_metrics) and emits a
+    // `fallback` event with the key to events(). The handle must outlive the stage's use.
+    void on_fallback(bool rejected, Reason reason) const noexcept {
+      registry_->fallback_answered(entry_, rejected, reason);
+    }
+
     // Asks the breaker for a permit. The Call holds its own reference (one more
     // atomic add); `std::move(handle).try_acquire()` hands this one over instead.
     Expected<Call, Rejection> try_acquire() const& { return registry_->acquire_on(Handle(*this)); }
@@ -386,8 +411,10 @@ class BasicRegistry {
 
   // One admitted call: the breaker's permit and a reference to its entry, released in
   // that order. Report the outcome with record(); a duration feeds the latency
-  // histogram (detailed_metrics) and the breaker's slow-call rules. Destroyed without
-  // an outcome, the permit counts as cancelled. Move-only.
+  // histogram (detailed_metrics) and the breaker's slow-call rules. Only calls reported
+  // with a non-zero duration reach the histogram: a breaker that judges slowness
+  // measures calls reported without one for its own rules, but that measurement is not
+  // seen here. Destroyed without an outcome, the permit counts as cancelled. Move-only.
   class [[nodiscard]] Call {
    public:
     Call(Call&&) noexcept = default;
@@ -398,6 +425,8 @@ class BasicRegistry {
     }
 
     // Reports the outcome; only the first report counts. No allocation, no lock.
+    // `duration` (how long the call took) feeds the latency histogram; zero means "not
+    // timed": the histogram skips the call.
     void record(Outcome outcome, Nanos duration = Nanos::zero()) noexcept {
       if (!permit_.active()) return;
       if (BreakerMetrics* m = handle_.metrics(); m != nullptr) m->record_call(duration);
@@ -593,9 +622,15 @@ class BasicRegistry {
     }
   }
 
-  // Walks every entry once (as for_each, calling per_entry(view, breaker_reading) for
-  // each) and returns the registry's totals: live entries plus the folded counters of
-  // evicted ones. What a scrape uses.
+  // Walks every entry once, calling per_entry(view, breaker_reading) for each, and
+  // returns the registry's totals: live entries plus the folded counters of evicted
+  // ones. What a scrape uses. Each shard is walked under its mutex, and its evicted
+  // totals are read in the same critical section: eviction folds and unlinks under that
+  // mutex too, so no key is counted twice (live and evicted) or not at all, and the
+  // totals of successive reads never decrease. Lookups go on meanwhile (they take no
+  // lock); creation and eviction in the shard being walked wait for it. per_entry
+  // therefore runs with a shard mutex held: it must not create, remove or evict keys of
+  // this registry (reading the view's breaker, metrics and extra is what it is for).
   template <class F>
   RegistryReading collect(F&& per_entry) const {
     RegistryReading total;
@@ -603,26 +638,39 @@ class BasicRegistry {
     total.has_detail = detailed_;
     const Ticks now = now_ticks(clock_.get());
     std::size_t key_heap = 0;
-    for_each([&](const EntryView& v) {
-      const BreakerReading b = read_breaker(v.breaker);
-      total.add(b);
-      ++total.keys;
-      total.breakers_by_state[static_cast<std::size_t>(b.state)] += 1;
-      total.max_open_seconds =
-          std::max(total.max_open_seconds, detail::outage_seconds(b, v.outage_since, now));
-      if (v.metrics != nullptr) {
-        total.latency.add(v.metrics->latency.read());
-        v.metrics->components.read_into(total.components);
-      }
-      if constexpr (requires(Extra & x, ComponentReading & r) { x.read_metrics(r); }) {
-        if (v.extra != nullptr) v.extra->read_metrics(total.components);
-      }
-      key_heap += key_heap_bytes(v.key);
-      per_entry(v, b);
-    });
     for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
       Shard& s = shards_[si];
       std::lock_guard lock(s.mu);
+      const std::uint32_t n = s.allocated.load(std::memory_order_relaxed);
+      for (std::uint32_t i = 0; i < n; ++i) {
+        Entry* e = entry_at(s, i);
+        // Under s.mu an entry is live exactly when it is not dead: publication and
+        // eviction both happen under it. No pin needed (and none that would look like use).
+        if ((e->refs.load(std::memory_order_acquire) & kDead) != 0) continue;
+        Extra* extra = nullptr;
+        if constexpr (!std::is_same_v<Extra, NoExtra>) extra = &e->extra();
+        const EntryView v{e->key(),
+                          e->breaker(),
+                          e->metrics,
+                          extra,
+                          e->outage_since.load(std::memory_order_relaxed),
+                          e->incarnation};
+        const BreakerReading b = read_breaker(v.breaker);
+        total.add(b);
+        ++total.keys;
+        total.breakers_by_state[static_cast<std::size_t>(b.state)] += 1;
+        total.max_open_seconds =
+            std::max(total.max_open_seconds, detail::outage_seconds(b, v.outage_since, now));
+        if (v.metrics != nullptr) {
+          total.latency.add(v.metrics->latency.read());
+          v.metrics->components.read_into(total.components);
+        }
+        if constexpr (kExtraReports) {
+          if (v.extra != nullptr) v.extra->read_metrics(total.components);
+        }
+        key_heap += key_heap_bytes(v.key);
+        per_entry(v, b);
+      }
       total.add(s.gone);
       total.latency.add(s.gone_latency);
       total.components.merge(s.gone_components);
@@ -670,6 +718,11 @@ class BasicRegistry {
   static constexpr std::size_t kEntryBytes = sizeof(Entry);
 
  private:
+  // The per-key Extra reports its components' counters (read_metrics).
+  static constexpr bool kExtraReports = requires(Extra & x, ComponentReading& r) {
+    x.read_metrics(r);
+  };
+
   // ---- entries -----------------------------------------------------------------
 
   static constexpr std::size_t round8(std::size_t n) { return (n + 7) / 8 * 8; }
@@ -1046,6 +1099,7 @@ class BasicRegistry {
         } else if constexpr (std::is_default_constructible_v<Extra>) {
           ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra();
         }
+        attach_bulkheads(e);
       }
 #if defined(__cpp_exceptions)
     } catch (...) {
@@ -1224,10 +1278,19 @@ class BasicRegistry {
     s.seq.store(seq + 2, std::memory_order_release);
     --s.used;
 
+    // Every counter a scrape reads from a live entry goes to the shard's totals, in this
+    // critical section: collect() reads those under the same mutex.
     fold(s.gone, read_breaker(e->breaker()));
     if (e->metrics != nullptr) {
       s.gone_latency.add(e->metrics->latency.read());
-      e->metrics->components.read_into(s.gone_components);
+      ComponentReading c;
+      e->metrics->components.read_into(c);
+      s.gone_components.merge_counters(c);
+    }
+    if constexpr (kExtraReports) {
+      ComponentReading c;
+      e->extra().read_metrics(c);
+      s.gone_components.merge_counters(c);
     }
     if (events_.wants(EventKind::key_evicted)) {
       const std::uint64_t last = e->refs.load(std::memory_order_relaxed) & kTimeMask;
@@ -1295,6 +1358,46 @@ class BasicRegistry {
     with_key_text(h.key(), [&](std::string_view key) {
       events_.emit(Event{EventKind::rejection, h.breaker().name(), key, &h.breaker(), at,
                          RejectionInfo{r.reason, r.retry_after}});
+    });
+  }
+
+  // Routes the rejections of the bulkheads in a new entry's Extra to events() (see
+  // "Per-key components and events" above). Before the entry is published, so the
+  // bulkhead is not shared yet.
+  void attach_bulkheads(Entry* e) noexcept {
+    const BulkheadObserver observer(&BasicRegistry::bulkhead_rejected, e, this);
+    if constexpr (requires(Extra & x) { x.observe_rejections(observer); }) {
+      e->extra().observe_rejections(observer);
+    } else if constexpr (requires(Extra & x) { x.bulkhead.observe_rejections(observer); }) {
+      e->extra().bulkhead.observe_rejections(observer);
+    } else {
+      (void)observer;
+    }
+  }
+
+  // A per-key bulkhead refused a call. Its caller reached the bulkhead through a Handle,
+  // which keeps the entry alive.
+  static void bulkhead_rejected(void* entry, void* registry,
+                                const BulkheadRejectionEvent& ev) noexcept {
+    auto* self = static_cast<BasicRegistry*>(registry);
+    if (!self->events_.wants(EventKind::rejection)) return;
+    Entry* e = static_cast<Entry*>(entry);
+    const Ticks at = now_ticks(self->clock_.get());
+    with_key_text(e->key(), [&](std::string_view key) {
+      self->events_.emit(Event{EventKind::rejection, ev.name, key, ev.bulkhead, at,
+                               BulkheadRejectionInfo{ev.reason}});
+    });
+  }
+
+  // A fallback stage observed through a Handle answered (Handle::on_fallback).
+  void fallback_answered(Entry* e, bool rejected, Reason reason) noexcept {
+    const FallbackKind kind = rejected ? FallbackKind::rejected : FallbackKind::failed;
+    if (e->metrics != nullptr) e->metrics->components.record_fallback(kind);
+    if (!events_.wants(EventKind::fallback)) return;
+    const Ticks at = now_ticks(clock_.get());
+    with_key_text(e->key(), [&](std::string_view key) {
+      events_.emit(Event{EventKind::fallback, e->breaker().name(), key, &e->breaker(), at,
+                         FallbackInfo{kind, to_string(reason)}});
     });
   }
 
