@@ -204,7 +204,12 @@ void append_label_value(std::string& out, std::string_view v) {
       out.append(v.substr(j, len));
       i = j + len;
     } else {
-      out.append("\xEF\xBF\xBD");  // U+FFFD REPLACEMENT CHARACTER, one per invalid byte
+      // A byte that is not part of valid UTF-8 becomes the text \xHH, its backslash
+      // escaped as the format requires (\\xHH on the wire): distinct keys stay distinct
+      // series, and the label value names the byte.
+      static constexpr char kHex[] = "0123456789abcdef";
+      const char escaped[] = {'\\', '\\', 'x', kHex[c >> 4], kHex[c & 0xf]};
+      out.append(escaped, sizeof escaped);
       i = j + 1;
     }
   }
@@ -304,7 +309,7 @@ struct Tails {
   std::array<std::string, kStateCount> state;
   std::array<std::string, kTransitionPairs> transition;
   std::array<std::string, LatencyBuckets::kCount> le;
-  std::string successful, failed, ignored, cancelled, rejected;
+  std::string successful, failed, ignored, cancelled, rejected, not_permitted;
   std::array<std::string, 4> retry;
 
   static std::string tail(std::string_view label, std::string_view value) {
@@ -328,6 +333,7 @@ struct Tails {
     ignored = tail("kind", "ignored");
     cancelled = tail("kind", "cancelled");
     rejected = tail("kind", "rejected");
+    not_permitted = tail("kind", "not_permitted");
     for (std::size_t k = 0; k < retry.size(); ++k)
       retry[k] = tail("kind", to_string(static_cast<RetryCallKind>(k)));
   }
@@ -515,10 +521,12 @@ void Exposition::write(std::ostream& out) const {
           w.line(n, labels, t.successful, more_[r.more].slow_successes);
           w.line(n, labels, t.failed, more_[r.more].slow_failures);
         });
+    // kind="not_permitted" as Resilience4j's Micrometer binder has it, so its queries
+    // and panels match the series label for label.
     family(rows_, "circuitbreaker_not_permitted_calls_total", "counter",
            "Calls the breaker rejected.", all,
            [&](const std::string& n, std::string_view labels, const Row& r) {
-             w.line(n, labels, t.close, r.rejected);
+             w.line(n, labels, t.not_permitted, r.rejected);
            });
     family(rows_, "circuitbreaker_opens_total", "counter", "Transitions into OPEN or FORCED_OPEN.",
            all, [&](const std::string& n, std::string_view labels, const Row& r) {

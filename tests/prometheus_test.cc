@@ -58,16 +58,23 @@ TEST(LabelValues, EscapeBackslashQuoteAndNewlineOnly) {
   EXPECT_EQ(escaped(""), "");
 }
 
-TEST(LabelValues, ValidUtf8PassesInvalidBecomesReplacementCharacter) {
+TEST(LabelValues, ValidUtf8PassesInvalidBytesBecomeEscapedHexText) {
   EXPECT_EQ(escaped("ünïcødé ☃ 🚀"), "ünïcødé ☃ 🚀");
+  // Each invalid byte becomes the text \xHH, its backslash escaped for the format.
   EXPECT_EQ(escaped("a\xff"
                     "b"),
-            "a\xEF\xBF\xBD"
-            "b");
-  EXPECT_EQ(escaped("\xC3"), "\xEF\xBF\xBD");                                  // truncated sequence
-  EXPECT_EQ(escaped("\xC0\xAF"), "\xEF\xBF\xBD\xEF\xBF\xBD");                  // overlong '/'
-  EXPECT_EQ(escaped("\xED\xA0\x80"), "\xEF\xBF\xBD\xEF\xBF\xBD\xEF\xBF\xBD");  // a surrogate
-  EXPECT_EQ(escaped("\xF4\x90\x80\x80").substr(0, 3), "\xEF\xBF\xBD");         // above U+10FFFF
+            R"(a\\xffb)");
+  EXPECT_EQ(escaped("\xC3"), R"(\\xc3)");                             // truncated sequence
+  EXPECT_EQ(escaped("\xC0\xAF"), R"(\\xc0\\xaf)");                    // overlong '/'
+  EXPECT_EQ(escaped("\xED\xA0\x80"), R"(\\xed\\xa0\\x80)");           // a surrogate
+  EXPECT_EQ(escaped("\xF4\x90\x80\x80"), R"(\\xf4\\x90\\x80\\x80)");  // above U+10FFFF
+  EXPECT_EQ(escaped("\xC3\xA9\xFF\xC3\xA9"),
+            "\xC3\xA9"
+            R"(\\xff)"
+            "\xC3\xA9");  // é, bad, é
+  // Keys that differ only in invalid bytes stay distinct (U+FFFD made them one series).
+  EXPECT_NE(escaped("a\xff"), escaped("a\xfe"));
+  EXPECT_NE(escaped("a\xff"), escaped("a\xff\xff"));
 }
 
 TEST(Values, IntegersExactFloatsShortestSpecialsSpelled) {
@@ -187,7 +194,9 @@ TEST_F(RegistryExposition, ValuesOfOneBreaker) {
   EXPECT_EQ(s["bulwark_circuitbreaker_open_seconds{" + l + "}"], "42");
   EXPECT_EQ(s["bulwark_circuitbreaker_calls_total{" + l + R"(,kind="successful"})"], "1");
   EXPECT_EQ(s["bulwark_circuitbreaker_calls_total{" + l + R"(,kind="failed"})"], "2");
-  EXPECT_EQ(s["bulwark_circuitbreaker_not_permitted_calls_total{" + l + "}"], "1");
+  EXPECT_EQ(
+      s["bulwark_circuitbreaker_not_permitted_calls_total{" + l + R"(,kind="not_permitted"})"],
+      "1");
   EXPECT_EQ(s["bulwark_circuitbreaker_opens_total{" + l + "}"], "1");
   EXPECT_EQ(s["bulwark_circuitbreaker_transitions_total{" + l + R"(,from="closed",to="open"})"],
             "1");
@@ -227,6 +236,22 @@ TEST_F(RegistryExposition, TrickyKeysAreEscapedInLabels) {
       "0");
 }
 
+TEST_F(RegistryExposition, KeysDifferingOnlyInInvalidUtf8AreDistinctSeries) {
+  reg.try_acquire("a\xff")->record(Outcome::success);
+  reg.try_acquire("a\xfe")->record(Outcome::failure);
+  const auto s = samples_of([&] {
+    std::ostringstream out;
+    prom::write(out, reg);
+    return out.str();
+  }());
+  EXPECT_EQ(
+      s.at(R"(bulwark_circuitbreaker_calls_total{name="upstream",key="a\\xff",kind="successful"})"),
+      "1");
+  EXPECT_EQ(
+      s.at(R"(bulwark_circuitbreaker_calls_total{name="upstream",key="a\\xfe",kind="failed"})"),
+      "1");
+}
+
 TEST_F(RegistryExposition, PerBreakerSeriesCanBeTurnedOffForHugeRegistries) {
   for (int i = 0; i < 10; ++i) (void)reg.get(std::to_string(i));
   std::ostringstream out;
@@ -243,6 +268,12 @@ TEST_F(RegistryExposition, ResilienceFourJPrefixGivesTheirNames) {
   EXPECT_NE(
       out.str().find("# TYPE resilience4j_circuitbreaker_not_permitted_calls_total counter\n"),
       std::string::npos);
+  // Resilience4j's Micrometer binder labels rejections kind="not_permitted".
+  EXPECT_NE(
+      out.str().find("resilience4j_circuitbreaker_not_permitted_calls_total{name=\"upstream\","
+                     "key=\"a\",kind=\"not_permitted\"} 0\n"),
+      std::string::npos)
+      << out.str();
 }
 
 TEST_F(RegistryExposition, ComponentFamiliesAppearWhenComponentsReport) {

@@ -23,7 +23,9 @@
 //                                                   (0 when closed) — "open too long" alerts
 //   <p>_circuitbreaker_calls_total{kind}            successful|failed|ignored|cancelled
 //   <p>_circuitbreaker_slow_calls_total{kind}       successful|failed (when the breaker keeps
-//   totals) <p>_circuitbreaker_not_permitted_calls_total    rejections (Resilience4j's name)
+//                                                   totals)
+//   <p>_circuitbreaker_not_permitted_calls_total{kind="not_permitted"}   rejections
+//                                                   (Resilience4j's name and label)
 //   <p>_circuitbreaker_opens_total                  transitions into OPEN / FORCED_OPEN
 //   <p>_circuitbreaker_failure_ratio, _slow_call_ratio   0..1, NaN = not enough calls
 //   <p>_circuitbreaker_buffered_calls{kind}         calls in the window now (Resilience4j)
@@ -40,10 +42,17 @@
 // of the breaker counters above (evicted keys included). docs/observability.md lists
 // them all with their Resilience4j equivalents and the alert rules.
 //
+// Label values: `\`, `"` and newline are escaped; a byte that is not part of valid
+// UTF-8 (Prometheus requires UTF-8) is written as the text \xHH (`\\xHH` on the wire),
+// so keys that differ only in such bytes stay distinct series. A key that contains
+// that text literally looks the same as one with the byte.
+//
 // Cost. Gathering reads each breaker once (a snapshot: relaxed loads and a clock
 // read) and copies the numbers; writing formats them into a 64 KiB buffer flushed to
 // the stream. Allocates (rows, label text, the buffer); takes no breaker lock (there
-// are none) and holds each registry entry only while reading it.
+// are none). A registry is read one shard at a time under that shard's mutex, so that
+// its totals are consistent (registry.h, collect()): lookups go on, creation and
+// eviction of keys in that shard wait for the shard's rows to be gathered.
 // Thread-safety: an Exposition is used by one thread; the sources it reads may be in
 // use by any number of threads meanwhile.
 
@@ -204,7 +213,9 @@ class Writer {
 };
 
 // Appends `value` escaped as a label value: backslash, double quote and newline are
-// escaped; invalid UTF-8 is replaced by U+FFFD (Prometheus requires valid UTF-8).
+// escaped; each byte that is not part of valid UTF-8 (Prometheus requires UTF-8)
+// becomes the text \xHH, written `\\xHH` (lower-case hex), so that two values that
+// differ only in such bytes stay distinct.
 void append_label_value(std::string& out, std::string_view value);
 // Appends a sample value: integers exactly, doubles in their shortest round-trip form,
 // NaN as "NaN", infinities as "+Inf" / "-Inf".

@@ -67,7 +67,9 @@ int scrape() {
     m.bulkhead_rejected();
   }
   // Tricky keys, one success each (1 ms).
-  for (const char* key : {"quote\"d", "back\\slash", "new\nline", "ünïcødé ☃ 🚀", "bad \xff utf8"}) {
+  // Two keys that differ only in an invalid UTF-8 byte: two series.
+  for (const char* key :
+       {"quote\"d", "back\\slash", "new\nline", "ünïcødé ☃ 🚀", "bad \xff utf8", "bad \xfe utf8"}) {
     call(hosts, key, Outcome::success, 1ms);
   }
   // down:443 opens at t=0 and its probes keep failing: open for the whole 7 minutes.
