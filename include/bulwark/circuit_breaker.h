@@ -342,74 +342,16 @@ class alignas(64) BasicCircuitBreaker {
   //   with half_open_fraction, if this request is drawn).
   // FORCED_OPEN: rejected.
   Expected<Permit, Rejection> try_acquire() noexcept {
-    Word w(word_.load(std::memory_order_acquire));
-    double draw = -1;  // fraction mode: one draw per request, however often we loop
-    for (;;) {
-      switch (static_cast<State>(w.state())) {
-        case State::closed:
-        case State::metrics_only:
-          if constexpr (kWindowed) {
-            if (policy_->slow_call_duration > 0) return Permit(this, w, admit_timed(w));
-          }
-          return Permit(this, w, 0);
-        case State::disabled:
-          return Permit(this, w, 0);
-        case State::forced_open:
-          return reject(RejectReason::forced_open, kTicksMax);
-        case State::open: {
-          const Ticks period = policy_->open_period(w.reopens());
-          // The winner of the last transition is still publishing it: its time is
-          // not known yet, so it certainly has not elapsed.
-          if (w.pending()) return reject(RejectReason::open, period);
-          const Ticks t = now();
-          const Ticks until = saturating_add(since_.load(std::memory_order_relaxed), period);
-          // An end that saturates (an infinite open period) never comes by itself.
-          if (t < until || until == kTicksMax)
-            return reject(RejectReason::open, until - std::min(t, until));
-          const Word next =
-              w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
-          if (cas(w, next)) {
-            publish(next, State::open, TransitionReason::open_period_elapsed, t);
-            return Permit(this, next, probe_start());
-          }
-          break;  // someone else moved the breaker first: look again
-        }
-        case State::half_open: {
-          const detail::PolicyCore& p = *policy_;
-          if (p.fraction_mode()) {
-            if (draw < 0) draw = p.draw();
-            if (draw >= p.stage_fraction(w.stage()))
-              return reject(RejectReason::half_open_throttled, half_open_wait(w));
-          }
-          if (w.a() < p.half_open_max_calls) {
-            const Word next = w.with_a(w.a() + 1);
-            if (cas(w, next)) return Permit(this, next, probe_start());
-            break;
-          }
-          // Every slot is taken. A probe whose permit leaked would hold its slot
-          // forever; after half_open_max_wait we start a fresh round instead. The
-          // round keeps the successes and ramp stage already earned, so a dependency
-          // that answers slowly but well still closes the breaker: each round adds
-          // at least one success as long as a probe takes less than the wait.
-          if (p.half_open_max_wait <= 0 || w.pending())
-            return reject(RejectReason::half_open_full, half_open_wait(w));
-          const Ticks t = now();
-          const Ticks waited = saturating_sub(t, since_.load(std::memory_order_relaxed));
-          if (waited < p.half_open_max_wait) {
-            return reject(RejectReason::half_open_full, p.half_open_max_wait - waited);
-          }
-          const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
-                                .with_a(1)
-                                .with_b(w.b())
-                                .with_stage(w.stage());
-          if (cas(w, next)) {
-            publish(next, State::half_open, TransitionReason::open_period_elapsed, t);
-            return Permit(this, next, probe_start());
-          }
-          break;
-        }
+    const Word w(word_.load(std::memory_order_acquire));
+    // The common case stays small enough to inline into the caller; everything else
+    // (rejections, probes, transitions) is out of line.
+    if (w.state() == static_cast<std::uint8_t>(State::closed)) {
+      if constexpr (kWindowed) {
+        if (policy_->slow_call_duration > 0) return Permit(this, w, admit_timed(w));
       }
+      return Permit(this, w, 0);
     }
+    return acquire_slow(w);
   }
 
   // Runs `f` if the breaker admits the call. Returns its result, or the rejection.
@@ -621,6 +563,77 @@ class alignas(64) BasicCircuitBreaker {
       }
     }
     return start;
+  }
+
+  // try_acquire() for every state but CLOSED, and for CLOSED again if the word moved.
+  [[gnu::noinline]] Expected<Permit, Rejection> acquire_slow(Word w) noexcept {
+    double draw = -1;  // fraction mode: one draw per request, however often we loop
+    for (;;) {
+      switch (static_cast<State>(w.state())) {
+        case State::closed:
+        case State::metrics_only:
+          if constexpr (kWindowed) {
+            if (policy_->slow_call_duration > 0) return Permit(this, w, admit_timed(w));
+          }
+          return Permit(this, w, 0);
+        case State::disabled:
+          return Permit(this, w, 0);
+        case State::forced_open:
+          return reject(RejectReason::forced_open, kTicksMax);
+        case State::open: {
+          const Ticks period = policy_->open_period(w.reopens());
+          // The winner of the last transition is still publishing it: its time is
+          // not known yet, so it certainly has not elapsed.
+          if (w.pending()) return reject(RejectReason::open, period);
+          const Ticks t = now();
+          const Ticks until = saturating_add(since_.load(std::memory_order_relaxed), period);
+          // An end that saturates (an infinite open period) never comes by itself.
+          if (t < until || until == kTicksMax)
+            return reject(RejectReason::open, until - std::min(t, until));
+          const Word next =
+              w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
+          if (cas(w, next)) {
+            publish(next, State::open, TransitionReason::open_period_elapsed, t);
+            return Permit(this, next, probe_start());
+          }
+          break;  // someone else moved the breaker first: look again
+        }
+        case State::half_open: {
+          const detail::PolicyCore& p = *policy_;
+          if (p.fraction_mode()) {
+            if (draw < 0) draw = p.draw();
+            if (draw >= p.stage_fraction(w.stage()))
+              return reject(RejectReason::half_open_throttled, half_open_wait(w));
+          }
+          if (w.a() < p.half_open_max_calls) {
+            const Word next = w.with_a(w.a() + 1);
+            if (cas(w, next)) return Permit(this, next, probe_start());
+            break;
+          }
+          // Every slot is taken. A probe whose permit leaked would hold its slot
+          // forever; after half_open_max_wait we start a fresh round instead. The
+          // round keeps the successes and ramp stage already earned, so a dependency
+          // that answers slowly but well still closes the breaker: each round adds
+          // at least one success as long as a probe takes less than the wait.
+          if (p.half_open_max_wait <= 0 || w.pending())
+            return reject(RejectReason::half_open_full, half_open_wait(w));
+          const Ticks t = now();
+          const Ticks waited = saturating_sub(t, since_.load(std::memory_order_relaxed));
+          if (waited < p.half_open_max_wait) {
+            return reject(RejectReason::half_open_full, p.half_open_max_wait - waited);
+          }
+          const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
+                                .with_a(1)
+                                .with_b(w.b())
+                                .with_stage(w.stage());
+          if (cas(w, next)) {
+            publish(next, State::half_open, TransitionReason::open_period_elapsed, t);
+            return Permit(this, next, probe_start());
+          }
+          break;
+        }
+      }
+    }
   }
 
   // Adds a request to a word whose transition is still being published, unless a
