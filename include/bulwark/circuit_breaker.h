@@ -351,7 +351,9 @@ class alignas(64) BasicCircuitBreaker {
       }
       return Permit(this, w, 0);
     }
-    return acquire_slow(w);
+    const Decision d = acquire_slow(w);
+    if ((d.word & Word::kStateMask) != kRejected) return Permit(this, Word(d.word), d.value);
+    return Unexpected(Rejection{static_cast<RejectReason>(d.word >> 8), Nanos(d.value)});
   }
 
   // Runs `f` if the breaker admits the call. Returns its result, or the rejection.
@@ -565,36 +567,50 @@ class alignas(64) BasicCircuitBreaker {
     return start;
   }
 
+  // What acquire_slow decided, in two words so that it comes back in registers and
+  // the caller's inlined fast path can keep its permit out of memory: the admitted
+  // word and the call's start, or kRejected | reason << 8 and the retry-after.
+  struct Decision {
+    std::uint64_t word;
+    Ticks value;
+  };
+  static constexpr std::uint64_t kRejected = Word::kStateMask;  // no state has this value
+  static Decision admit(Word w, Ticks start) noexcept { return {w.raw(), start}; }
+  Decision refuse(RejectReason reason, Ticks retry_after) noexcept {
+    (void)reject(reason, retry_after);
+    return {kRejected | (std::uint64_t{static_cast<std::uint8_t>(reason)} << 8), retry_after};
+  }
+
   // try_acquire() for every state but CLOSED, and for CLOSED again if the word moved.
-  [[gnu::noinline]] Expected<Permit, Rejection> acquire_slow(Word w) noexcept {
+  [[gnu::noinline]] Decision acquire_slow(Word w) noexcept {
     double draw = -1;  // fraction mode: one draw per request, however often we loop
     for (;;) {
       switch (static_cast<State>(w.state())) {
         case State::closed:
         case State::metrics_only:
           if constexpr (kWindowed) {
-            if (policy_->slow_call_duration > 0) return Permit(this, w, admit_timed(w));
+            if (policy_->slow_call_duration > 0) return admit(w, admit_timed(w));
           }
-          return Permit(this, w, 0);
+          return admit(w, 0);
         case State::disabled:
-          return Permit(this, w, 0);
+          return admit(w, 0);
         case State::forced_open:
-          return reject(RejectReason::forced_open, kTicksMax);
+          return refuse(RejectReason::forced_open, kTicksMax);
         case State::open: {
           const Ticks period = policy_->open_period(w.reopens());
           // The winner of the last transition is still publishing it: its time is
           // not known yet, so it certainly has not elapsed.
-          if (w.pending()) return reject(RejectReason::open, period);
+          if (w.pending()) return refuse(RejectReason::open, period);
           const Ticks t = now();
           const Ticks until = saturating_add(since_.load(std::memory_order_relaxed), period);
           // An end that saturates (an infinite open period) never comes by itself.
           if (t < until || until == kTicksMax)
-            return reject(RejectReason::open, until - std::min(t, until));
+            return refuse(RejectReason::open, until - std::min(t, until));
           const Word next =
               w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
           if (cas(w, next)) {
             publish(next, State::open, TransitionReason::open_period_elapsed, t);
-            return Permit(this, next, probe_start());
+            return admit(next, probe_start());
           }
           break;  // someone else moved the breaker first: look again
         }
@@ -603,11 +619,11 @@ class alignas(64) BasicCircuitBreaker {
           if (p.fraction_mode()) {
             if (draw < 0) draw = p.draw();
             if (draw >= p.stage_fraction(w.stage()))
-              return reject(RejectReason::half_open_throttled, half_open_wait(w));
+              return refuse(RejectReason::half_open_throttled, half_open_wait(w));
           }
           if (w.a() < p.half_open_max_calls) {
             const Word next = w.with_a(w.a() + 1);
-            if (cas(w, next)) return Permit(this, next, probe_start());
+            if (cas(w, next)) return admit(next, probe_start());
             break;
           }
           // Every slot is taken. A probe whose permit leaked would hold its slot
@@ -616,11 +632,11 @@ class alignas(64) BasicCircuitBreaker {
           // that answers slowly but well still closes the breaker: each round adds
           // at least one success as long as a probe takes less than the wait.
           if (p.half_open_max_wait <= 0 || w.pending())
-            return reject(RejectReason::half_open_full, half_open_wait(w));
+            return refuse(RejectReason::half_open_full, half_open_wait(w));
           const Ticks t = now();
           const Ticks waited = saturating_sub(t, since_.load(std::memory_order_relaxed));
           if (waited < p.half_open_max_wait) {
-            return reject(RejectReason::half_open_full, p.half_open_max_wait - waited);
+            return refuse(RejectReason::half_open_full, p.half_open_max_wait - waited);
           }
           const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
                                 .with_a(1)
@@ -628,7 +644,7 @@ class alignas(64) BasicCircuitBreaker {
                                 .with_stage(w.stage());
           if (cas(w, next)) {
             publish(next, State::half_open, TransitionReason::open_period_elapsed, t);
-            return Permit(this, next, probe_start());
+            return admit(next, probe_start());
           }
           break;
         }

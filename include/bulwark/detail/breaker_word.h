@@ -78,6 +78,7 @@ class Word {
   static constexpr unsigned kGenBits = 19, kGenShift = 45;
   static_assert(kGenShift + kGenBits == 64);
 
+  static constexpr std::uint64_t kStateMask = (1u << kStateBits) - 1;
   static constexpr std::uint32_t kReopenMax = (1u << kReopenBits) - 1;
   static constexpr std::uint32_t kCountMax = (1u << kABits) - 1;    // a
   static constexpr std::uint32_t kSuccessMax = (1u << kBBits) - 1;  // b
