@@ -113,8 +113,10 @@ struct BreakerSnapshot {
 
   // Breakers with a sliding window: what it holds now (CLOSED / METRICS_ONLY), and the
   // rates the trip rules compare, with calls in flight longer than slow_call_duration
-  // counted as slow calls. A rate is empty while the window holds fewer than
-  // minimum_calls ("not enough calls"), and for breakers without a window.
+  // counted as slow calls. `window` is empty for breakers without one and outside
+  // CLOSED / METRICS_ONLY (HALF_OPEN is judged by its probes: half_open_* above). With
+  // `window` present, an empty rate means "not enough calls" (fewer than
+  // minimum_calls); never a magic -1.
   std::optional<WindowCounts> window;
   std::optional<double> failure_rate;
   std::optional<double> slow_call_rate;
