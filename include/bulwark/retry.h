@@ -156,6 +156,10 @@ struct RetrySnapshot {
 
 template <Clock C = SteadyClock, Sleeper S = ThreadSleeper>
 class BasicRetry {
+  static_assert(detail::sleeper_runs_on<S, C>(),
+                "bulwark::BasicRetry: the sleeper's clock_type must be the retry's clock "
+                "(a ManualClock retry needs a ManualSleeper; ThreadSleeper sleeps in real time)");
+
  public:
   using clock_type = C;
   using sleeper_type = S;

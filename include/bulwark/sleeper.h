@@ -12,7 +12,10 @@
 //   bulwark::ManualSleeper virtual_time(clock);       // sleep_for(200ms) == clock.advance(200ms)
 //
 // A sleeper is any type with `bool sleep_for(Nanos, const std::stop_token&)` that
-// returns true after the full duration and false as soon as stop is requested.
+// returns true after the full duration and false as soon as stop is requested. One
+// that names the clock it sleeps on (`using clock_type = ...`, as both sleepers here
+// do) can only be given to a retry on that clock: a real-time sleeper behind a
+// virtual-time retry would sleep for real while the deadline never moves.
 
 #ifndef BULWARK_SLEEPER_H_
 #define BULWARK_SLEEPER_H_
@@ -22,6 +25,7 @@
 #include <condition_variable>
 #include <mutex>
 #include <stop_token>
+#include <type_traits>
 
 #include "bulwark/clock.h"
 
@@ -36,6 +40,7 @@ concept Sleeper = requires(S& s, Nanos d, const std::stop_token& stop) {
 // (a std::stop_callback notifies a condition variable on the sleeper's stack frame).
 // Costs no allocation. Thread-safe: stateless, any number of threads may sleep on one.
 struct ThreadSleeper {
+  using clock_type = SteadyClock;
   bool sleep_for(Nanos d, const std::stop_token& stop) const {
     if (stop.stop_requested()) return false;
     if (d <= Nanos::zero()) return true;
@@ -64,6 +69,7 @@ static_assert(Sleeper<ThreadSleeper>);
 // moves everyone's time: use it from one thread (a test, a discrete-event simulator).
 class ManualSleeper {
  public:
+  using clock_type = ManualClock;
   explicit ManualSleeper(ManualClock& clock) noexcept : clock_(&clock) {}
   bool sleep_for(Nanos d, const std::stop_token& stop) const noexcept {
     if (stop.stop_requested()) return false;
@@ -75,6 +81,18 @@ class ManualSleeper {
   ManualClock* clock_;
 };
 static_assert(Sleeper<ManualSleeper>);
+
+namespace detail {
+// True unless the sleeper names a clock other than C.
+template <class S, class C>
+constexpr bool sleeper_runs_on() noexcept {
+  if constexpr (requires { typename S::clock_type; }) {
+    return std::is_same_v<typename S::clock_type, C>;
+  } else {
+    return true;
+  }
+}
+}  // namespace detail
 
 }  // namespace bulwark
 

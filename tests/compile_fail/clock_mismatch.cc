@@ -4,6 +4,8 @@
 // compile and run. With -DBULWARK_WRONG_CLOCK_BREAKER (_BULKHEAD, _RETRY) that stage
 // runs on the steady clock instead, and the compiler must stop at the pipeline's
 // static_assert naming it (tests/compile_fail/CMakeLists.txt checks the message).
+// With -DBULWARK_WRONG_CLOCK_SLEEPER the retry is on the context's clock but its
+// sleeper sleeps in real time: BasicRetry's own static_assert must stop it.
 
 #include <chrono>
 #include <cstdio>
@@ -30,6 +32,9 @@ int main() {
 #endif
 #if defined(BULWARK_WRONG_CLOCK_RETRY)
   bulwark::Retry retry(bulwark::RetryConfig{.name = "dep"});
+#elif defined(BULWARK_WRONG_CLOCK_SLEEPER)
+  bulwark::BasicRetry<Clock> retry(bulwark::RetryConfig{.name = "dep"}, clock,
+                                   bulwark::ThreadSleeper{});
 #else
   bulwark::BasicRetry<Clock, bulwark::ManualSleeper> retry(bulwark::RetryConfig{.name = "dep"},
                                                            clock, bulwark::ManualSleeper(clock));
