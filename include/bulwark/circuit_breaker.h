@@ -577,6 +577,8 @@ class alignas(64) BasicCircuitBreaker {
     Ticks value;
   };
   static constexpr std::uint64_t kRejected = Word::kStateMask;  // no state has this value
+  static_assert(static_cast<std::uint64_t>(State::metrics_only) < kRejected,
+                "the rejection tag must not be a state");
   static Decision admit(Word w, Ticks start) noexcept { return {w.raw(), start}; }
   Decision refuse(RejectReason reason, Ticks retry_after) noexcept {
     (void)reject(reason, retry_after);
