@@ -2,21 +2,6 @@
 
 namespace bulwark {
 
-void ComponentReading::merge(const ComponentReading& o) noexcept {
-  has_fallback = has_fallback || o.has_fallback;
-  for (std::size_t i = 0; i < fallbacks.size(); ++i) fallbacks[i] += o.fallbacks[i];
-  has_retry = has_retry || o.has_retry;
-  for (std::size_t i = 0; i < retry_calls.size(); ++i) retry_calls[i] += o.retry_calls[i];
-  retries += o.retries;
-  retry_budget_exhausted += o.retry_budget_exhausted;
-  has_budget = has_budget || o.has_budget;
-  budget_tokens += o.budget_tokens;
-  has_bulkhead = has_bulkhead || o.has_bulkhead;
-  bulkhead_in_use += o.bulkhead_in_use;
-  bulkhead_max += o.bulkhead_max;
-  bulkhead_rejected += o.bulkhead_rejected;
-}
-
 void ComponentReading::merge_counters(const ComponentReading& o) noexcept {
   has_fallback = has_fallback || o.has_fallback;
   for (std::size_t i = 0; i < fallbacks.size(); ++i) fallbacks[i] += o.fallbacks[i];
@@ -27,6 +12,13 @@ void ComponentReading::merge_counters(const ComponentReading& o) noexcept {
   has_budget = has_budget || o.has_budget;
   has_bulkhead = has_bulkhead || o.has_bulkhead;
   bulkhead_rejected += o.bulkhead_rejected;
+}
+
+void ComponentReading::merge(const ComponentReading& o) noexcept {
+  merge_counters(o);
+  budget_tokens += o.budget_tokens;
+  bulkhead_in_use += o.bulkhead_in_use;
+  bulkhead_max += o.bulkhead_max;
 }
 
 void ComponentCounters::read_into(ComponentReading& r) const noexcept {

@@ -115,54 +115,9 @@ std::string to_logfmt(const Event& event) {
 }
 
 Subscription EventHub::subscribe(EventMask mask, EventListener listener) {
-  std::lock_guard lock(mu_);
-  auto next = std::make_shared<List>(*list_.load(std::memory_order_acquire));
-  const ListenerId id = next_id_++;
-  next->push_back(Entry{id, mask, std::move(listener)});
-  publish(std::move(next));
-  return Subscription(this, id);
+  return Subscription(this, listeners_.add(std::move(listener), mask.bits()));
 }
 
-bool EventHub::unsubscribe(ListenerId id) {
-  std::lock_guard lock(mu_);
-  const std::shared_ptr<const List> cur = list_.load(std::memory_order_acquire);
-  const auto it =
-      std::find_if(cur->begin(), cur->end(), [id](const Entry& e) { return e.id == id; });
-  if (it == cur->end()) return false;
-  auto next = std::make_shared<List>();
-  next->reserve(cur->size() - 1);
-  for (const Entry& e : *cur) {
-    if (e.id != id) next->push_back(e);
-  }
-  publish(std::move(next));
-  return true;
-}
-
-void EventHub::publish(std::shared_ptr<const List> next) {
-  std::uint32_t mask = 0;
-  for (const Entry& e : *next) mask |= e.mask.bits();
-  list_.store(std::move(next), std::memory_order_release);
-  mask_.store(mask, std::memory_order_relaxed);
-}
-
-void EventHub::emit(const Event& event) const noexcept {
-  const std::shared_ptr<const List> list = list_.load(std::memory_order_acquire);
-  for (const Entry& entry : *list) {
-    if (!entry.mask.contains(event.kind)) continue;
-#if defined(__cpp_exceptions)
-    try {
-      entry.fn(event);
-    } catch (...) {
-      // A listener's failure is its own: the change it reports has already happened.
-    }
-#else
-    entry.fn(event);
-#endif
-  }
-}
-
-std::size_t EventHub::size() const noexcept {
-  return list_.load(std::memory_order_acquire)->size();
-}
+bool EventHub::unsubscribe(ListenerId id) { return listeners_.remove(id); }
 
 }  // namespace bulwark

@@ -164,7 +164,10 @@ namespace detail {
 // listener may add or remove listeners, its own included.
 //
 // Ids start at `first` and step by `step`, so lists sharing one id space
-// (transitions, rejections) never collide.
+// (transitions, rejections) never collide. Each listener may name the kinds of event
+// it wants as bits (`kinds`; all by default) and emit() says which kind it sends:
+// the event hub (observe.h) filters by event kind this way, and kinds() tells an
+// emitter in one load whether anyone listens for a kind at all.
 template <class Event>
 class ListenerList {
  public:
@@ -176,12 +179,12 @@ class ListenerList {
   ListenerList& operator=(const ListenerList&) = delete;
   ~ListenerList() { delete node(head_.load(std::memory_order_acquire)); }
 
-  ListenerId add(Listener listener) {
+  ListenerId add(Listener listener, std::uint32_t kinds = kAllKinds) {
     std::lock_guard lock(mu_);
     auto next = std::make_unique<Node>(*node(head_.load(std::memory_order_acquire)));
     const ListenerId id = next_id_;
     next_id_ += step_;
-    next->entries.push_back(Entry{id, std::move(listener)});
+    next->entries.push_back(Entry{id, kinds, std::move(listener)});
     publish(std::move(next));
     return id;
   }
@@ -197,9 +200,11 @@ class ListenerList {
     return true;
   }
 
-  void emit(const Event& event) const noexcept {
+  // Calls, in the order they were added, the listeners that want `kind`.
+  void emit(const Event& event, std::uint32_t kind = kAllKinds) const noexcept {
     const Node* n = node(head_.fetch_add(kBorrower, std::memory_order_acquire));
     for (const Entry& entry : n->entries) {
+      if ((entry.kinds & kind) == 0) continue;
 #if defined(__cpp_exceptions)
       try {
         entry.fn(event);
@@ -213,11 +218,17 @@ class ListenerList {
     give_back(n);
   }
 
-  bool empty() const noexcept { return count_.load(std::memory_order_relaxed) == 0; }
+  bool empty() const noexcept { return size() == 0; }
+  std::size_t size() const noexcept { return count_.load(std::memory_order_relaxed); }
+  // The union of the kinds the listeners want: one relaxed load.
+  std::uint32_t kinds() const noexcept { return kinds_.load(std::memory_order_relaxed); }
+
+  static constexpr std::uint32_t kAllKinds = ~std::uint32_t{0};
 
  private:
   struct Entry {
     ListenerId id;
+    std::uint32_t kinds;
     Listener fn;
   };
   struct Node {
@@ -254,7 +265,10 @@ class ListenerList {
   }
 
   void publish(std::unique_ptr<Node> next) {
+    std::uint32_t kinds = 0;
+    for (const Entry& e : next->entries) kinds |= e.kinds;
     count_.store(next->entries.size(), std::memory_order_relaxed);
+    kinds_.store(kinds, std::memory_order_relaxed);
     const std::uint64_t old = head_.exchange(pack(next.release()), std::memory_order_acq_rel);
     const auto borrowers = static_cast<std::int64_t>(old >> kPointerBits);
     const Node* n = node(old);
@@ -264,6 +278,7 @@ class ListenerList {
   std::mutex mu_;  // serialises add and remove
   mutable std::atomic<std::uint64_t> head_;
   std::atomic<std::size_t> count_{0};
+  std::atomic<std::uint32_t> kinds_{0};
   ListenerId next_id_;
   const ListenerId step_;
 };

@@ -254,29 +254,19 @@ class EventHub {
   // True if some listener wants `kind`: one relaxed load. Emitters test it before
   // building an event, so an unobserved event costs nothing more.
   bool wants(EventKind kind) const noexcept {
-    return (mask_.load(std::memory_order_relaxed) & EventMask(kind).bits()) != 0;
+    return (listeners_.kinds() & EventMask(kind).bits()) != 0;
   }
   // Calls every listener that wants `event.kind`, in subscription order, on this
-  // thread. Never throws, never allocates, never waits on a mutex (the list is read
-  // through an atomic shared_ptr).
-  void emit(const Event& event) const noexcept;
+  // thread. Never throws, never allocates, takes no lock (the breaker's lock-free
+  // listener list, breaker_events.h).
+  void emit(const Event& event) const noexcept {
+    listeners_.emit(event, EventMask(event.kind).bits());
+  }
 
-  std::size_t size() const noexcept;
+  std::size_t size() const noexcept { return listeners_.size(); }
 
  private:
-  struct Entry {
-    ListenerId id;
-    EventMask mask;
-    EventListener fn;
-  };
-  using List = std::vector<Entry>;
-
-  void publish(std::shared_ptr<const List> next);  // under mu_
-
-  std::atomic<std::shared_ptr<const List>> list_{std::make_shared<const List>()};
-  std::atomic<std::uint32_t> mask_{0};
-  std::mutex mu_;  // serialises writers only; emit() never takes it
-  ListenerId next_id_ = 1;
+  detail::ListenerList<Event> listeners_;
 };
 
 inline void Subscription::reset() noexcept {
