@@ -397,6 +397,7 @@ TEST(Exposition, BreakersWithoutAWindowHaveNoRateSeries) {
 #include "bulwark/bulkhead.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
+#include "support/host_guards.h"
 
 namespace {
 
@@ -404,16 +405,7 @@ static_assert(bulwark::BulkheadLike<bulwark::Bulkhead>);
 static_assert(bulwark::RetryBudgetLike<bulwark::RetryBudget>);
 static_assert(bulwark::RetryLike<bulwark::Retry>);
 
-// "Get-or-create a breaker and optionally a bulkhead and retry budget by key": the
-// per-key extra holds the real components, and reports them.
-struct HostGuards {
-  bulwark::BasicBulkhead<ManualClock> bulkhead;
-  bulwark::BasicRetryBudget<ManualClock> budget;
-  void read_metrics(bulwark::ComponentReading& r) {
-    r.add_bulkhead(bulkhead);
-    r.add_budget(budget);
-  }
-};
+using bulwark_test::HostGuards;
 
 TEST(Exposition, PerKeyBulkheadAndRetryBudgetAreExposed) {
   ManualClock clock;

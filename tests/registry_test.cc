@@ -17,6 +17,7 @@
 
 #include "bulwark/bulkhead.h"
 #include "bulwark/retry_budget.h"
+#include "support/host_guards.h"
 
 namespace {
 
@@ -441,16 +442,7 @@ TEST(Registry, TotalsIncludeEvictedKeysSoCountersNeverDecrease) {
   EXPECT_EQ(after.failures, 5u);
 }
 
-// A per-key extra with real components that count for themselves, reported with
-// read_metrics (what prometheus.h exposes per key and sums per registry).
-struct HostGuards {
-  bulwark::BasicBulkhead<ManualClock> bulkhead;
-  bulwark::BasicRetryBudget<ManualClock> budget;
-  void read_metrics(bulwark::ComponentReading& r) {
-    r.add_bulkhead(bulkhead);
-    r.add_budget(budget);
-  }
-};
+using bulwark_test::HostGuards;
 using GuardedReg = bulwark::BasicRegistry<std::string, Breaker, HostGuards>;
 
 GuardedReg::Options guarded_options(ManualClock& clock, bulwark::Nanos ttl) {
