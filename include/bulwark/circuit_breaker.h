@@ -531,15 +531,6 @@ class alignas(64) BasicCircuitBreaker {
     return ok;
   }
 
-  Unexpected<Rejection> reject(RejectReason reason, Ticks retry_after) noexcept {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    if (!policy_->rejection_listeners.empty()) [[unlikely]] {
-      policy_->rejection_listeners.emit(
-          RejectionEvent{name(), this, reason, Nanos(retry_after), now()});
-    }
-    return Unexpected(Rejection{reason, Nanos(retry_after)});
-  }
-
   Ticks half_open_wait(Word w) const noexcept {
     const detail::PolicyCore& p = *policy_;
     if (p.half_open_max_wait <= 0) return p.open_period(w.reopens());
@@ -580,8 +571,13 @@ class alignas(64) BasicCircuitBreaker {
   static_assert(static_cast<std::uint64_t>(State::metrics_only) < kRejected,
                 "the rejection tag must not be a state");
   static Decision admit(Word w, Ticks start) noexcept { return {w.raw(), start}; }
+  // Counts a rejection and tells the rejection listeners.
   Decision refuse(RejectReason reason, Ticks retry_after) noexcept {
-    (void)reject(reason, retry_after);
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    if (!policy_->rejection_listeners.empty()) [[unlikely]] {
+      policy_->rejection_listeners.emit(
+          RejectionEvent{name(), this, reason, Nanos(retry_after), now()});
+    }
     return {kRejected | (std::uint64_t{static_cast<std::uint8_t>(reason)} << 8), retry_after};
   }
 
