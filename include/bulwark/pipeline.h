@@ -27,7 +27,7 @@
 // type erasure, no allocation — a stage that is absent costs nothing.
 //
 // The call. `call(const BasicContext<C>&)` (or `call()`) returns Expected<T, E>. A
-// value is a success. An error is classified by ErrorTraits<E> (below): failure (the
+// value is a success. An error is classified by ErrorTraits<E> (error_traits.h): failure (the
 // default), or ignored — the caller's own fault, such as a 4xx: never retried, and
 // neither a success nor a failure for the breaker. An exception thrown by the call is
 // not retried: it releases every permit, counts as a failure for the breaker, and
@@ -77,43 +77,13 @@
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
 #include "bulwark/context.h"
+#include "bulwark/error_traits.h"
 #include "bulwark/expected.h"
 #include "bulwark/fallback.h"
 #include "bulwark/outcome.h"
 #include "bulwark/retry.h"
 
 namespace bulwark {
-
-// How the pipeline reads a call's error. By default it uses members of E when they
-// exist — `Outcome outcome() const` and `std::optional<Nanos> retry_after() const` —
-// and otherwise treats every error as a failure with no retry-after hint. Specialize
-// it for error types you cannot change:
-//
-//   template <> struct bulwark::ErrorTraits<std::error_code> {
-//     static bulwark::Outcome outcome(const std::error_code& e) { ... }
-//     static std::optional<bulwark::Nanos> retry_after(const std::error_code&) { return {}; }
-//   };
-template <class E>
-struct ErrorTraits {
-  static Outcome outcome(const E& e) {
-    if constexpr (requires {
-                    { e.outcome() } -> std::convertible_to<Outcome>;
-                  }) {
-      return e.outcome();
-    } else {
-      return Outcome::failure;
-    }
-  }
-  static std::optional<Nanos> retry_after(const E& e) {
-    if constexpr (requires {
-                    { e.retry_after() } -> std::convertible_to<std::optional<Nanos>>;
-                  }) {
-      return e.retry_after();
-    } else {
-      return std::nullopt;
-    }
-  }
-};
 
 // What the breaker stage reports to the breaker.
 enum class BreakerScope : std::uint8_t {
@@ -204,11 +174,6 @@ TimeoutStage timeout(std::chrono::duration<Rep, Period> d) {
   return {Nanos(t)};
 }
 namespace detail {
-
-template <class T>
-struct IsExpected : std::false_type {};
-template <class T, class E>
-struct IsExpected<Expected<T, E>> : std::true_type {};
 
 template <int K, class... S>
 constexpr int stage_index() {
@@ -335,9 +300,11 @@ class Pipeline {
                   "the backoff on one time while the deadline is read on the other)");
     using Ctx = BasicContext<C>;
     using R = std::remove_cvref_t<call_result_t<F, Ctx>>;
-    static_assert(detail::IsExpected<R>::value, "the call must return bulwark::Expected<T, E>");
-    using T = typename R::value_type;
-    using E = typename R::error_type;
+    static_assert(Result<R>,
+                  "the call must return bulwark::Expected<T, E>, std::expected<T, E>, or a "
+                  "type with a bulwark::ResultTraits specialization (error_traits.h)");
+    using T = typename ResultTraits<R>::value_type;
+    using E = typename ResultTraits<R>::error_type;
     using Out = Expected<T, Failure<E>>;
 
     detail::Trace trace;
@@ -524,17 +491,18 @@ class Pipeline {
       auto result = invoke_call(call, actx);
 #endif
       trace.attempts = n;
-      if (result) {
+      using Res = ResultTraits<std::remove_cvref_t<decltype(result)>>;
+      if (Res::has_value(result)) {
         trace.last = Outcome::success;
         hook.after(Outcome::success, elapsed());
         if constexpr (std::is_void_v<T>) {
           return Out();
         } else {
-          return Out(std::move(*result));
+          return Out(Res::take_value(std::move(result)));
         }
       }
 
-      auto&& error = result.error();  // E& (const E& for Expected<void, E>)
+      auto& error = Res::error(result);
       const Outcome outcome = ErrorTraits<E>::outcome(error);
       trace.last = outcome;
       hook.after(outcome, elapsed());
