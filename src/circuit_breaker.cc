@@ -217,7 +217,7 @@ PolicyCore::PolicyCore(BreakerConfig config_in)
     : config(checked(config_in)),
       consecutive_failures(config.consecutive_failures),
       half_open_max_calls(
-          config.half_open_max_calls.value_or(config.half_open_fraction ? Word::kCountMax : 1)),
+          config.half_open_max_calls.value_or(config.half_open_fraction ? Word::kInFlightMax : 1)),
       half_open_successes(config.half_open_successes),
       half_open_max_wait(config.half_open_max_wait.count()),
       failure_rate(config.failure_rate.value_or(-1.0)),

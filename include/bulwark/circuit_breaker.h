@@ -439,7 +439,8 @@ class alignas(64) BasicCircuitBreaker {
     snap.state = s;
     snap.time_in_state =
         Nanos(std::max<Ticks>(0, saturating_sub(t, since_.load(std::memory_order_relaxed))));
-    snap.consecutive_failures = (s == State::closed || s == State::metrics_only) ? w.a() : 0;
+    snap.consecutive_failures =
+        (s == State::closed || s == State::metrics_only) ? w.consecutive_failures() : 0;
     switch (s) {
       case State::open:
         snap.open_duration = Nanos(p.open_period(w.reopens()));
@@ -451,8 +452,8 @@ class alignas(64) BasicCircuitBreaker {
         snap.open_duration = Nanos(p.open_period(1));
         break;
     }
-    snap.half_open_in_flight = s == State::half_open ? w.a() : 0;
-    snap.half_open_successes = s == State::half_open ? w.b() : 0;
+    snap.half_open_in_flight = s == State::half_open ? w.probes_in_flight() : 0;
+    snap.half_open_successes = s == State::half_open ? w.probe_successes() : 0;
     snap.generation = w.gen();
     snap.successes = successes_.load(std::memory_order_relaxed);
     snap.failures = failures_.load(std::memory_order_relaxed);
@@ -606,8 +607,8 @@ class alignas(64) BasicCircuitBreaker {
           // An end that saturates (an infinite open period) never comes by itself.
           if (t < until || until == kTicksMax)
             return refuse(RejectReason::open, until - std::min(t, until));
-          const Word next =
-              w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens()).with_a(1);
+          const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
+                                .with_probes_in_flight(1);
           if (cas(w, next)) {
             publish(next, State::open, TransitionReason::open_period_elapsed, t);
             return admit(next, probe_start());
@@ -621,8 +622,8 @@ class alignas(64) BasicCircuitBreaker {
             if (draw >= p.stage_fraction(w.stage()))
               return refuse(RejectReason::half_open_throttled, half_open_wait(w));
           }
-          if (w.a() < p.half_open_max_calls) {
-            const Word next = w.with_a(w.a() + 1);
+          if (w.probes_in_flight() < p.half_open_max_calls) {
+            const Word next = w.with_probes_in_flight(w.probes_in_flight() + 1);
             if (cas(w, next)) return admit(next, probe_start());
             break;
           }
@@ -639,8 +640,8 @@ class alignas(64) BasicCircuitBreaker {
             return refuse(RejectReason::half_open_full, p.half_open_max_wait - waited);
           }
           const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
-                                .with_a(1)
-                                .with_b(w.b())
+                                .with_probes_in_flight(1)
+                                .with_probe_successes(w.probe_successes())
                                 .with_stage(w.stage());
           if (cas(w, next)) {
             publish(next, State::half_open, TransitionReason::open_period_elapsed, t);
@@ -730,8 +731,8 @@ class alignas(64) BasicCircuitBreaker {
     Word w(word_.load(std::memory_order_acquire));
     // A success ends a run of consecutive failures. Only write when there is one:
     // the common case is a load and nothing else.
-    while (w.gen() == admitted.gen() && w.a() != 0) {
-      if (cas(w, w.with_a(0))) return;
+    while (w.gen() == admitted.gen() && w.consecutive_failures() != 0) {
+      if (cas(w, w.with_consecutive_failures(0))) return;
     }
   }
 
@@ -741,8 +742,8 @@ class alignas(64) BasicCircuitBreaker {
     Word w(word_.load(std::memory_order_acquire));
     for (;;) {
       if (w.gen() != admitted.gen()) return false;  // the breaker moved on: stale outcome
-      const std::uint32_t failures = std::min(w.a() + 1, Word::kCountMax);
-      Word next = w.with_a(failures);
+      const std::uint32_t failures = std::min(w.consecutive_failures() + 1, Word::kCountMax);
+      Word next = w.with_consecutive_failures(failures);
       const bool trip = static_cast<State>(w.state()) == State::closed &&
                         p.consecutive_failures != 0 && failures >= p.consecutive_failures;
       if (trip) {
@@ -845,16 +846,16 @@ class alignas(64) BasicCircuitBreaker {
     Word w(word_.load(std::memory_order_acquire));
     for (;;) {
       if (w.gen() != admitted.gen()) return;  // that half-open round is over: frees nothing
-      Word next = w.with_a(w.a() > 0 ? w.a() - 1 : 0);
+      Word next = w.with_probes_in_flight(w.probes_in_flight() > 0 ? w.probes_in_flight() - 1 : 0);
       Request wanted = Request::none;
       if (reopen) {
         wanted = Request::open;
       } else if (r == Resolution::success) {
-        const std::uint32_t successes = std::min(w.b() + 1, Word::kSuccessMax);
-        next = next.with_b(successes);
+        const std::uint32_t successes = std::min(w.probe_successes() + 1, Word::kSuccessMax);
+        next = next.with_probe_successes(successes);
         if (successes >= p.half_open_successes) {
           if (w.stage() < p.last_stage) {
-            next = next.with_stage(w.stage() + 1).with_b(0);  // ramp up: more traffic
+            next = next.with_stage(w.stage() + 1).with_probe_successes(0);  // ramp up: more traffic
           } else {
             wanted = Request::close;
           }
