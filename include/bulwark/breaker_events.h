@@ -31,6 +31,7 @@
 #include <memory>
 #include <mutex>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 #include "bulwark/clock.h"
@@ -149,19 +150,40 @@ using ListenerId = std::uint64_t;
 
 namespace detail {
 
+// Which listener lists this thread is emitting right now, and into which reader slot:
+// a list's remove() called from inside one of its own listeners must neither wait for
+// its own thread nor free the list that thread is walking.
+struct EmitFrame {
+  const void* list;
+  unsigned slot;
+};
+struct EmitStack {
+  static constexpr int kDepth = 32;
+  EmitFrame frames[kDepth];
+  int depth = 0;  // may exceed kDepth: those frames are not recorded
+};
+inline thread_local EmitStack emit_stack;
+
 // Copy-on-write list of listeners. Adding and removing take a mutex (only against each
-// other, never on a call's path). Emitting is lock-free: with none registered it is
-// one relaxed load; otherwise one atomic add to borrow the current list, the
-// listeners run with nothing held, and one atomic step to give it back.
+// other, never on a call's path). Emitting is lock-free: with none registered it is one
+// relaxed load (callers check empty() first); otherwise two atomic adds to enter one of
+// two reader slots, one load of the list, the listeners run with nothing held, and one
+// atomic subtract to leave.
 //
-// (std::atomic<std::shared_ptr> would be simpler, but libstdc++ implements it with a
-// spin lock.) The list's address and the number of emitters borrowing it share one
-// word, `head_`: [borrowers 16 | pointer 48]. An emitter adds one borrower and gets
-// the pointer in the same step; it gives the list back by subtracting it again if the
-// list is still current. A writer swaps in a new list and moves the borrower count it
-// found into the old list's `balance`; emitters that then give back the old list count
-// it down there, and whoever brings it to zero frees it. Nothing ever waits, so a
-// listener may add or remove listeners, its own included.
+// Reclamation is a two-slot epoch scheme (as in userspace RCU): an emitter reads the
+// phase, enters the phase's slot, and re-reads the phase; if it moved, it leaves and
+// tries again. A writer swaps in the new list, then flips the phase twice, each time
+// waiting for the slot the phase left to empty: after that no emitter can still hold
+// the old list, which is freed. So remove() returns only once every emitter that might
+// still be running the removed listener on another thread has left it — the caller may
+// destroy whatever the listener captured. No pointer bits are borrowed, so tagged or
+// top-byte-using pointers (MTE, HWASan, LAM) are fine.
+//
+// Called from inside a listener of the same list (a listener removing itself, say),
+// remove() cannot wait for its own thread, and does not wait for the others either
+// (two such calls on two threads would wait for each other): the old list is kept
+// until a later remove() from outside any listener, or the list's destruction. add()
+// never waits unless a few old lists have piled up.
 //
 // Ids start at `first` and step by `step`, so lists sharing one id space
 // (transitions, rejections) never collide. Each listener may name the kinds of event
@@ -174,35 +196,52 @@ class ListenerList {
   using Listener = std::function<void(const Event&)>;
 
   explicit ListenerList(ListenerId first = 1, ListenerId step = 1)
-      : head_(pack(new Node{})), next_id_(first), step_(step) {}
+      : head_(new Node{}), next_id_(first), step_(step) {}
   ListenerList(const ListenerList&) = delete;
   ListenerList& operator=(const ListenerList&) = delete;
-  ~ListenerList() { delete node(head_.load(std::memory_order_acquire)); }
+  ~ListenerList() {
+    delete head_.load(std::memory_order_acquire);
+    for (const Node* n : retired_) delete n;
+  }
 
   ListenerId add(Listener listener, std::uint32_t kinds = kAllKinds) {
     std::lock_guard lock(mu_);
-    auto next = std::make_unique<Node>(*node(head_.load(std::memory_order_acquire)));
+    auto next = std::make_unique<Node>(*head_.load(std::memory_order_acquire));
     const ListenerId id = next_id_;
     next_id_ += step_;
     next->entries.push_back(Entry{id, kinds, std::move(listener)});
-    publish(std::move(next));
+    replace(std::move(next), retired_.size() >= kMaxRetired);
     return id;
   }
 
+  // Removes a listener; returns false if it was not there. Once it returns, the
+  // listener is not running on any other thread and will not run again (unless
+  // called from inside a listener of this list: see above).
   bool remove(ListenerId id) {
     std::lock_guard lock(mu_);
-    auto next = std::make_unique<Node>(*node(head_.load(std::memory_order_acquire)));
+    auto next = std::make_unique<Node>(*head_.load(std::memory_order_acquire));
     auto& e = next->entries;
     const auto it = std::find_if(e.begin(), e.end(), [id](const Entry& x) { return x.id == id; });
     if (it == e.end()) return false;
     e.erase(it);
-    publish(std::move(next));
+    replace(std::move(next), true);
     return true;
   }
 
   // Calls, in the order they were added, the listeners that want `kind`.
   void emit(const Event& event, std::uint32_t kind = kAllKinds) const noexcept {
-    const Node* n = node(head_.fetch_add(kBorrower, std::memory_order_acquire));
+    unsigned slot = 0;
+    for (;;) {
+      const std::uint32_t p = phase_.load(std::memory_order_seq_cst);
+      slot = p & 1;
+      readers_[slot].fetch_add(1, std::memory_order_seq_cst);
+      if (phase_.load(std::memory_order_seq_cst) == p) break;
+      readers_[slot].fetch_sub(1, std::memory_order_release);  // a writer flipped: try again
+    }
+    const Node* n = head_.load(std::memory_order_seq_cst);
+    EmitStack& stack = emit_stack;
+    if (stack.depth < EmitStack::kDepth) stack.frames[stack.depth] = EmitFrame{this, slot};
+    ++stack.depth;
     for (const Entry& entry : n->entries) {
       if ((entry.kinds & kind) == 0) continue;
 #if defined(__cpp_exceptions)
@@ -215,7 +254,8 @@ class ListenerList {
       entry.fn(event);
 #endif
     }
-    give_back(n);
+    --stack.depth;
+    readers_[slot].fetch_sub(1, std::memory_order_release);
   }
 
   bool empty() const noexcept { return size() == 0; }
@@ -232,53 +272,51 @@ class ListenerList {
     Listener fn;
   };
   struct Node {
-    Node() = default;
-    Node(const Node& other) : entries(other.entries) {}
     std::vector<Entry> entries;
-    // Once replaced: borrowers the writer found, minus those that gave it back since.
-    mutable std::atomic<std::int64_t> balance{0};
   };
+  static constexpr std::size_t kMaxRetired = 8;
 
-  static constexpr unsigned kPointerBits = 48;
-  static constexpr std::uint64_t kBorrower = std::uint64_t{1} << kPointerBits;
-  static constexpr std::uint64_t kPointerMask = kBorrower - 1;
-
-  static std::uint64_t pack(const Node* n) noexcept {
-    const auto bits = reinterpret_cast<std::uintptr_t>(n);
-    // User-space addresses on x86-64 and AArch64 fit 48 bits.
-    if ((bits & ~kPointerMask) != 0) std::abort();
-    return bits;
-  }
-  static Node* node(std::uint64_t head) noexcept {
-    return reinterpret_cast<Node*>(static_cast<std::uintptr_t>(head & kPointerMask));
-  }
-
-  void give_back(const Node* n) const noexcept {
-    std::uint64_t cur = head_.load(std::memory_order_relaxed);
-    while (node(cur) == n) {
-      if (head_.compare_exchange_weak(cur, cur - kBorrower, std::memory_order_release,
-                                      std::memory_order_relaxed))
-        return;
+  // True if this thread is inside emit() of this list (at any depth).
+  bool emitting_here() const noexcept {
+    const EmitStack& stack = emit_stack;
+    if (stack.depth > EmitStack::kDepth) return true;  // too deep to know: assume so
+    for (int i = 0; i < stack.depth; ++i) {
+      if (stack.frames[i].list == this) return true;
     }
-    // Replaced while we read it: the writer moved our borrow into the node's balance.
-    if (n->balance.fetch_sub(1, std::memory_order_acq_rel) == 1) delete n;
+    return false;
   }
 
-  void publish(std::unique_ptr<Node> next) {
+  // Waits until every emitter that entered before now has left. Under mu_.
+  void synchronize() noexcept {
+    for (int flip = 0; flip < 2; ++flip) {
+      const std::uint32_t p = phase_.load(std::memory_order_relaxed);
+      phase_.store(p + 1, std::memory_order_seq_cst);
+      while (readers_[p & 1].load(std::memory_order_seq_cst) != 0) std::this_thread::yield();
+    }
+  }
+
+  // Publishes `next`; frees the old list once no emitter can hold it, if `wait` and
+  // this thread is not emitting this list; otherwise keeps it for later. Under mu_.
+  void replace(std::unique_ptr<Node> next, bool wait) {
     std::uint32_t kinds = 0;
     for (const Entry& e : next->entries) kinds |= e.kinds;
     count_.store(next->entries.size(), std::memory_order_relaxed);
     kinds_.store(kinds, std::memory_order_relaxed);
-    const std::uint64_t old = head_.exchange(pack(next.release()), std::memory_order_acq_rel);
-    const auto borrowers = static_cast<std::int64_t>(old >> kPointerBits);
-    const Node* n = node(old);
-    if (n->balance.fetch_add(borrowers, std::memory_order_acq_rel) + borrowers == 0) delete n;
+    const Node* old = head_.exchange(next.release(), std::memory_order_seq_cst);
+    retired_.push_back(old);
+    if (!wait || emitting_here()) return;
+    synchronize();
+    for (const Node* n : retired_) delete n;
+    retired_.clear();
   }
 
   std::mutex mu_;  // serialises add and remove
-  mutable std::atomic<std::uint64_t> head_;
+  std::atomic<Node*> head_;
+  mutable std::atomic<std::uint64_t> readers_[2] = {0, 0};
+  std::atomic<std::uint32_t> phase_{0};
   std::atomic<std::size_t> count_{0};
   std::atomic<std::uint32_t> kinds_{0};
+  std::vector<const Node*> retired_;  // under mu_
   ListenerId next_id_;
   const ListenerId step_;
 };
