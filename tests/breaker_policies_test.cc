@@ -777,6 +777,84 @@ TEST(Flapping, AManualResetIsNotARecovery) {
   EXPECT_FALSE(b.snapshot().flapping);
 }
 
+// A failed probe is part of the same flapping episode: the flag stays until the breaker
+// has stayed closed for the period.
+TEST(Flapping, AFailedProbeDoesNotEndTheFlapping) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock> b(
+      {.consecutive_failures = 1, .open_duration = 5s, .flapping_period = 60s}, clock);
+  record(b, Outcome::failure);
+  clock.advance(5s);
+  record(b, Outcome::success);  // recovered
+  clock.advance(10s);
+  record(b, Outcome::failure);  // flapping reopening
+  ASSERT_TRUE(b.snapshot().flapping);
+  clock.advance(b.snapshot().open_duration);
+  record(b, Outcome::failure);  // the probe fails: still cycling
+  EXPECT_EQ(b.state(), State::open);
+  EXPECT_TRUE(b.snapshot().flapping) << "HALF_OPEN -> OPEN must not clear the flag";
+}
+
+// A breaker that reopens within flapping_period of recovering continues its open-period
+// growth instead of starting again at open_duration, so a flickering dependency is
+// probed less and less often; the events and the snapshot say so.
+TEST(Flapping, AFlappingReopeningContinuesTheGrowth) {
+  ManualClock clock;
+  BreakerPolicy<ManualClock> policy({.consecutive_failures = 1,
+                                     .open_duration = 10s,
+                                     .open_duration_multiplier = 2.0,
+                                     .max_open_duration = 80s,
+                                     .flapping_period = 60s},
+                                    clock);
+  std::vector<Nanos> periods;
+  std::vector<bool> flaps;
+  policy.on_transition([&](const TransitionEvent& e) {
+    if (e.to == State::open) periods.push_back(e.open_duration), flaps.push_back(e.flapping);
+  });
+  BasicCircuitBreaker<ManualClock> b(policy);
+  record(b, Outcome::failure);  // opens for 10 s
+  for (int i = 0; i < 4; ++i) {
+    clock.advance(b.snapshot().open_duration);
+    record(b, Outcome::success);  // recovers...
+    EXPECT_EQ(b.snapshot().open_duration, std::min<Nanos>(80s, Nanos(10s) * (2 << i)))
+        << "while a flap is possible, the next opening would continue the growth";
+    clock.advance(1s);
+    record(b, Outcome::failure);  // ...and reopens a second later: flapping
+    EXPECT_EQ(b.snapshot().reopens, static_cast<std::uint32_t>(std::min(i + 2, 5)));
+  }
+  EXPECT_EQ(periods, (std::vector<Nanos>{10s, 20s, 40s, 80s, 80s}));
+  EXPECT_EQ(flaps, (std::vector<bool>{false, true, true, true, true}));
+
+  // Once it stays closed for the flapping period, the next opening starts at the base.
+  clock.advance(80s);
+  record(b, Outcome::success);
+  clock.advance(61s);
+  EXPECT_EQ(b.snapshot().open_duration, Nanos(10s));
+  record(b, Outcome::failure);
+  EXPECT_EQ(periods.back(), Nanos(10s));
+  EXPECT_FALSE(flaps.back());
+  EXPECT_FALSE(b.snapshot().flapping);
+}
+
+TEST(Flapping, AManualResetStartsTheGrowthAgain) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock> b({.consecutive_failures = 1,
+                                      .open_duration = 10s,
+                                      .open_duration_multiplier = 2.0,
+                                      .max_open_duration = 80s,
+                                      .flapping_period = 60s},
+                                     clock);
+  record(b, Outcome::failure);
+  clock.advance(10s);
+  record(b, Outcome::failure);  // probe fails: 20 s
+  clock.advance(20s);
+  record(b, Outcome::success);  // recovered at growth 2
+  b.reset();                    // an operator's reset is not a recovery
+  record(b, Outcome::failure);
+  EXPECT_EQ(b.snapshot().open_duration, Nanos(10s));
+  EXPECT_FALSE(b.snapshot().flapping);
+}
+
 // --- Manual control with a window -------------------------------------------------
 
 TEST(WindowedManualControl, MetricsOnlyReportsRatesButNeverRejects) {

@@ -18,10 +18,11 @@ namespace bulwark {
 template <class Breaker>
 struct BreakerTestAccess {
   static void set_cold(Breaker& b, std::uint64_t cancelled, std::uint64_t opens) {
-    b.cold_.store(cancelled | (opens << Breaker::kOpensShift));
+    b.cold_.store(Breaker::Cold::View::make(Breaker::Cold::Cancelled::value(cancelled),
+                                            Breaker::Cold::Opens::value(opens)));
   }
-  static void add_cancelled(Breaker& b) { b.add_cold(1, 0, false, false); }
-  static void add_open(Breaker& b) { b.add_cold(0, 1, false, false); }
+  static void add_cancelled(Breaker& b) { b.add_cold(1, 0); }
+  static void add_open(Breaker& b) { b.add_cold(0, 1); }
 };
 
 namespace {
@@ -426,8 +427,10 @@ TEST_F(BreakerTest, OpenPeriodGrowsOnEachReopenUpToTheCapAndResetsAfterClosing) 
   clock.advance(35s);
   succeed(b);
   ASSERT_EQ(b.state(), State::closed);
+  clock.advance(b.config().flapping_period);
   fail(b);
-  EXPECT_EQ(b.snapshot().open_duration, 10s) << "a successful close returns to the base period";
+  EXPECT_EQ(b.snapshot().open_duration, 10s)
+      << "a close the breaker keeps for flapping_period returns to the base period";
 }
 
 TEST_F(BreakerTest, OpenPeriodGrowthNeverOverflows) {

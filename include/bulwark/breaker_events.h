@@ -128,8 +128,12 @@ struct TransitionEvent {
   // The breaker's generation after the transition: +1 per transition, including the
   // silent ones (a reset while CLOSED, a fresh half-open round); wraps at 2^19.
   std::uint32_t generation;
-  // An opening that came within flapping_period of the breaker's last recovery.
+  // An automatic opening that came within flapping_period of the breaker's last
+  // recovery. Such an opening continues the open-period growth the breaker had reached
+  // instead of starting again at open_duration.
   bool flapping = false;
+  // Into OPEN: how long this open period lasts. Otherwise zero.
+  Nanos open_duration = Nanos::zero();
 };
 
 using TransitionListener = std::function<void(const TransitionEvent&)>;

@@ -91,8 +91,12 @@ struct BreakerSnapshot {
   State state;
   Nanos time_in_state;
   std::uint32_t consecutive_failures;  // CLOSED and METRICS_ONLY; otherwise 0
-  // OPEN: the current open period. Otherwise: how long the next opening would last.
+  // OPEN: the current open period. Otherwise: how long the next opening would last (in
+  // CLOSED, longer than open_duration while a flapping trip would continue the growth).
   Nanos open_duration;
+  // OPEN / HALF_OPEN: consecutive openings without a recovery in between, flapping
+  // reopenings included (1 for a first opening); the open period grows with it.
+  std::uint32_t reopens;
   std::uint32_t half_open_in_flight;  // HALF_OPEN: probes admitted and not yet resolved
   std::uint32_t half_open_successes;  // HALF_OPEN: probe successes so far this round
   std::uint32_t generation;           // +1 on every transition (wraps at 2^19)
@@ -448,10 +452,16 @@ class alignas(64) BasicCircuitBreaker {
       case State::half_open:
         snap.open_duration = Nanos(p.open_period(std::min(w.reopens() + 1, Word::kReopenMax)));
         break;
+      case State::closed:
+        snap.open_duration = Nanos(p.open_period(flapping_trip(w, snap.time_in_state.count())
+                                                     ? std::min(w.reopens() + 1, Word::kReopenMax)
+                                                     : 1));
+        break;
       default:
         snap.open_duration = Nanos(p.open_period(1));
         break;
     }
+    snap.reopens = (s == State::open || s == State::half_open) ? w.reopens() : 0;
     snap.half_open_in_flight = s == State::half_open ? w.probes_in_flight() : 0;
     snap.half_open_successes = s == State::half_open ? w.probe_successes() : 0;
     snap.generation = w.gen();
@@ -460,11 +470,11 @@ class alignas(64) BasicCircuitBreaker {
     snap.ignored = ignored_.load(std::memory_order_relaxed);
     snap.rejected = rejected_.load(std::memory_order_relaxed);
     const std::uint64_t cold = cold_.load(std::memory_order_relaxed);
-    snap.cancelled = cold & kCancelledMax;
-    snap.opens = cold >> kOpensShift;
+    snap.cancelled = Cold::Cancelled::get(cold);
+    snap.opens = Cold::Opens::get(cold);
     snap.permitted = snap.successes + snap.failures + snap.ignored + snap.cancelled;
-    snap.flapping = (cold & kFlappingBit) != 0 && !(s == State::closed && p.flapping_period > 0 &&
-                                                    snap.time_in_state >= Nanos(p.flapping_period));
+    snap.flapping = Cold::Flapping::get(cold) && !(s == State::closed && p.flapping_period > 0 &&
+                                                   snap.time_in_state >= Nanos(p.flapping_period));
     if constexpr (kWindowed) {
       if (s == State::closed || s == State::metrics_only) {
         const Verdict v = verdict(w.gen(), coarse_now());
@@ -505,13 +515,13 @@ class alignas(64) BasicCircuitBreaker {
   static_assert(static_cast<int>(Resolution::failure) == static_cast<int>(Outcome::failure));
   static_assert(static_cast<int>(Resolution::ignored) == static_cast<int>(Outcome::ignored));
 
-  // The word of rare totals: cancelled (low 38 bits) | recovered | flapping | opens (24).
-  static constexpr unsigned kCancelledBits = 38;
-  static constexpr std::uint64_t kCancelledMax = (std::uint64_t{1} << kCancelledBits) - 1;
-  static constexpr std::uint64_t kRecoveredBit = std::uint64_t{1} << 38;
-  static constexpr std::uint64_t kFlappingBit = std::uint64_t{1} << 39;
-  static constexpr unsigned kOpensShift = 40;
-  static constexpr std::uint64_t kOpensMax = (std::uint64_t{1} << (64 - kOpensShift)) - 1;
+  // The word of rare totals and the flapping flag. Both totals saturate.
+  struct Cold {
+    using Cancelled = detail::Field<0, 38>;
+    using Flapping = detail::Field<38, 1, bool>;
+    using Opens = detail::Field<40, 24>;
+    using View = detail::Layout<Cancelled, Flapping, Opens>;
+  };
 
   // What the window says: its counts, the rates the rules compare, and the decision.
   struct Verdict {
@@ -672,7 +682,7 @@ class alignas(64) BasicCircuitBreaker {
         ignored_.fetch_add(1, std::memory_order_relaxed);
         break;
       case Resolution::cancelled:
-        add_cold(1, 0, 0, 0);
+        add_cold(1, 0);
         break;
     }
     const State s = static_cast<State>(admitted.state());
@@ -746,13 +756,18 @@ class alignas(64) BasicCircuitBreaker {
       Word next = w.with_consecutive_failures(failures);
       const bool trip = static_cast<State>(w.state()) == State::closed &&
                         p.consecutive_failures != 0 && failures >= p.consecutive_failures;
+      Ticks at = 0;
       if (trip) {
-        next = w.pending() ? with_request(next, Request::open)
-                           : w.next_phase(static_cast<std::uint8_t>(State::open), 1);
+        if (w.pending()) {
+          next = with_request(next, Request::open);
+        } else {
+          at = now();
+          next = w.next_phase(static_cast<std::uint8_t>(State::open), trip_reopens(w, at));
+        }
       }
       if (cas(w, next)) {
         if (trip && !w.pending())
-          publish(next, State::closed, TransitionReason::consecutive_failures, now());
+          publish(next, State::closed, TransitionReason::consecutive_failures, at);
         return trip;
       }
     }
@@ -805,14 +820,16 @@ class alignas(64) BasicCircuitBreaker {
       if (v.trip == Request::none || s != State::closed) return;  // METRICS_ONLY never rejects
       for (;;) {
         if (w.gen() != gen) return;
-        const Word next = w.pending() ? with_request(w, v.trip)
-                                      : w.next_phase(static_cast<std::uint8_t>(State::open), 1);
+        const Ticks at = w.pending() ? 0 : now();
+        const Word next =
+            w.pending() ? with_request(w, v.trip)
+                        : w.next_phase(static_cast<std::uint8_t>(State::open), trip_reopens(w, at));
         if (cas(w, next)) {
           if (!w.pending()) {
             publish(next, State::closed,
                     v.trip == Request::open_failure_rate ? TransitionReason::failure_rate
                                                          : TransitionReason::slow_call_rate,
-                    now());
+                    at);
           }
           return;
         }
@@ -865,7 +882,7 @@ class alignas(64) BasicCircuitBreaker {
         if (w.pending()) {
           next = with_request(next, wanted);
         } else if (wanted == Request::close) {
-          next = w.next_phase(static_cast<std::uint8_t>(State::closed), 0);
+          next = w.next_phase(static_cast<std::uint8_t>(State::closed), w.reopens());
         } else {
           next = w.next_phase(static_cast<std::uint8_t>(State::open), w.reopens() + 1);
         }
@@ -900,23 +917,27 @@ class alignas(64) BasicCircuitBreaker {
     return Request::none;
   }
 
-  // Where a request leads from state `from`, or false if it makes no sense there
-  // (any more). A reset leads to CLOSED even from CLOSED (a new generation).
-  static bool resolve_request(State from, Request r, std::uint32_t reopens, State& to,
-                              std::uint32_t& next_reopens, TransitionReason& reason) noexcept {
+  // Where a request leads from word `w` at time `at`, or false if it makes no sense
+  // there (any more). A reset leads to CLOSED even from CLOSED (a new generation).
+  bool resolve_request(Word w, Request r, Ticks at, State& to, std::uint32_t& next_reopens,
+                       TransitionReason& reason) const noexcept {
+    const State from = static_cast<State>(w.state());
+    const std::uint32_t reopens = w.reopens();
     reason = TransitionReason::manual;
     switch (r) {
       case Request::none:
         return false;
       case Request::close:
         if (from != State::half_open) return false;
-        to = State::closed, next_reopens = 0, reason = TransitionReason::probes_succeeded;
+        // The breaker recovered: it remembers the growth it reached, which a flapping
+        // reopening continues (trip_reopens).
+        to = State::closed, next_reopens = reopens, reason = TransitionReason::probes_succeeded;
         return true;
       case Request::open:
       case Request::open_failure_rate:
       case Request::open_slow_call_rate:
         if (from == State::closed) {
-          to = State::open, next_reopens = 1;
+          to = State::open, next_reopens = trip_reopens(w, at);
           reason = r == Request::open                ? TransitionReason::consecutive_failures
                    : r == Request::open_failure_rate ? TransitionReason::failure_rate
                                                      : TransitionReason::slow_call_rate;
@@ -942,7 +963,8 @@ class alignas(64) BasicCircuitBreaker {
         return true;
       case Request::manual_forced_open:
         if (from == State::forced_open) return false;
-        to = State::forced_open, next_reopens = reopens;
+        to = State::forced_open;
+        next_reopens = (from == State::open || from == State::half_open) ? reopens : 0;
         return true;
       case Request::manual_disabled:
         if (from == State::disabled) return false;
@@ -977,10 +999,11 @@ class alignas(64) BasicCircuitBreaker {
       State to{};
       std::uint32_t reopens = 0;
       TransitionReason reason{};
-      if (!resolve_request(from, req, w.reopens(), to, reopens, reason)) return {};
+      const Ticks at = now();
+      if (!resolve_request(w, req, at, to, reopens, reason)) return {};
       const Word next = w.next_phase(static_cast<std::uint8_t>(to), reopens);
       if (cas(w, next)) {
-        publish(next, from, reason, now());
+        publish(next, from, reason, at);
         return {};
       }
     }
@@ -994,24 +1017,23 @@ class alignas(64) BasicCircuitBreaker {
   void publish(Word w, State from, TransitionReason reason, Ticks at) noexcept {
     for (;;) {
       const State to = static_cast<State>(w.state());
-      const Ticks previous = since_.load(std::memory_order_relaxed);
       since_.store(at, std::memory_order_relaxed);
       const bool opened = (to == State::open || to == State::forced_open) && from != State::open &&
                           from != State::forced_open;
-      bool flapping = false;
-      if (opened || to == State::closed) {
-        const detail::PolicyCore& p = *policy_;
-        const std::uint64_t cold = cold_.load(std::memory_order_relaxed);
-        // Reopening soon after the breaker recovered (not after a manual reset) is flapping.
-        flapping = opened && from == State::closed && (cold & kRecoveredBit) != 0 &&
-                   p.flapping_period > 0 && saturating_sub(at, previous) < p.flapping_period;
-        add_cold(0, opened ? 1 : 0,
-                 to == State::closed && reason == TransitionReason::probes_succeeded,
-                 opened ? flapping : ((cold & kFlappingBit) != 0));
-      }
+      // An automatic trip from CLOSED sets or clears the flapping flag: a trip that
+      // continued the growth (trip_reopens) came within flapping_period of a recovery.
+      // Everything else leaves it: a failed probe does not end the flapping.
+      const bool trip =
+          from == State::closed && to == State::open && reason != TransitionReason::manual;
+      const bool flapping =
+          trip ? w.reopens() > 1 : Cold::Flapping::get(cold_.load(std::memory_order_relaxed));
+      if (opened || trip)
+        add_cold(0, opened ? 1 : 0, trip ? std::optional<bool>(flapping) : std::nullopt);
       if (from != to && !policy_->listeners.empty()) {
-        policy_->listeners.emit(
-            TransitionEvent{name(), this, from, to, reason, at, w.gen(), flapping});
+        const Nanos open_for =
+            to == State::open ? Nanos(policy_->open_period(w.reopens())) : Nanos::zero();
+        policy_->listeners.emit(TransitionEvent{name(), this, from, to, reason, at, w.gen(),
+                                                opened && flapping, open_for});
       }
       // Clear pending, or take the next requested transition.
       Word cur(word_.load(std::memory_order_acquire));
@@ -1023,8 +1045,8 @@ class alignas(64) BasicCircuitBreaker {
         }
         State next_state{};
         std::uint32_t reopens = 0;
-        if (!resolve_request(static_cast<State>(cur.state()), req, cur.reopens(), next_state,
-                             reopens, reason)) {
+        const Ticks t = now();
+        if (!resolve_request(cur, req, t, next_state, reopens, reason)) {
           cas(cur, cur.with_request(Request::none));
           continue;
         }
@@ -1032,27 +1054,44 @@ class alignas(64) BasicCircuitBreaker {
         if (cas(cur, next)) {
           from = static_cast<State>(cur.state());
           w = next;
-          at = now();
+          at = t;
           break;
         }
       }
     }
   }
 
-  // Saturating add to the rare-totals word; `recovered` and `flapping` replace the
-  // flags (callers pass the current value to keep one). Rare events only.
-  void add_cold(std::uint64_t cancelled, std::uint64_t opens, bool recovered,
-                bool flapping) noexcept {
+  // Saturating adds to the rare totals; `flapping`, if given, replaces the flag (only
+  // the publisher of a transition gives it). Rare events only.
+  void add_cold(std::uint64_t cancelled, std::uint64_t opens,
+                std::optional<bool> flapping = std::nullopt) noexcept {
     std::uint64_t cur = cold_.load(std::memory_order_relaxed);
     for (;;) {
-      const std::uint64_t c = std::min(kCancelledMax, (cur & kCancelledMax) + cancelled);
-      const std::uint64_t o = std::min(kOpensMax, (cur >> kOpensShift) + opens);
-      std::uint64_t flags = cur & (kRecoveredBit | kFlappingBit);
-      if (cancelled == 0) flags = (recovered ? kRecoveredBit : 0) | (flapping ? kFlappingBit : 0);
-      if (cold_.compare_exchange_weak(cur, c | flags | (o << kOpensShift),
-                                      std::memory_order_relaxed))
-        return;
+      std::uint64_t next =
+          Cold::Cancelled::set_saturated(cur, Cold::Cancelled::get(cur) + cancelled);
+      next = Cold::Opens::set_saturated(next, Cold::Opens::get(next) + opens);
+      if (flapping) next = Cold::Flapping::set(next, *flapping);
+      if (cold_.compare_exchange_weak(cur, next, std::memory_order_relaxed)) return;
     }
+  }
+
+  // True if an automatic trip from CLOSED word `w` at `t` would be flapping: the breaker
+  // recovered (a successful probe round closed it; the word keeps the growth it had
+  // then) less than flapping_period ago. `since_` is this CLOSED phase's start while the
+  // word is not pending; a pending word's start is being published, so it is recent.
+  bool flapping_trip(Word w, Ticks t_or_age, bool age = true) const noexcept {
+    const detail::PolicyCore& p = *policy_;
+    if (p.flapping_period <= 0 || w.reopens() == 0) return false;
+    if (w.pending()) return true;
+    const Ticks in_state =
+        age ? t_or_age : saturating_sub(t_or_age, since_.load(std::memory_order_relaxed));
+    return in_state < p.flapping_period;
+  }
+
+  // The reopen count an automatic trip from CLOSED word `w` at `at` opens with: a
+  // flapping trip continues the growth the breaker recovered at, any other starts at 1.
+  std::uint32_t trip_reopens(Word w, Ticks at) const noexcept {
+    return flapping_trip(w, at, false) ? std::min(w.reopens() + 1, Word::kReopenMax) : 1;
   }
 
   template <class Classify, class... Args>

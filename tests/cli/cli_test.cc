@@ -38,13 +38,12 @@ TEST_P(ReplayGolden, MatchesTheExpectedLines) {
   EXPECT_EQ(r.out, read_all(base + ".jsonl"));
 }
 
-INSTANTIATE_TEST_SUITE_P(Traces, ReplayGolden,
-                         ::testing::Values(Golden{"consecutive_failures", true},
-                                           Golden{"failure_rate_count", true},
-                                           Golden{"keys_and_ignored", true},
-                                           Golden{"slow_calls_time", false},
-                                           Golden{"growing_open_period", false}),
-                         [](const auto& p) { return std::string(p.param.name); });
+INSTANTIATE_TEST_SUITE_P(
+    Traces, ReplayGolden,
+    ::testing::Values(Golden{"consecutive_failures", true}, Golden{"failure_rate_count", true},
+                      Golden{"keys_and_ignored", true}, Golden{"slow_calls_time", false},
+                      Golden{"growing_open_period", false}, Golden{"flapping_growth", false}),
+    [](const auto& p) { return std::string(p.param.name); });
 
 TEST(Replay, ReadsStandardInput) {
   const std::string base = kGolden + "consecutive_failures";

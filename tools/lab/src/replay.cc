@@ -622,7 +622,7 @@ class Replayer {
     b += to_string(e.to);
     b += "\",\"reason\":\"";
     b += to_string(e.reason);
-    b += "\"}";
+    b += e.flapping ? "\",\"flapping\":true}" : "\"}";
     out_.end_line();
   }
 
