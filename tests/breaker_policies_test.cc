@@ -480,15 +480,16 @@ TEST(InFlightSlowCalls, ALateAdmissionNeverMakesFreshCallsSlow) {
   detail::InFlight in_flight;
   constexpr unsigned kShift = 20;  // epochs of 2^20 ns, as for slow_call_duration = 1 ms
   constexpr std::uint64_t kNow = 1000;
-  for (int i = 0; i < 5; ++i) (void)in_flight.admit(7, kNow);
+  for (int i = 0; i < 5; ++i) (void)in_flight.admit(7, kNow, [] { return kNow; });
   const Ticks now = static_cast<Ticks>(kNow << kShift) + 1000;
-  ASSERT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift), 0u);
+  ASSERT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift, [] { return kNow; }), 0u);
   for (std::uint64_t late : {1u, 2u, 9u, 100u, 1000u}) {
-    const auto a = in_flight.admit(7, kNow - late);
+    const auto a = in_flight.admit(7, kNow - late, [] { return kNow; });
     EXPECT_EQ(a.epoch, kNow) << late << " epochs late";
     EXPECT_FALSE(a.new_epoch);
   }
-  EXPECT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift), 0u) << "fresh calls counted as slow";
+  EXPECT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift, [] { return kNow; }), 0u)
+      << "fresh calls counted as slow";
 }
 
 TEST(InFlightSlowCalls, CanBeSwitchedOff) {
@@ -631,7 +632,44 @@ TEST(HalfOpenRates, SlowProbesReopen) {
   record(b, Outcome::failure);
   clock.advance(1s);
   record(b, Outcome::success, 1, 10ms);
-  record(b, Outcome::success, 1, 200ms);  // 1 of 2 probes slow: 50 %
+  record(b, Outcome::success, 2, 200ms);  // 2 of the round's 5 slow: not certain yet
+  EXPECT_EQ(b.state(), State::half_open);
+  record(b, Outcome::success, 1, 200ms);  // 3 of 5: at least 60 % whatever comes next
+  EXPECT_EQ(b.state(), State::open);
+}
+
+// A round is judged on all its probes, not on the first one in: with 4 probes and a
+// 50 % rule, F,S,S,S is a 25 % round and closes; the round is decided as soon as its
+// outcome is certain either way.
+TEST(HalfOpenRates, ARoundIsDecidedOnItsProbesNotOnTheFirstOneIn) {
+  ManualClock clock;
+  TimeBreaker b({.consecutive_failures = 1,
+                 .failure_rate = 0.5,
+                 .minimum_calls = 100,
+                 .window_length = 60s,
+                 .open_duration = 1s,
+                 .half_open_max_calls = 4,
+                 .half_open_successes = 4},
+                clock);
+  record(b, Outcome::failure);
+  clock.advance(1s);
+  record(b, Outcome::failure);
+  EXPECT_EQ(b.state(), State::half_open) << "1 failure of 4 probes is not a 50 % round yet";
+  record(b, Outcome::success, 2);
+  EXPECT_EQ(b.state(), State::half_open) << "F,S,S: the last probe could still make it 50 %";
+  record(b, Outcome::success);
+  EXPECT_EQ(b.state(), State::closed) << "F,S,S,S is 25 %";
+
+  // S,S,S closes at the third success: even a failed fourth would make it 25 %.
+  record(b, Outcome::failure);
+  clock.advance(1s);
+  record(b, Outcome::success, 3);
+  EXPECT_EQ(b.state(), State::closed);
+
+  // F,F reopens at once: 2 of 4 is 50 % whatever the other two do.
+  record(b, Outcome::failure);
+  clock.advance(b.snapshot().open_duration);
+  record(b, Outcome::failure, 2);
   EXPECT_EQ(b.state(), State::open);
 }
 
@@ -855,6 +893,86 @@ TEST(Flapping, AManualResetStartsTheGrowthAgain) {
   EXPECT_FALSE(b.snapshot().flapping);
 }
 
+// --- Generations and laps: a window never shows calls from before a transition --------
+
+// A time-window breaker whose clock does not start at zero recovered, then re-opened on
+// outcomes from before the outage: the half-open tally had no lap, so the next CLOSED
+// window started on a lap its first one had used, and took those buckets for its own.
+TEST(WindowPhases, AfterRecoveringAWindowHoldsNoCallsFromBeforeTheOutage) {
+  for (Nanos start : {Nanos(0), Nanos(20s), Nanos(std::int64_t{1} << 40)}) {
+    ManualClock clock{ManualClock::time_point(start)};
+    TimeBreaker b({.consecutive_failures = 0,
+                   .slow_call_rate = 0.5,
+                   .slow_call_duration = 100ms,
+                   .minimum_calls = 10,
+                   .window_length = 10s,
+                   .open_duration = 5s},
+                  clock);
+    clock.advance(1s);
+    record(b, Outcome::success, 10, 200ms);  // ten slow calls: opens
+    ASSERT_EQ(b.state(), State::open) << start.count();
+    clock.advance(5s);
+    record(b, Outcome::success, 1, 10ms);  // the probe succeeds: closes
+    ASSERT_EQ(b.state(), State::closed) << start.count();
+    clock.advance(500ms);
+    record(b, Outcome::success, 1, 200ms);  // one slow call in the new window
+    EXPECT_EQ(b.state(), State::closed) << "start " << start.count();
+    ASSERT_TRUE(b.snapshot().window);
+    EXPECT_EQ(b.snapshot().window->calls, 1u) << "start " << start.count();
+  }
+}
+
+// reset() promises an empty window, however many resets there were with no call between
+// (the window kept 12 bits of the generation, the count ring 5: after 4,096 resets the
+// window from before came back).
+template <class B>
+void resets_leave_an_empty_window(BreakerConfig config) {
+  ManualClock clock{ManualClock::time_point(Nanos(7s))};
+  config.consecutive_failures = 0;
+  config.failure_rate = 0.5;
+  config.minimum_calls = 10;
+  B b(config, clock);
+  record(b, Outcome::failure, 9);
+  for (int i = 0; i < 4096; ++i) b.reset();
+  record(b, Outcome::failure);
+  EXPECT_EQ(b.state(), State::closed);
+  ASSERT_TRUE(b.snapshot().window);
+  EXPECT_EQ(b.snapshot().window->calls, 1u);
+  for (int i = 0; i < (1 << 19); ++i) b.reset();  // a whole wrap of the generation
+  EXPECT_EQ(b.snapshot().window->calls, 0u);
+}
+TEST(WindowPhases, ResetLeavesAnEmptyCountWindow) {
+  resets_leave_an_empty_window<CountBreaker>({.window_size = 20});
+}
+TEST(WindowPhases, ResetLeavesAnEmptyTimeWindow) {
+  resets_leave_an_empty_window<TimeBreaker>({.window_length = 60s});
+}
+
+// After a long idle gap within one generation, an in-flight slot from long ago must not
+// read as a future epoch (epochs kept 21 bits): the next call's start time went into the
+// future, its measured duration negative, and a slow call went unseen.
+TEST(WindowPhases, ALongIdleGapDoesNotHideTheNextSlowCall) {
+  constexpr Ticks kEpoch = Ticks{1} << 20;  // slow_call_duration 1 ms: epochs of 2^20 ns
+  for (Ticks epochs : {(Ticks{1} << 21) - 5, (Ticks{1} << 28) - 5, (Ticks{1} << 28) + 3}) {
+    ManualClock clock{ManualClock::time_point(Nanos(1s))};
+    TimeBreaker b({.consecutive_failures = 0,
+                   .slow_call_rate = 0.5,
+                   .slow_call_duration = 1ms,
+                   .minimum_calls = 100,
+                   .window_length = 10s,
+                   .count_in_flight_slow_calls = true},
+                  clock);
+    record(b, Outcome::success);  // one fast call: its epoch's slot stays behind
+    clock.advance(Nanos(epochs * kEpoch));
+    auto p = b.try_acquire();
+    ASSERT_TRUE(p);
+    clock.advance(5ms);
+    p->record_success();  // measured by the breaker: 5 ms, slow
+    ASSERT_TRUE(b.snapshot().window);
+    EXPECT_EQ(b.snapshot().window->slow_successes, 1u) << epochs << " idle epochs";
+  }
+}
+
 // --- Manual control with a window -------------------------------------------------
 
 TEST(WindowedManualControl, MetricsOnlyReportsRatesButNeverRejects) {
@@ -968,7 +1086,7 @@ TEST(PolicyLayout, SizesAndExtraMemory) {
   static_assert(sizeof(CircuitBreaker) == 64);
   static_assert(sizeof(TimeWindowBreaker) <= 256);
   CountWindowBreaker b({.window_size = 1000});
-  EXPECT_EQ(b.extra_memory(), 1000u);
+  EXPECT_EQ(b.extra_memory(), 2000u);  // two bytes per call
   EXPECT_LE(sizeof(CountWindowBreaker), 128u);
 }
 

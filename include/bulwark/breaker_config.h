@@ -88,14 +88,18 @@ struct BreakerConfig {
   // HALF_OPEN admits at most this many probes at once (K). Unset: 1, or no limit when
   // half_open_fraction is set.
   std::optional<std::uint32_t> half_open_max_calls{};
-  // HALF_OPEN closes after this many probes succeed (M). Without a failure_rate rule any
-  // probe failure reopens; with one (and with a slow_call_rate rule) the probes' own
-  // rates decide, with no minimum volume.
+  // The probes a half-open round (or each ramp stage) judges (N). Without a rate rule, N
+  // successes close the breaker (or pass the stage) and any probe failure reopens it.
+  // With a failure_rate or slow_call_rate rule, the round's own rates over its N
+  // outcomes decide, with no minimum volume: it reopens as soon as failures / N or
+  // slow / N is certain to reach its threshold, and closes as soon as it is certain not
+  // to even if every outcome still to come were a slow failure — at the latest when
+  // all N are in. A probe counts in the stage it was admitted in.
   std::uint32_t half_open_successes = 1;
   // Instead of a count, let this fraction of requests through as probes (seed 002:
   // "10 % of the traffic"). In (0, 1]; unset: count mode.
   std::optional<double> half_open_fraction{};
-  // Optional ramp: after each half_open_successes successes, move to the next fraction
+  // Optional ramp: after each stage passes (see half_open_successes), move to the next fraction
   // (e.g. {0.25, 0.5, 1.0}); closes after the last stage. Non-decreasing, at most 7.
   std::vector<double> half_open_ramp{};
   // A probe that never reports (its permit leaked into a lost callback) stops holding

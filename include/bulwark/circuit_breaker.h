@@ -562,8 +562,9 @@ class alignas(64) BasicCircuitBreaker {
     if constexpr (kWindowed) {
       if (p.window.track_in_flight) {
         const unsigned shift = p.window.epoch_shift;
-        const auto adm =
-            window_.in_flight().admit(w.gen(), detail::InFlight::epoch_of(start, shift));
+        const auto adm = window_.in_flight().admit(
+            w.gen(), detail::InFlight::epoch_of(start, shift),
+            [this, shift] { return detail::InFlight::epoch_of(coarse_now(), shift); });
         start = std::max(start, detail::InFlight::epoch_start(adm.epoch, shift));
         if (adm.new_epoch) evaluate(w.gen(), start);
       }
@@ -698,8 +699,9 @@ class alignas(64) BasicCircuitBreaker {
         window_.in_flight().complete(admitted.gen(),
                                      detail::InFlight::epoch_of(start, p.window.epoch_shift));
       }
-      const Ticks took =
-          reported > Nanos::zero() ? reported.count() : (timed ? saturating_sub(t, start) : 0);
+      const Ticks took = reported > Nanos::zero()
+                             ? reported.count()
+                             : (timed ? std::max<Ticks>(0, saturating_sub(t, start)) : 0);
       const bool slow = timed && counted && took > p.slow_call_duration;
       if (recording) {
         if (counted) closed_outcome(admitted, r == Resolution::failure, slow, t);
@@ -780,8 +782,10 @@ class alignas(64) BasicCircuitBreaker {
       const detail::PolicyCore& p = *policy_;
       v.counts = window_.counts(p.window, gen, t);
       if (p.window.track_in_flight) {
-        v.counts.in_flight_slow =
-            window_.in_flight().slow_calls(gen, t, p.slow_call_duration, p.window.epoch_shift);
+        const unsigned shift = p.window.epoch_shift;
+        v.counts.in_flight_slow = window_.in_flight().slow_calls(
+            gen, t, p.slow_call_duration, shift,
+            [this, shift] { return detail::InFlight::epoch_of(coarse_now(), shift); });
       }
       const std::uint64_t total = v.counts.calls + v.counts.in_flight_slow;
       const std::uint64_t minimum = Window::kind == WindowKind::count
@@ -839,38 +843,59 @@ class alignas(64) BasicCircuitBreaker {
     }
   }
 
+  // What a stage's probe tally says. With a rate rule a stage judges N =
+  // half_open_successes outcomes: it reopens as soon as it is certain to be over a
+  // threshold (failures / N >= failure_rate, or slow / N >= slow_call_rate, counting
+  // only the outcomes in), and passes as soon as it is certain to be under both even if
+  // every remaining outcome were a slow failure — at the latest when all N are in.
+  enum class Judgement : std::uint8_t { undecided, pass, reopen };
+  static Judgement judge(const detail::PolicyCore& p, const detail::ProbeTally& t) noexcept {
+    const std::uint32_t n = p.half_open_successes;
+    const std::uint32_t rest = t.completed < n ? n - t.completed : 0;
+    auto reaches = [n](double rate, std::uint32_t count) {
+      return rate > 0 && static_cast<double>(count) / static_cast<double>(n) >= rate;
+    };
+    if (reaches(p.failure_rate, t.failures) || reaches(p.slow_call_rate, t.slow))
+      return Judgement::reopen;
+    if (reaches(p.failure_rate, t.failures + rest) || reaches(p.slow_call_rate, t.slow + rest))
+      return Judgement::undecided;
+    return Judgement::pass;
+  }
+
+  // A probe resolved. Only outcomes of the current round (generation) count, and with
+  // a ramp only those of the stage the probe was admitted in. Without a rate rule any
+  // probe failure of the round reopens and N successes pass a stage.
   void probe_resolved(Word admitted, Resolution r, bool slow) noexcept {
     const detail::PolicyCore& p = *policy_;
     const bool counted = r == Resolution::success || r == Resolution::failure;
     const bool by_rate = p.failure_rate > 0 || p.slow_call_rate > 0;
-    detail::ProbeTally tally;
-    if constexpr (kWindowed) {
-      if (counted && by_rate) tally = window_.probe(admitted.gen(), r == Resolution::failure, slow);
+    Judgement j = Judgement::undecided;
+    if (counted && by_rate) {
+      if constexpr (kWindowed) {
+        const detail::ProbeTally t =
+            window_.probe(admitted.gen(), admitted.stage(), r == Resolution::failure, slow);
+        if (!t.stale) j = judge(p, t);
+      }
+    } else if (r == Resolution::failure) {
+      j = Judgement::reopen;
     }
     (void)slow;
-    // The probes decide, by their own rates and without a minimum volume. Without a
-    // failure-rate rule, any probe failure reopens.
-    bool reopen = false;
-    if (r == Resolution::failure) {
-      reopen = p.failure_rate <= 0 ||
-               (tally.completed > 0 &&
-                static_cast<double>(tally.failures) / tally.completed >= p.failure_rate);
-    }
-    if (counted && p.slow_call_rate > 0 && tally.completed > 0 &&
-        static_cast<double>(tally.slow) / tally.completed >= p.slow_call_rate) {
-      reopen = true;
-    }
     Word w(word_.load(std::memory_order_acquire));
     for (;;) {
       if (w.gen() != admitted.gen()) return;  // that half-open round is over: frees nothing
       Word next = w.with_probes_in_flight(w.probes_in_flight() > 0 ? w.probes_in_flight() - 1 : 0);
+      const bool this_stage = admitted.stage() == w.stage();
       Request wanted = Request::none;
-      if (reopen) {
+      if (j == Judgement::reopen && (this_stage || !by_rate)) {
         wanted = Request::open;
-      } else if (r == Resolution::success) {
-        const std::uint32_t successes = std::min(w.probe_successes() + 1, Word::kSuccessMax);
-        next = next.with_probe_successes(successes);
-        if (successes >= p.half_open_successes) {
+      } else if (this_stage) {
+        bool passed = by_rate && j == Judgement::pass;
+        if (r == Resolution::success) {
+          const std::uint32_t successes = std::min(w.probe_successes() + 1, Word::kSuccessMax);
+          next = next.with_probe_successes(successes);
+          if (!by_rate) passed = successes >= p.half_open_successes;
+        }
+        if (passed) {
           if (w.stage() < p.last_stage) {
             next = next.with_stage(w.stage() + 1).with_probe_successes(0);  // ramp up: more traffic
           } else {
@@ -1018,6 +1043,16 @@ class alignas(64) BasicCircuitBreaker {
     for (;;) {
       const State to = static_cast<State>(w.state());
       since_.store(at, std::memory_order_relaxed);
+      if constexpr (kWindowed) {
+        // Every window word starts the new phase now, so that none of them can lag the
+        // breaker's generation by enough for its shortened generation to wrap.
+        const detail::Phase phase =
+            (to == State::closed || to == State::metrics_only) ? detail::Phase::recording
+            : to == State::half_open ? (from == State::half_open ? detail::Phase::probing_carried
+                                                                 : detail::Phase::probing)
+                                     : detail::Phase::idle;
+        window_.begin_phase(policy_->window, w.gen(), phase, coarse_now());
+      }
       const bool opened = (to == State::open || to == State::forced_open) && from != State::open &&
                           from != State::forced_open;
       // An automatic trip from CLOSED sets or clears the flapping flag: a trip that

@@ -32,6 +32,7 @@
 
 #include "bulwark/breaker_config.h"
 #include "bulwark/clock.h"
+#include "bulwark/detail/bitfield.h"
 
 namespace bulwark {
 
@@ -47,7 +48,7 @@ struct WindowCounts {
 
 namespace detail {
 
-// How a completed call lands in a window.
+// How a completed call lands in a window. 0 is "no call".
 enum class Sample : std::uint8_t { success = 1, failure = 2, slow_success = 3, slow_failure = 4 };
 
 constexpr Sample make_sample(bool failure, bool slow) noexcept {
@@ -55,79 +56,95 @@ constexpr Sample make_sample(bool failure, bool slow) noexcept {
                  : (slow ? Sample::slow_success : Sample::success);
 }
 
-// Generations are 19-bit counters that wrap; `a` is newer than `b` if it is ahead by
-// less than half the range.
+// Generations are the breaker's 19-bit counters. Window words keep their low bits only:
+// the breaker's publisher writes every window word at every transition (begin_phase),
+// so a word's generation is never more than a few transitions behind the breaker's and
+// a shortened one cannot wrap around to look current.
 constexpr std::uint32_t kGenBits = 19;
 constexpr std::uint32_t kGenMask = (1u << kGenBits) - 1;
-constexpr bool gen_newer(std::uint32_t a, std::uint32_t b) noexcept {
-  const std::uint32_t d = (a - b) & kGenMask;
-  return d != 0 && d < (1u << (kGenBits - 1));
+// True if `a` is after `b`, both the low `bits` of a generation (ahead by less than half).
+constexpr bool gen_after(std::uint32_t a, std::uint32_t b, unsigned bits) noexcept {
+  const std::uint32_t mask = (1u << bits) - 1;
+  const std::uint32_t d = (a - b) & mask;
+  return d != 0 && d < (1u << (bits - 1));
 }
 
-// The window's head word. In a recording phase (CLOSED, METRICS_ONLY) it holds the
-// newest bucket (or call count), the lap, and whether a rate rule is "armed" (over its
-// threshold, waiting for the minimum volume); in a HALF_OPEN phase it holds that round's
-// probe tally instead. The generation (its low 12 bits: it is only ever compared with
-// the breaker's current one) says which phase the word belongs to.
-//   recording: [gen 12 | lap 7 | armed 1 | position 44]
-//   probing:   [gen 12 | 0 7   | completed 15 | failures 15 | slow 15]
-// The lap changes whenever a time window starts afresh (a new phase, or a gap of a
-// whole window or more): bucket tags are made of it, so a bucket left from an earlier
-// lap never passes for a current one, however far the head jumped.
+// What phase of the breaker a transition starts, as the window sees it.
+enum class Phase : std::uint8_t {
+  recording,        // CLOSED, METRICS_ONLY: outcomes go into the window
+  probing,          // HALF_OPEN: a new round; the probes' tally starts empty
+  probing_carried,  // HALF_OPEN again (a stuck round restarted): the tally carries over
+  idle,             // OPEN, FORCED_OPEN, DISABLED: nothing is recorded
+};
+
+// The window's head word. The generation (its low 12 bits) says which phase of the
+// breaker the word belongs to; the lap is common to every reading and only ever moves
+// forward. Two readings, each a checked layout:
+//   recording (CLOSED, METRICS_ONLY): the newest bucket (time) or call count (count),
+//     and whether a rate rule is "armed" (over its threshold, waiting for the volume);
+//   probing (HALF_OPEN; also the parked word of idle phases): that round's ramp stage
+//     and probe tally.
+// The lap changes whenever a time window starts afresh (a new recording phase, or a
+// gap of a whole window or more): bucket tags are made of it, so a bucket left from an
+// earlier lap never passes for a current one, however far the head jumped.
+namespace head {
+using Gen = Field<52, 12, std::uint32_t>;
+using Lap = Field<45, 7, std::uint32_t>;
+using Armed = Field<44, 1, bool>;
+using Pos = Field<0, 44>;
+using Stage = Field<42, 3, std::uint32_t>;
+using Completed = Field<28, 14, std::uint32_t>;
+using Failures = Field<14, 14, std::uint32_t>;
+using Slow = Field<0, 14, std::uint32_t>;
+using Recording = Layout<Gen, Lap, Armed, Pos>;
+using Probing = Layout<Gen, Lap, Stage, Completed, Failures, Slow>;
+inline constexpr unsigned kGenBits = Gen::width;
+}  // namespace head
+
+// Probe outcomes of one stage of a half-open round.
+struct ProbeTally {
+  std::uint32_t completed = 0, failures = 0, slow = 0;
+  bool stale = false;  // the round or its stage is over: this outcome counts nowhere
+};
+
 class HeadWord {
  public:
-  static constexpr unsigned kPosBits = 44;
-  static constexpr std::uint64_t kPosMask = (std::uint64_t{1} << kPosBits) - 1;
-  static constexpr std::uint32_t kLapMask = (1u << 7) - 1;
-  static constexpr std::uint32_t kGenMask12 = (1u << 12) - 1;
-  static constexpr std::uint32_t kProbeMax = (1u << 15) - 1;
-
   constexpr HeadWord() noexcept = default;
   constexpr explicit HeadWord(std::uint64_t raw) noexcept : raw_(raw) {}
   static constexpr HeadWord recording(std::uint32_t gen, std::uint32_t lap, bool armed,
                                       std::uint64_t pos) noexcept {
-    return HeadWord((std::uint64_t{gen & kGenMask12} << 52) |
-                    (std::uint64_t{lap & kLapMask} << 45) | (std::uint64_t{armed} << 44) |
-                    (pos & kPosMask));
+    return HeadWord(head::Recording::make(head::Gen::value(gen), head::Lap::value(lap),
+                                          head::Armed::value(armed), head::Pos::value(pos)));
   }
-  static constexpr HeadWord probing(std::uint32_t gen, std::uint32_t completed,
-                                    std::uint32_t failures, std::uint32_t slow) noexcept {
-    return HeadWord((std::uint64_t{gen & kGenMask12} << 52) |
-                    (std::uint64_t{std::min(completed, kProbeMax)} << 30) |
-                    (std::uint64_t{std::min(failures, kProbeMax)} << 15) |
-                    std::min(slow, kProbeMax));
+  static constexpr HeadWord probing(std::uint32_t gen, std::uint32_t lap, std::uint32_t stage,
+                                    const ProbeTally& t) noexcept {
+    std::uint64_t w = head::Probing::make(head::Gen::value(gen), head::Lap::value(lap),
+                                          head::Stage::value(stage));
+    w = head::Completed::set_saturated(w, t.completed);
+    w = head::Failures::set_saturated(w, t.failures);
+    return HeadWord(head::Slow::set_saturated(w, t.slow));
   }
   constexpr std::uint64_t raw() const noexcept { return raw_; }
   // True if the word belongs to the breaker's generation `gen`.
-  constexpr bool of(std::uint32_t gen) const noexcept { return gen12() == (gen & kGenMask12); }
-  // True if the word belongs to a generation after `gen` (within half the 12-bit range).
+  constexpr bool of(std::uint32_t gen) const noexcept {
+    return head::Gen::get(raw_) == (gen & head::Gen::max);
+  }
+  // True if the word belongs to a generation after `gen`.
   constexpr bool after(std::uint32_t gen) const noexcept {
-    const std::uint32_t d = (gen12() - gen) & kGenMask12;
-    return d != 0 && d < (kGenMask12 + 1) / 2;
+    return gen_after(head::Gen::get(raw_), gen & head::Gen::max, head::kGenBits);
   }
-  constexpr std::uint32_t lap() const noexcept {
-    return static_cast<std::uint32_t>((raw_ >> 45) & kLapMask);
-  }
-  constexpr bool armed() const noexcept { return ((raw_ >> 44) & 1) != 0; }
-  constexpr std::uint64_t pos() const noexcept { return raw_ & kPosMask; }
-  constexpr std::uint32_t completed() const noexcept {
-    return static_cast<std::uint32_t>((raw_ >> 30) & kProbeMax);
-  }
-  constexpr std::uint32_t failures() const noexcept {
-    return static_cast<std::uint32_t>((raw_ >> 15) & kProbeMax);
-  }
-  constexpr std::uint32_t slow() const noexcept {
-    return static_cast<std::uint32_t>(raw_ & kProbeMax);
+  constexpr std::uint32_t lap() const noexcept { return head::Lap::get(raw_); }
+  // Recording reading.
+  constexpr bool armed() const noexcept { return head::Armed::get(raw_); }
+  constexpr std::uint64_t pos() const noexcept { return head::Pos::get(raw_); }
+  // Probing reading.
+  constexpr std::uint32_t stage() const noexcept { return head::Stage::get(raw_); }
+  constexpr ProbeTally tally() const noexcept {
+    return {head::Completed::get(raw_), head::Failures::get(raw_), head::Slow::get(raw_)};
   }
 
  private:
-  constexpr std::uint32_t gen12() const noexcept { return static_cast<std::uint32_t>(raw_ >> 52); }
   std::uint64_t raw_ = 0;
-};
-
-// Probe outcomes of the current half-open round (completed / failures / slow).
-struct ProbeTally {
-  std::uint32_t completed = 0, failures = 0, slow = 0;
 };
 
 // Shared by both windows: the head word, in both of its roles.
@@ -146,20 +163,22 @@ class HeadBase {
     }
   }
 
-  // Adds one probe outcome to the round `gen`. Returns the round's tally including it,
-  // or an empty tally if the round is already over.
-  ProbeTally probe(std::uint32_t gen, bool failure, bool slow) noexcept {
+  // Adds one probe outcome to stage `stage` of round `gen`. Returns that stage's tally
+  // including it, or a stale tally if the round or the stage is already over. The
+  // first outcome of a later stage starts that stage's tally afresh.
+  ProbeTally probe(std::uint32_t gen, std::uint32_t stage, bool failure, bool slow) noexcept {
     std::uint64_t raw = head_.load(std::memory_order_acquire);
     for (;;) {
       const HeadWord h(raw);
       ProbeTally t;
       if (h.of(gen)) {
-        t = {h.completed(), h.failures(), h.slow()};
+        if (h.stage() > stage) return {.stale = true};
+        if (h.stage() == stage) t = h.tally();
       } else if (h.after(gen)) {
-        return {};  // a later phase has started: this probe is stale
+        return {.stale = true};
       }
       t.completed += 1, t.failures += failure ? 1 : 0, t.slow += slow ? 1 : 0;
-      const HeadWord next = HeadWord::probing(gen, t.completed, t.failures, t.slow);
+      const HeadWord next = HeadWord::probing(gen, h.lap(), stage, t);
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         return t;
@@ -170,10 +189,27 @@ class HeadBase {
   ProbeTally probe_tally(std::uint32_t gen) const noexcept {
     const HeadWord h(head_.load(std::memory_order_acquire));
     if (!h.of(gen)) return {};
-    return {h.completed(), h.failures(), h.slow()};
+    return h.tally();
   }
 
  protected:
+  // Installs a probing (or parked) word for `gen`, unless the word already is of `gen`
+  // (an early probe of the round put it there). `carry`: keep the tally and stage of
+  // the previous generation's round.
+  void begin_probing(std::uint32_t gen, bool carry) noexcept {
+    std::uint64_t raw = head_.load(std::memory_order_acquire);
+    for (;;) {
+      const HeadWord h(raw);
+      if (h.of(gen) || h.after(gen)) return;
+      const bool keep = carry && h.of(gen - 1);
+      const HeadWord next =
+          HeadWord::probing(gen, h.lap(), keep ? h.stage() : 0, keep ? h.tally() : ProbeTally{});
+      if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+        return;
+    }
+  }
+
   std::atomic<std::uint64_t> head_{0};
 };
 
@@ -192,9 +228,25 @@ struct Recorded {
 // one full epoch ago, so slower than slow_call_duration — move to the ancient count.
 // Counts are per generation: calls admitted before a reset or a close don't count
 // after it.
-//   slot:    [gen 19 | epoch 21 | count 24]
-//   ancient: [gen 19 | count 45, two's complement]
+//   slot:    [gen 12 | epoch 28 | count 24]
+//   ancient: [gen 12 | count 52, two's complement]
+// A slot keeps the low 28 bits of its epoch (at least 3 days of 1 ms epochs). When the
+// low bits say a slot is *ahead* of a thread's reading of the clock — a late thread, or
+// a slot left from an earlier wrap of those bits after a long idle gap — the thread
+// reads the clock again: a slot ahead of a fresh reading cannot be current, so it is
+// old. A slot idle for an exact multiple of 2^28 epochs reads as current for up to two
+// epochs, after which it is recycled like any other.
 class InFlight {
+  using SGen = Field<52, 12, std::uint32_t>;
+  using SEpoch = Field<24, 28>;
+  using SCount = Field<0, 24>;
+  using Slot = Layout<SGen, SEpoch, SCount>;
+  using AGen = Field<52, 12, std::uint32_t>;
+  using ACount = Field<0, 52>;
+  using Ancient = Layout<AGen, ACount>;
+  static constexpr unsigned kGenBits = SGen::width;
+  static constexpr std::uint64_t kEpochMask = SEpoch::max;
+
  public:
   struct Admission {
     std::uint64_t epoch;  // the epoch the call was counted in (>= the one asked for)
@@ -203,11 +255,15 @@ class InFlight {
 
   // Counts a call admitted at `epoch`. A thread that arrives late (its clock read is
   // older than an epoch another thread already started) is counted in the newer one.
-  Admission admit(std::uint32_t gen, std::uint64_t epoch) noexcept {
+  // `current()` reads the clock again, as an epoch; it runs only when a slot looks
+  // ahead of `epoch`.
+  template <class Current>
+  Admission admit(std::uint32_t gen, std::uint64_t epoch, Current&& current) noexcept {
     for (;;) {
       auto& slot = slots_[epoch & 1];
       std::uint64_t raw = slot.load(std::memory_order_acquire);
-      if (slot_gen(raw) == gen && slot_epoch(raw) == (epoch & kEpochMask)) {  // the common case
+      if (mine(raw, gen) && SEpoch::get(raw) == (epoch & kEpochMask)) {  // the common case
+        if (SCount::get(raw) == SCount::max) return {epoch, false};      // saturated
         if (slot.compare_exchange_weak(raw, raw + 1, std::memory_order_acq_rel,
                                        std::memory_order_acquire)) {
           return {epoch, false};
@@ -215,19 +271,19 @@ class InFlight {
         continue;
       }
       // A late thread (its clock read is older than an epoch another thread already
-      // started) is counted in the newer epoch.
+      // started) is counted in the newer epoch — if that epoch is real.
       const std::uint64_t other = slots_[(epoch + 1) & 1].load(std::memory_order_acquire);
-      if (slot_gen(other) == gen && is_ahead(slot_epoch(other), epoch)) {
-        epoch += (slot_epoch(other) - epoch) & kEpochMask;
+      if (const std::uint64_t ahead = newer_epoch(other, gen, epoch, current); ahead != 0) {
+        epoch = ahead;
         continue;
       }
-      if (slot_gen(raw) == gen && is_ahead(slot_epoch(raw), epoch)) {
-        epoch += (slot_epoch(raw) - epoch) & kEpochMask;
+      if (const std::uint64_t ahead = newer_epoch(raw, gen, epoch, current); ahead != 0) {
+        epoch = ahead;
         continue;
       }
       // The slot holds an older epoch (or generation): recycle it. Its calls were
       // admitted at least one epoch before ours began, so they are slow already.
-      const std::uint64_t moved = slot_gen(raw) == gen ? (raw & kCountMask) : 0;
+      const std::uint64_t moved = mine(raw, gen) ? SCount::get(raw) : 0;
       if (slot.compare_exchange_weak(raw, make_slot(gen, epoch, 1), std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
         if (moved != 0) add_ancient(gen, static_cast<std::int64_t>(moved));
@@ -240,13 +296,32 @@ class InFlight {
   void complete(std::uint32_t gen, std::uint64_t epoch) noexcept {
     auto& slot = slots_[epoch & 1];
     std::uint64_t raw = slot.load(std::memory_order_acquire);
-    while (slot_gen(raw) == gen && slot_epoch(raw) == (epoch & kEpochMask) &&
-           (raw & kCountMask) != 0) {
+    while (mine(raw, gen) && SEpoch::get(raw) == (epoch & kEpochMask) && SCount::get(raw) != 0) {
       if (slot.compare_exchange_weak(raw, raw - 1, std::memory_order_acq_rel,
                                      std::memory_order_acquire))
         return;
     }
     add_ancient(gen, -1);  // its slot was recycled: it was counted in the ancient count
+  }
+
+  // Parks every word at generation `gen`, counts empty, unless it already is of `gen`
+  // (an early admission of the new phase). Called by the breaker at each transition.
+  void begin(std::uint32_t gen) noexcept {
+    for (auto& slot : slots_) {
+      std::uint64_t raw = slot.load(std::memory_order_acquire);
+      while (!mine(raw, gen) && !gen_after(SGen::get(raw), gen & SGen::max, kGenBits)) {
+        if (slot.compare_exchange_weak(raw, make_slot(gen, 0, 0), std::memory_order_acq_rel,
+                                       std::memory_order_acquire))
+          break;
+      }
+    }
+    std::uint64_t raw = ancient_.load(std::memory_order_acquire);
+    while (AGen::get(raw) != (gen & AGen::max) &&
+           !gen_after(AGen::get(raw), gen & AGen::max, kGenBits)) {
+      if (ancient_.compare_exchange_weak(raw, Ancient::make(AGen::value(gen)),
+                                         std::memory_order_acq_rel, std::memory_order_acquire))
+        break;
+    }
   }
 
   // The epoch a time falls in, for epochs of 2^shift ns.
@@ -261,49 +336,55 @@ class InFlight {
   }
 
   // Calls of generation `gen` admitted before `now - slow` and still in flight.
-  std::uint64_t slow_calls(std::uint32_t gen, Ticks now, Ticks slow,
-                           unsigned shift) const noexcept {
+  // `current()` reads the clock again, as an epoch, if a slot looks newer than `now`.
+  template <class Current>
+  std::uint64_t slow_calls(std::uint32_t gen, Ticks now, Ticks slow, unsigned shift,
+                           Current&& current) const noexcept {
     std::int64_t n = 0;
     const Ticks cutoff = saturating_sub(now, slow);
     const std::uint64_t epoch_now = epoch_of(now, shift);
     for (const auto& s : slots_) {
       const std::uint64_t raw = s.load(std::memory_order_acquire);
-      if (slot_gen(raw) != gen || (raw & kCountMask) == 0) continue;
-      if (is_ahead(slot_epoch(raw), epoch_now)) continue;  // newer than our reading of the clock
+      if (!mine(raw, gen) || SCount::get(raw) == 0) continue;
+      const std::uint64_t lo = SEpoch::get(raw);
+      const std::uint64_t d = (lo - epoch_now) & kEpochMask;
+      if (d != 0 && d <= kAheadMax) {
+        // Ahead of our reading: a call admitted after we read the clock (not slow), or
+        // a slot left from an earlier wrap of the epoch bits (ancient, so slow).
+        if (current() >= epoch_now + d) continue;
+        n += static_cast<std::int64_t>(SCount::get(raw));
+        continue;
+      }
       // Every call of the slot's epoch began before the cutoff only if the epoch ended by then.
-      const std::uint64_t e = unwrap_epoch(slot_epoch(raw), epoch_now);
-      if (epoch_start(e + 1, shift) <= cutoff) n += static_cast<std::int64_t>(raw & kCountMask);
+      const std::uint64_t e = unwrap_epoch(lo, epoch_now);
+      if (epoch_start(e + 1, shift) <= cutoff) n += static_cast<std::int64_t>(SCount::get(raw));
     }
     const std::uint64_t a = ancient_.load(std::memory_order_acquire);
-    if (static_cast<std::uint32_t>(a >> 45) == gen) n += ancient_count(a);
+    if (AGen::get(a) == (gen & AGen::max)) n += ancient_count(a);
     return n > 0 ? static_cast<std::uint64_t>(n) : 0;
   }
 
  private:
-  static constexpr std::uint64_t kCountMask = (std::uint64_t{1} << 24) - 1;
-  static constexpr std::uint64_t kEpochMask = (std::uint64_t{1} << 21) - 1;
-  static constexpr std::uint64_t kAncientMask = (std::uint64_t{1} << 45) - 1;
+  // How far ahead (in epochs) a slot may be of a thread's reading and still be taken
+  // for a newer epoch than the thread's, pending the fresh clock reading.
+  static constexpr std::uint64_t kAheadMax = 1024;
 
-  static constexpr std::uint32_t slot_gen(std::uint64_t raw) noexcept {
-    return static_cast<std::uint32_t>(raw >> 45);
-  }
-  // True if epoch (low bits) `lo` is up to 1024 epochs after `epoch`: a slot newer than
-  // a late thread's reading of the clock (preempted, or a clock stepped back), which it
-  // must not recycle. Further ahead means a slot left over from long ago (epochs wrap
-  // at 2^21): that one is old. 1024 epochs is at least a second (epochs are >= 1 ms).
-  // Epochs wrap, so "far ahead" and "long ago" look alike; we read them as long ago,
-  // since a steady clock never steps back: a clock set back by more than 1024 epochs
-  // (a ManualClock, say) makes the calls then in flight count as slow.
-  static constexpr bool is_ahead(std::uint64_t lo, std::uint64_t epoch) noexcept {
-    const std::uint64_t d = (lo - epoch) & kEpochMask;
-    return d != 0 && d <= 1024;
-  }
-  static constexpr std::uint64_t slot_epoch(std::uint64_t raw) noexcept {
-    return (raw >> 24) & kEpochMask;
+  static constexpr bool mine(std::uint64_t raw, std::uint32_t gen) noexcept {
+    return SGen::get(raw) == (gen & SGen::max);
   }
   static constexpr std::uint64_t make_slot(std::uint32_t gen, std::uint64_t epoch,
                                            std::uint64_t count) noexcept {
-    return (std::uint64_t{gen & kGenMask} << 45) | ((epoch & kEpochMask) << 24) | count;
+    return Slot::make(SGen::value(gen), SEpoch::value(epoch), SCount::value(count));
+  }
+  // If slot word `raw` of generation `gen` holds an epoch that is really ahead of
+  // `epoch` (a fresh clock reading confirms it has begun), that epoch; else 0.
+  template <class Current>
+  static std::uint64_t newer_epoch(std::uint64_t raw, std::uint32_t gen, std::uint64_t epoch,
+                                   Current& current) noexcept {
+    if (!mine(raw, gen)) return 0;
+    const std::uint64_t d = (SEpoch::get(raw) - epoch) & kEpochMask;
+    if (d == 0 || d > kAheadMax) return 0;
+    return current() >= epoch + d ? epoch + d : 0;
   }
   // The full epoch whose low bits are `lo`, at or before `now_epoch`.
   static constexpr std::uint64_t unwrap_epoch(std::uint64_t lo, std::uint64_t now_epoch) noexcept {
@@ -311,24 +392,24 @@ class InFlight {
     return back > now_epoch ? 0 : now_epoch - back;
   }
   static constexpr std::int64_t ancient_count(std::uint64_t raw) noexcept {
-    const std::uint64_t c = raw & kAncientMask;
-    return (c & (std::uint64_t{1} << 44))
-               ? static_cast<std::int64_t>(c) - static_cast<std::int64_t>(kAncientMask) - 1
-               : static_cast<std::int64_t>(c);
+    const std::uint64_t c = ACount::get(raw);
+    constexpr std::uint64_t kSign = std::uint64_t{1} << (ACount::width - 1);
+    return (c & kSign) ? static_cast<std::int64_t>(c) - static_cast<std::int64_t>(ACount::max) - 1
+                       : static_cast<std::int64_t>(c);
   }
 
   void add_ancient(std::uint32_t gen, std::int64_t delta) noexcept {
     std::uint64_t raw = ancient_.load(std::memory_order_acquire);
     for (;;) {
       std::int64_t c = 0;
-      const std::uint32_t g = static_cast<std::uint32_t>(raw >> 45);
-      if (g == gen) {
+      const std::uint32_t g = AGen::get(raw);
+      if (g == (gen & AGen::max)) {
         c = ancient_count(raw);
-      } else if (gen_newer(g, gen)) {
+      } else if (gen_after(g, gen & AGen::max, kGenBits)) {
         return;  // a later generation owns the count now: ours is forgotten
       }
-      const std::uint64_t next = (std::uint64_t{gen & kGenMask} << 45) |
-                                 (static_cast<std::uint64_t>(c + delta) & kAncientMask);
+      const std::uint64_t next =
+          Ancient::make(AGen::value(gen), ACount::value(static_cast<std::uint64_t>(c + delta)));
       if (ancient_.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
                                          std::memory_order_acquire))
         return;
@@ -357,18 +438,34 @@ struct NoWindow {
   constexpr explicit NoWindow(const WindowParams&) noexcept {}
 };
 
-// The last `window_size` calls, exactly. A ring of one byte per call, allocated once
-// with the breaker. Each byte keeps five bits of its call's generation, which only has
-// to tell a written slot from one claimed by a call still being recorded (or left from
-// an earlier phase): the cursor, which carries the generation, says which slots count. Recording a
-// call is one CAS on the cursor and one byte store; reading the window scans the ring (window_size
-// bytes), which the breaker does only when a failure or a slow call might change its mind.
+// The last `window_size` calls, exactly, with running totals: recording a call and
+// reading the window cost the same whatever the window's size.
+//
+// A ring of two bytes per call, allocated once with the breaker: each entry holds its
+// call's outcome, its lap (position / size, low 3 bits) and its generation (low 10
+// bits). Recording claims a position with one CAS on the cursor (the head word), then
+// replaces the ring entry with one CAS — evicting the entry of the same generation it
+// finds there, one or more laps older — and applies the difference to two totals words
+// ([gen 16 | calls 24 | failures 24] and [gen 16 | slow successes 24 | slow failures
+// 24], the second only for slow calls). A call whose entry was already overwritten by a
+// newer lap (its thread was delayed by a whole window of calls) is out of the window by
+// then and changes nothing. The totals are thus always the sum of the entries of the
+// current generation; reading them is two loads.
 class CountWindow : public detail::HeadBase {
+  using EGen = detail::Field<6, 10, std::uint32_t>;
+  using ELap = detail::Field<3, 3, std::uint32_t>;
+  using ESample = detail::Field<0, 3, std::uint32_t>;
+  using Entry = detail::Layout<EGen, ELap, ESample>;
+  using TGen = detail::Field<48, 16, std::uint32_t>;
+  using THi = detail::Field<24, 24>;  // calls / slow successes
+  using TLo = detail::Field<0, 24>;   // failures / slow failures
+  using Totals = detail::Layout<TGen, THi, TLo>;
+
  public:
   static constexpr WindowKind kind = WindowKind::count;
 
   explicit CountWindow(const WindowParams& p)
-      : size_(p.size), ring_(new std::atomic<std::uint8_t>[p.size]) {
+      : size_(p.size), ring_(new std::atomic<std::uint16_t>[p.size]) {
     for (std::uint32_t i = 0; i < size_; ++i) ring_[i].store(0, std::memory_order_relaxed);
   }
 
@@ -387,10 +484,12 @@ class CountWindow : public detail::HeadBase {
       } else if (h.after(gen)) {
         return {h};  // stale: a later phase owns the window
       }
-      const detail::HeadWord next = detail::HeadWord::recording(gen, 0, armed, n + 1);
+      const std::uint32_t lap = h.of(gen) ? h.lap() : h.lap() + 1;
+      const detail::HeadWord next = detail::HeadWord::recording(gen, lap, armed, n + 1);
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
-        ring_[n % size_].store(tag(gen, s), std::memory_order_release);
+        if (!h.of(gen)) reset_totals(gen);  // the first call of the phase
+        place(gen, n, s);
         return {next};
       }
     }
@@ -398,47 +497,134 @@ class CountWindow : public detail::HeadBase {
 
   WindowCounts counts(const WindowParams&, std::uint32_t gen, Ticks) const noexcept {
     WindowCounts c;
-    const detail::HeadWord h(head_.load(std::memory_order_acquire));
-    if (!h.of(gen)) return c;
-    const std::uint64_t filled = std::min<std::uint64_t>(h.pos(), size_);
-    const std::uint8_t g = static_cast<std::uint8_t>((gen & 31) << 3);
-    for (std::uint64_t i = 0; i < filled; ++i) {
-      const std::uint8_t v = ring_[i].load(std::memory_order_relaxed);
-      if ((v & 0xF8) != g) continue;  // claimed but not written yet, or an older generation
-      add(c, static_cast<detail::Sample>(v & 7));
-    }
+    const std::uint64_t a = calls_.load(std::memory_order_acquire);
+    if (TGen::get(a) != (gen & TGen::max)) return c;
+    c.calls = THi::get(a), c.failures = TLo::get(a);
+    const std::uint64_t b = slow_.load(std::memory_order_acquire);
+    if (TGen::get(b) == (gen & TGen::max))
+      c.slow_successes = THi::get(b), c.slow_failures = TLo::get(b);
     return c;
+  }
+
+  // Starts the window of a new phase of the breaker (see detail::Phase).
+  void begin_phase(const WindowParams&, std::uint32_t gen, detail::Phase phase, Ticks) noexcept {
+    in_flight_.begin(gen);
+    if (phase != detail::Phase::recording)
+      return begin_probing(gen, phase == detail::Phase::probing_carried);
+    std::uint64_t raw = head_.load(std::memory_order_acquire);
+    for (;;) {
+      const detail::HeadWord h(raw);
+      if (h.of(gen) || h.after(gen)) return;  // an early call of the phase started it
+      const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, 0);
+      if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        reset_totals(gen);
+        return;
+      }
+    }
   }
 
   detail::InFlight& in_flight() noexcept { return in_flight_; }
   const detail::InFlight& in_flight() const noexcept { return in_flight_; }
-  std::uint64_t footprint() const noexcept { return size_; }  // bytes allocated besides sizeof
+  // Bytes allocated besides sizeof.
+  std::uint64_t footprint() const noexcept { return std::uint64_t{size_} * sizeof(std::uint16_t); }
 
  private:
   friend struct WindowAccess;
-  static std::uint8_t tag(std::uint32_t gen, detail::Sample s) noexcept {
-    return static_cast<std::uint8_t>(((gen & 31) << 3) | static_cast<std::uint8_t>(s));
+  static constexpr std::uint32_t kEntryGenBits = EGen::width;
+
+  // Replaces the entry at position `n` of generation `gen` with outcome `s`.
+  void place(std::uint32_t gen, std::uint64_t n, detail::Sample s) noexcept {
+    auto& slot = ring_[n % size_];
+    const std::uint32_t lap = static_cast<std::uint32_t>(n / size_) & ELap::max;
+    const std::uint32_t g = gen & EGen::max;
+    const auto mine = static_cast<std::uint16_t>(Entry::make(
+        EGen::value(g), ELap::value(lap), ESample::value(static_cast<std::uint32_t>(s))));
+    std::uint16_t cur = slot.load(std::memory_order_acquire);
+    for (;;) {
+      const std::uint32_t cur_sample = ESample::get(cur);
+      const std::uint32_t cur_gen = EGen::get(cur);
+      detail::Sample evicted{};
+      if (cur_sample != 0 && cur_gen == g && n >= size_) {
+        const std::uint32_t older = (lap - ELap::get(cur)) & ELap::max;
+        if (older == 0 || older > ELap::max / 2) return;  // overwritten by a newer lap already
+        evicted = static_cast<detail::Sample>(cur_sample);
+      } else if (cur_sample != 0 && detail::gen_after(cur_gen, g, kEntryGenBits)) {
+        return;  // a later phase writes here: this call is stale
+      }
+      if (slot.compare_exchange_weak(cur, mine, std::memory_order_acq_rel,
+                                     std::memory_order_acquire)) {
+        apply(gen, s, evicted);
+        return;
+      }
+    }
   }
-  static void add(WindowCounts& c, detail::Sample s) noexcept {
-    c.calls += 1;
+
+  static void delta(detail::Sample s, int sign, std::int64_t& calls, std::int64_t& failures,
+                    std::int64_t& slow_s, std::int64_t& slow_f) noexcept {
     switch (s) {
       case detail::Sample::success:
+        calls += sign;
         break;
       case detail::Sample::failure:
-        c.failures += 1;
+        calls += sign, failures += sign;
         break;
       case detail::Sample::slow_success:
-        c.slow_successes += 1;
+        calls += sign, slow_s += sign;
         break;
       case detail::Sample::slow_failure:
-        c.failures += 1, c.slow_failures += 1;
+        calls += sign, failures += sign, slow_f += sign;
         break;
     }
   }
 
+  // Adds `added` and removes `evicted` (0: none) from the totals of generation `gen`.
+  void apply(std::uint32_t gen, detail::Sample added, detail::Sample evicted) noexcept {
+    std::int64_t calls = 0, failures = 0, slow_s = 0, slow_f = 0;
+    delta(added, 1, calls, failures, slow_s, slow_f);
+    if (static_cast<int>(evicted) != 0) delta(evicted, -1, calls, failures, slow_s, slow_f);
+    if (calls != 0 || failures != 0) add(calls_, gen, calls, failures);
+    if (slow_s != 0 || slow_f != 0) add(slow_, gen, slow_s, slow_f);
+  }
+
+  static void add(std::atomic<std::uint64_t>& word, std::uint32_t gen, std::int64_t hi,
+                  std::int64_t lo) noexcept {
+    const std::uint32_t g = gen & TGen::max;
+    std::uint64_t raw = word.load(std::memory_order_acquire);
+    for (;;) {
+      std::int64_t h = 0, l = 0;
+      if (TGen::get(raw) == g) {
+        h = static_cast<std::int64_t>(THi::get(raw)), l = static_cast<std::int64_t>(TLo::get(raw));
+      } else if (detail::gen_after(TGen::get(raw), g, TGen::width)) {
+        return;  // a later phase owns the totals
+      }
+      const std::uint64_t next = Totals::make(
+          TGen::value(g), THi::value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, h + hi))),
+          TLo::value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, l + lo))));
+      if (word.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
+                                     std::memory_order_acquire))
+        return;
+    }
+  }
+
+  // Empties the totals for generation `gen`, unless some call of `gen` got there first.
+  void reset_totals(std::uint32_t gen) noexcept {
+    const std::uint32_t g = gen & TGen::max;
+    for (auto* word : {&calls_, &slow_}) {
+      std::uint64_t raw = word->load(std::memory_order_acquire);
+      while (TGen::get(raw) != g && !detail::gen_after(TGen::get(raw), g, TGen::width)) {
+        if (word->compare_exchange_weak(raw, Totals::make(TGen::value(g)),
+                                        std::memory_order_acq_rel, std::memory_order_acquire))
+          break;
+      }
+    }
+  }
+
+  std::atomic<std::uint64_t> calls_{0};
+  std::atomic<std::uint64_t> slow_{0};
   detail::InFlight in_flight_;
   std::uint32_t size_;
-  std::unique_ptr<std::atomic<std::uint8_t>[]> ring_;
+  std::unique_ptr<std::atomic<std::uint16_t>[]> ring_;
 };
 
 // The last window_length of calls in `buckets` buckets (at most Capacity, inline).
@@ -494,6 +680,27 @@ class TimeWindow : public detail::HeadBase {
       }
       if (add(p, i, s, h)) return {h, rotated};
       raw = head_.load(std::memory_order_acquire);  // the head moved on: record in the new one
+    }
+  }
+
+  // Starts the window of a new phase of the breaker (see detail::Phase): a recording
+  // phase starts empty at `now`, in a new lap.
+  void begin_phase(const WindowParams& p, std::uint32_t gen, detail::Phase phase,
+                   Ticks now) noexcept {
+    in_flight_.begin(gen);
+    if (phase != detail::Phase::recording)
+      return begin_probing(gen, phase == detail::Phase::probing_carried);
+    const std::uint64_t at = index_of(p, now);
+    std::uint64_t raw = head_.load(std::memory_order_acquire);
+    for (;;) {
+      const detail::HeadWord h(raw);
+      if (h.of(gen) || h.after(gen)) return;  // an early call of the phase started it
+      const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, at);
+      if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
+                                      std::memory_order_acquire)) {
+        clear(p, at, next, p.buckets);
+        return;
+      }
     }
   }
 
