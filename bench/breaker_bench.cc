@@ -9,6 +9,7 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <vector>
 
 #include "bulwark/circuit_breaker.h"
 
@@ -220,6 +221,29 @@ void BM_Closed_CountWindow(benchmark::State& state) {
   for (auto _ : state) breaker.try_acquire()->record_success();
 }
 BENCHMARK(BM_Closed_CountWindow)->Threads(1)->Threads(2);
+
+// A failure makes the breaker read its window (is a rate over its threshold now?).
+// With running totals that read costs the same for 100 calls as for 65,535: the
+// ratio of the two sizes is the goal (about 1; a window that rescans its ring on every
+// failure would cost hundreds of times more at the larger size).
+void BM_CountWindow_Failures(benchmark::State& state) {
+  static std::vector<std::unique_ptr<bulwark::CountWindowBreaker>> breakers;
+  const auto size = static_cast<std::uint32_t>(state.range(0));
+  auto b = std::make_unique<bulwark::CountWindowBreaker>(
+      bulwark::BreakerConfig{.name = "count-failures",
+                             .consecutive_failures = 0,
+                             .failure_rate = 0.99,
+                             .minimum_calls = 1,
+                             .window_size = size});
+  for (std::uint32_t i = 0; i < size; ++i) b->try_acquire()->record_success();  // fill it
+  bool fail = false;
+  for (auto _ : state) {
+    b->try_acquire()->record(fail ? bulwark::Outcome::failure : bulwark::Outcome::success);
+    fail = !fail;  // half of the calls fail: under the threshold, every failure evaluates
+  }
+  breakers.push_back(std::move(b));
+}
+BENCHMARK(BM_CountWindow_Failures)->Arg(100)->Arg(65535);
 
 void BM_Closed_TimeWindow(benchmark::State& state) {
   static bulwark::TimeWindowBreaker breaker(

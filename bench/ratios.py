@@ -74,6 +74,8 @@ def goals(t, c):
          minus("BM_Closed_TimeWindow_SlowTracking_InFlight/threads:1", "BM_Closed_TimeWindow_SlowTracking/threads:1") /
          t["BM_Baseline_MeasureDuration/threads:1"] if "BM_Baseline_MeasureDuration/threads:1" in t
          and "BM_Closed_TimeWindow_SlowTracking_InFlight/threads:1" in t else None, None, None),
+        ("count window failures, 65,535 calls / 100 calls", r("BM_CountWindow_Failures/65535",
+                                                              "BM_CountWindow_Failures/100"), "<=", 1.5),
         ("count window, 2 threads / 1 thread", r("BM_Closed_CountWindow/threads:2",
                                                  "BM_Closed_CountWindow/threads:1"), None, None),
         ("time window, 2 threads / 1 thread", r("BM_Closed_TimeWindow/threads:2",
