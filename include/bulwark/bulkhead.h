@@ -55,6 +55,7 @@
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
 #include "bulwark/context.h"
+#include "bulwark/detail/permit_base.h"
 #include "bulwark/expected.h"
 
 namespace bulwark {
@@ -141,35 +142,26 @@ struct BulkheadSnapshot {
 
 template <Clock C = SteadyClock>
 class BasicBulkhead {
+  struct PermitTraits {
+    using Owner = BasicBulkhead;
+    struct Data {};
+    static void abandon(BasicBulkhead& b, const Data&) noexcept { b.give_back(); }
+  };
+
  public:
   using clock_type = C;
 
   // One slot. Move-only; the slot goes back when the permit is destroyed or
   // release()d, whichever comes first.
-  class [[nodiscard]] Permit {
+  class [[nodiscard]] Permit : public detail::PermitBase<typename BasicBulkhead::PermitTraits> {
    public:
-    Permit(Permit&& o) noexcept : bulkhead_(std::exchange(o.bulkhead_, nullptr)) {}
-    Permit& operator=(Permit&& o) noexcept {
-      if (this != &o) {
-        release();
-        bulkhead_ = std::exchange(o.bulkhead_, nullptr);
-      }
-      return *this;
-    }
-    Permit(const Permit&) = delete;
-    Permit& operator=(const Permit&) = delete;
-    ~Permit() { release(); }
-
     // Gives the slot back now. Idempotent.
-    void release() noexcept {
-      if (bulkhead_ != nullptr) std::exchange(bulkhead_, nullptr)->give_back();
-    }
-    bool active() const noexcept { return bulkhead_ != nullptr; }
+    void release() noexcept { this->abandon(); }
 
    private:
     friend class BasicBulkhead;
-    explicit Permit(BasicBulkhead* b) noexcept : bulkhead_(b) {}
-    BasicBulkhead* bulkhead_;
+    explicit Permit(BasicBulkhead* b) noexcept
+        : detail::PermitBase<typename BasicBulkhead::PermitTraits>(b, {}) {}
   };
 
   // Validates `config` (throws InvalidConfig naming the field). A stateful clock must

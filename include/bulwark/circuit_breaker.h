@@ -61,6 +61,7 @@
 #include "bulwark/breaker_events.h"
 #include "bulwark/clock.h"
 #include "bulwark/detail/breaker_word.h"
+#include "bulwark/detail/permit_base.h"
 #include "bulwark/expected.h"
 #include "bulwark/outcome.h"
 #include "bulwark/sliding_window.h"
@@ -249,6 +250,16 @@ class alignas(64) BasicCircuitBreaker {
   using Request = detail::Request;
   static constexpr bool kWindowed = Window::kind != WindowKind::none;
   enum class Resolution : std::uint8_t;  // how a permit ended; defined below
+  // What a Permit holds: the word it was admitted under and the call's start (when the
+  // breaker judges slowness). Dropping it unreported cancels it.
+  struct PermitTraits {
+    using Owner = BasicCircuitBreaker;
+    struct Data {
+      std::uint64_t word;
+      Ticks start;
+    };
+    static void abandon(BasicCircuitBreaker& b, const Data& d) noexcept;
+  };
 
  public:
   using clock_type = C;
@@ -260,30 +271,18 @@ class alignas(64) BasicCircuitBreaker {
   // An outcome reported after the breaker moved on (a call admitted while CLOSED that
   // completes after the breaker opened, or after a reset) changes nothing in the new
   // generation and frees no slot there; it still counts in the totals.
-  class [[nodiscard]] Permit {
-   public:
-    Permit(Permit&& other) noexcept
-        : breaker_(std::exchange(other.breaker_, nullptr)),
-          word_(other.word_),
-          start_(other.start_) {}
-    Permit& operator=(Permit&& other) noexcept {
-      if (this != &other) {
-        resolve(Resolution::cancelled, Nanos::zero());
-        breaker_ = std::exchange(other.breaker_, nullptr);
-        word_ = other.word_;
-        start_ = other.start_;
-      }
-      return *this;
-    }
-    Permit(const Permit&) = delete;
-    Permit& operator=(const Permit&) = delete;
-    ~Permit() { resolve(Resolution::cancelled, Nanos::zero()); }
+  class [[nodiscard]] Permit
+      : public detail::PermitBase<typename BasicCircuitBreaker::PermitTraits> {
+    using Base = detail::PermitBase<typename BasicCircuitBreaker::PermitTraits>;
 
+   public:
     // Reports the call's outcome. `duration` is how long the call took; leave it zero
     // and a breaker that judges slowness measures the call itself (from admission to
     // this report, with the clock's coarse reading). Only the first report counts.
     void record(Outcome outcome, Nanos duration = Nanos::zero()) noexcept {
-      resolve(static_cast<Resolution>(outcome), duration);
+      if (BasicCircuitBreaker* b = this->take())
+        b->release(Word(this->data().word), static_cast<Resolution>(outcome), duration,
+                   this->data().start);
     }
     void record_success(Nanos duration = Nanos::zero()) noexcept {
       record(Outcome::success, duration);
@@ -293,28 +292,19 @@ class alignas(64) BasicCircuitBreaker {
     }
     void ignore() noexcept { record(Outcome::ignored); }
 
-    // True while the permit has not reported.
-    bool active() const noexcept { return breaker_ != nullptr; }
     // True if this call is a HALF_OPEN probe.
     bool is_probe() const noexcept { return admitted_in() == State::half_open; }
     // The state the call was admitted in.
-    State admitted_in() const noexcept { return static_cast<State>(Word(word_).state()); }
+    State admitted_in() const noexcept {
+      return static_cast<State>(Word(this->data().word).state());
+    }
     // The breaker generation it was admitted in (see BreakerSnapshot::generation).
-    std::uint32_t generation() const noexcept { return Word(word_).gen(); }
+    std::uint32_t generation() const noexcept { return Word(this->data().word).gen(); }
 
    private:
     friend class BasicCircuitBreaker;
     Permit(BasicCircuitBreaker* breaker, Word word, Ticks start) noexcept
-        : breaker_(breaker), word_(word.raw()), start_(start) {}
-
-    void resolve(typename BasicCircuitBreaker::Resolution r, Nanos duration) noexcept {
-      if (breaker_ != nullptr)
-        std::exchange(breaker_, nullptr)->release(Word(word_), r, duration, start_);
-    }
-
-    BasicCircuitBreaker* breaker_;
-    std::uint64_t word_;
-    Ticks start_;  // admission time, when the breaker judges slowness
+        : Base(breaker, {word.raw(), start}) {}
   };
 
   // Builds a breaker with its own policy. Throws InvalidConfig if `config` is invalid
@@ -1162,6 +1152,12 @@ class alignas(64) BasicCircuitBreaker {
   std::atomic<std::uint64_t> cold_{0};  // see kCancelledBits
   [[no_unique_address]] Window window_;
 };
+
+template <Clock C, class Window>
+void BasicCircuitBreaker<C, Window>::PermitTraits::abandon(BasicCircuitBreaker& b,
+                                                           const Data& d) noexcept {
+  b.release(Word(d.word), Resolution::cancelled, Nanos::zero(), d.start);
+}
 
 using CircuitBreaker = BasicCircuitBreaker<SteadyClock, NoWindow>;
 using CountWindowBreaker = BasicCircuitBreaker<SteadyClock, CountWindow>;

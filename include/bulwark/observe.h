@@ -50,6 +50,7 @@
 #include "bulwark/bulkhead.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
+#include "bulwark/detail/permit_base.h"
 
 namespace bulwark {
 
@@ -203,36 +204,29 @@ template <class Policy>
 ListenerId forward_transitions(Policy& policy, EventHub& hub);
 
 // Removes its listener when destroyed or reset(). Move-only. Must not outlive its hub.
-class [[nodiscard]] Subscription {
+namespace detail {
+struct SubscriptionTraits {
+  using Owner = EventHub;
+  struct Data {
+    ListenerId id = 0;
+  };
+  static void abandon(EventHub& hub, const Data& d) noexcept;
+};
+}  // namespace detail
+
+class [[nodiscard]] Subscription : public detail::PermitBase<detail::SubscriptionTraits> {
  public:
   Subscription() noexcept = default;
-  Subscription(EventHub* hub, ListenerId id) noexcept : hub_(hub), id_(id) {}
-  Subscription(Subscription&& o) noexcept : hub_(std::exchange(o.hub_, nullptr)), id_(o.id_) {}
-  Subscription& operator=(Subscription&& o) noexcept {
-    if (this != &o) {
-      reset();
-      hub_ = std::exchange(o.hub_, nullptr);
-      id_ = o.id_;
-    }
-    return *this;
-  }
-  Subscription(const Subscription&) = delete;
-  Subscription& operator=(const Subscription&) = delete;
-  ~Subscription() { reset(); }
+  Subscription(EventHub* hub, ListenerId id) noexcept : PermitBase(hub, {id}) {}
 
   // Removes the listener now (idempotent).
-  void reset() noexcept;
+  void reset() noexcept { abandon(); }
   // Keeps the listener registered for the hub's lifetime; returns its id.
   ListenerId release() noexcept {
-    hub_ = nullptr;
-    return id_;
+    (void)take();
+    return data().id;
   }
-  bool active() const noexcept { return hub_ != nullptr; }
-  ListenerId id() const noexcept { return id_; }
-
- private:
-  EventHub* hub_ = nullptr;
-  ListenerId id_ = 0;
+  ListenerId id() const noexcept { return data().id; }
 };
 
 // A set of listeners, each with the kinds it wants. Thread-safe: subscribe,
@@ -269,8 +263,8 @@ class EventHub {
   detail::ListenerList<Event> listeners_;
 };
 
-inline void Subscription::reset() noexcept {
-  if (hub_ != nullptr) (void)std::exchange(hub_, nullptr)->unsubscribe(id_);
+inline void detail::SubscriptionTraits::abandon(EventHub& hub, const Data& d) noexcept {
+  (void)hub.unsubscribe(d.id);
 }
 
 namespace detail {

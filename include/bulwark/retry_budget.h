@@ -44,6 +44,7 @@
 
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
+#include "bulwark/detail/permit_base.h"
 #include "bulwark/expected.h"
 
 namespace bulwark {
@@ -79,37 +80,27 @@ struct RetryBudgetSnapshot {
 
 template <Clock C = SteadyClock>
 class BasicRetryBudget {
+  struct TicketTraits {
+    using Owner = BasicRetryBudget;
+    struct Data {};
+    static void abandon(BasicRetryBudget& b, const Data&) noexcept { b.give_back(); }
+  };
+
  public:
   using clock_type = C;
   static constexpr std::int64_t kUnit = 1'000'000;  // tokens are kept in millionths
 
   // A withdrawn retry. Move-only. commit() when the retry starts; destroyed without
   // commit() it refunds its token.
-  class [[nodiscard]] Ticket {
+  class [[nodiscard]] Ticket : public detail::PermitBase<typename BasicRetryBudget::TicketTraits> {
    public:
-    Ticket(Ticket&& o) noexcept : budget_(std::exchange(o.budget_, nullptr)) {}
-    Ticket& operator=(Ticket&& o) noexcept {
-      if (this != &o) {
-        refund();
-        budget_ = std::exchange(o.budget_, nullptr);
-      }
-      return *this;
-    }
-    Ticket(const Ticket&) = delete;
-    Ticket& operator=(const Ticket&) = delete;
-    ~Ticket() { refund(); }
-
     // The retry is happening: the token is spent for good.
-    void commit() noexcept { budget_ = nullptr; }
-    bool active() const noexcept { return budget_ != nullptr; }
+    void commit() noexcept { (void)this->take(); }
 
    private:
     friend class BasicRetryBudget;
-    explicit Ticket(BasicRetryBudget* b) noexcept : budget_(b) {}
-    void refund() noexcept {
-      if (budget_ != nullptr) std::exchange(budget_, nullptr)->give_back();
-    }
-    BasicRetryBudget* budget_;
+    explicit Ticket(BasicRetryBudget* b) noexcept
+        : detail::PermitBase<typename BasicRetryBudget::TicketTraits>(b, {}) {}
   };
 
   // Validates `config` (throws InvalidConfig naming the field). A stateful clock must
