@@ -9,6 +9,7 @@
 // message names the file, line and field), 1 when output cannot be written.
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -42,12 +43,19 @@ using bulwark::lab::InputError;
 constexpr int kBadInput = 2;
 constexpr int kFailed = 1;
 
+// An option's value and whether it was given at all: `--json ""` is given (and an
+// error), not the same as no --json.
+struct Given {
+  std::string value;
+  bool given = false;
+};
+
 struct SimulateArgs {
-  std::string scenario;
-  std::string json;
-  std::string svg;
-  std::string timeline_step = "1s";
-  std::string duration;
+  Given scenario;
+  Given json;
+  Given svg;
+  Given timeline_step{"1s"};
+  Given duration;
   std::vector<std::string> only;
   std::optional<std::uint64_t> seed;
   bool no_timeline = false;
@@ -60,13 +68,22 @@ struct ReplayArgs {
   bool decisions = false;
 };
 
+// An empty file name is a mistake (an unset shell variable, say), never "no file".
+void check_path(std::string_view flag, const std::string& path) {
+  if (path.empty()) {
+    throw InputError({}, std::string(flag),
+                     "expected a file name or '-' (standard input or output), got an empty string");
+  }
+}
+
 // An output the command writes: standard output ("-") or a file. Files are opened
 // before anything runs, so an unwritable path fails before any work and before anything
 // is printed; an existing file is only truncated when its new content is written, and a
 // file this command created is removed again if the command fails before writing it.
 class Output {
  public:
-  Output(std::string flag, std::string path) : flag_(std::move(flag)), path_(std::move(path)) {
+  Output(std::string flag, const Given& path) : flag_(std::move(flag)), path_(path.value) {
+    if (path.given) check_path(flag_, path_);
     if (path_.empty() || path_ == "-") return;
     if (path_.front() == '-') {
       throw InputError({}, flag_,
@@ -76,6 +93,14 @@ class Output {
                            "'-', write ./" +
                            bulwark::lab::escape_for_error(path_));
     }
+  }
+  // True if this and `other` are the same file (./a.json and a.json), once both are open.
+  bool same_file_as(const Output& other) const {
+    struct stat a {
+    }, b{};
+    return file_ && other.file_ && ::fstat(::fileno(file_.get()), &a) == 0 &&
+           ::fstat(::fileno(other.file_.get()), &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino && S_ISREG(a.st_mode);
   }
   Output(const Output&) = delete;
   Output& operator=(const Output&) = delete;
@@ -97,7 +122,7 @@ class Output {
       if (!file_) ::close(fd);
     }
     if (!file_) {
-      throw std::runtime_error(flag_ + ": cannot open " + path_ +
+      throw std::runtime_error(flag_ + ": cannot open " + bulwark::lab::printable(path_) +
                                " for writing: " + std::strerror(errno));
     }
   }
@@ -117,7 +142,7 @@ class Output {
     ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && ok;
     ok = std::fclose(f) == 0 && ok;
     written_ = true;
-    if (!ok) throw std::runtime_error("cannot write " + path_);
+    if (!ok) throw std::runtime_error("cannot write " + bulwark::lab::printable(path_));
   }
 
  private:
@@ -135,39 +160,67 @@ class Output {
 
 int run_simulate(const SimulateArgs& a) {
   if (a.print_scenario) {
+    // It prints the built-in scenario and nothing else: anything more asked for is a
+    // mistake, not something to ignore (`simulate mine.toml --print-scenario`).
+    const char* other = a.scenario.given        ? "SCENARIO file"
+                        : a.json.given          ? "--json"
+                        : a.svg.given           ? "--svg"
+                        : a.duration.given      ? "--duration"
+                        : a.timeline_step.given ? "--timeline-step"
+                        : !a.only.empty()       ? "--only"
+                        : a.seed                ? "--seed"
+                        : a.no_timeline         ? "--no-timeline"
+                                                : nullptr;
+    if (other != nullptr) {
+      throw InputError(
+          {}, "--print-scenario",
+          std::string("prints the built-in scenario and runs nothing, so it takes no ") + other +
+              " (to run a file, leave --print-scenario out)");
+    }
     std::cout << bulwark::lab::builtin_scenario_toml();
     return 0;
   }
+  if (a.scenario.given) check_path("SCENARIO", a.scenario.value);
   Output json("--json", a.json), svg("--svg", a.svg);
   if (json.is_stdout() && svg.is_stdout()) {
     throw InputError({}, "--svg", "only one of --json and --svg can write to standard output");
   }
   if (json.used() && svg.used() && !json.is_stdout() && json.path() == svg.path()) {
-    throw InputError({}, "--svg", "names the same file as --json (" + a.svg + ")");
+    throw InputError(
+        {}, "--svg",
+        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
   }
-  auto step = bulwark::lab::parse_duration(a.timeline_step);
+  auto step = bulwark::lab::parse_duration(a.timeline_step.value);
   if (!step) throw InputError({}, "--timeline-step", step.error());
   if (*step <= bulwark::Nanos::zero()) throw InputError({}, "--timeline-step", "must be positive");
-  bulwark::lab::Scenario scenario = a.scenario.empty()
-                                        ? bulwark::lab::builtin_scenario()
-                                        : bulwark::lab::load_scenario_file(a.scenario);
+  bulwark::lab::Scenario scenario = a.scenario.given
+                                        ? bulwark::lab::load_scenario_file(a.scenario.value)
+                                        : bulwark::lab::builtin_scenario();
   if (a.seed) scenario.seed = *a.seed;
-  if (!a.duration.empty()) {
-    auto d = bulwark::lab::parse_duration(a.duration);
+  if (a.duration.given) {
+    auto d = bulwark::lab::parse_duration(a.duration.value);
     if (!d) throw InputError({}, "--duration", d.error());
-    if (*d <= bulwark::Nanos::zero() || *d > std::chrono::hours(24 * 30)) {
+    if (*d <= bulwark::Nanos::zero() || *d > bulwark::lab::kMaxScenarioDuration) {
       throw InputError({}, "--duration", "must be positive and at most 30 days");
     }
-    if (scenario.arrivals.rate * std::chrono::duration<double>(*d).count() > 2e9) {
+    if (scenario.arrivals.rate * std::chrono::duration<double>(*d).count() >
+        bulwark::lab::kMaxRequests) {
       throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
     }
     scenario.duration = *d;
   }
-  if (scenario.duration / *step > 1'000'000) {
-    throw InputError({}, "--timeline-step",
-                     "makes more than 1000000 timeline rows of " +
-                         bulwark::lab::format_duration(*step) + " in " +
-                         bulwark::lab::format_duration(scenario.duration));
+  constexpr std::int64_t kMaxRows = 1'000'000;
+  if (scenario.duration / *step > kMaxRows) {
+    // Blame what the user wrote: the step if given, else the duration that made it long.
+    const std::string rows = "makes more than 1000000 timeline rows of " +
+                             bulwark::lab::format_duration(*step) + " in " +
+                             bulwark::lab::format_duration(scenario.duration);
+    const bulwark::Nanos least((scenario.duration.count() + kMaxRows - 1) / kMaxRows);
+    const std::string hint =
+        ": give a --timeline-step of at least " + bulwark::lab::format_duration(least);
+    if (a.timeline_step.given) throw InputError({}, "--timeline-step", rows + hint);
+    if (a.duration.given) throw InputError({}, "--duration", rows + hint);
+    throw InputError({scenario.source}, "duration", rows + " (the default --timeline-step)" + hint);
   }
   if (!a.only.empty()) {
     std::vector<bulwark::lab::ResilienceConfig> kept;
@@ -190,6 +243,11 @@ int run_simulate(const SimulateArgs& a) {
   }
   json.open();
   svg.open();
+  if (json.same_file_as(svg)) {
+    throw InputError(
+        {}, "--svg",
+        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
+  }
   const bulwark::lab::SimulationResult result =
       bulwark::lab::simulate(scenario, {.timeline_step = *step});
   if (json.used()) json.write(bulwark::lab::to_json(result));
@@ -197,8 +255,13 @@ int run_simulate(const SimulateArgs& a) {
   if (!json.is_stdout() && !svg.is_stdout()) {
     std::ostringstream text;
     bulwark::lab::write_text(text, result, {.timeline = !a.no_timeline});
-    if (json.used()) text << "\nResults written to " << a.json << "\n";
-    if (svg.used()) text << (json.used() ? "" : "\n") << "Chart written to " << a.svg << "\n";
+    if (json.used()) {
+      text << "\nResults written to " << bulwark::lab::printable(a.json.value) << "\n";
+    }
+    if (svg.used()) {
+      text << (json.used() ? "" : "\n") << "Chart written to "
+           << bulwark::lab::printable(a.svg.value) << "\n";
+    }
     std::cout << text.str() << std::flush;
     if (!std::cout) throw std::runtime_error("cannot write to standard output");
   }
@@ -206,6 +269,8 @@ int run_simulate(const SimulateArgs& a) {
 }
 
 int run_replay(const ReplayArgs& a) {
+  check_path("--config", a.config);
+  check_path("TRACE", a.trace);
   if (a.config == "-" && a.trace == "-") {
     throw InputError({}, "--config",
                      "the configuration and the trace cannot both be read from standard input "
@@ -235,12 +300,13 @@ int main(int argc, char** argv) {
       "incident (seed 002: a reviews service goes from 120 ms to 14 s) before and after\n"
       "its fixes.");
   simulate
-      ->add_option("scenario", sim.scenario,
+      ->add_option("scenario", sim.scenario.value,
                    "Scenario file (TOML; '-': stdin); default: the built-in incident")
       ->type_name("SCENARIO.toml");
-  simulate->add_option("--json", sim.json, "Write machine-readable results to FILE ('-': stdout)")
+  simulate
+      ->add_option("--json", sim.json.value, "Write machine-readable results to FILE ('-': stdout)")
       ->type_name("FILE");
-  simulate->add_option("--svg", sim.svg, "Write a chart of the run to FILE ('-': stdout)")
+  simulate->add_option("--svg", sim.svg.value, "Write a chart of the run to FILE ('-': stdout)")
       ->type_name("FILE");
   simulate->add_option("--seed", sim.seed, "Override the scenario's random seed")
       ->type_name("N")
@@ -249,17 +315,18 @@ int main(int argc, char** argv) {
             std::uint64_t n = 0;
             const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
             if (ec != std::errc() || end != v.data() + v.size()) {
-              return "must be a whole number from 0 to 18446744073709551615 (got " + v + ")";
+              return "must be a whole number from 0 to 18446744073709551615 (got " +
+                     bulwark::lab::quote_for_error(v) + ")";
             }
             return "";
           },
           ""));
   simulate
-      ->add_option("--duration", sim.duration,
+      ->add_option("--duration", sim.duration.value,
                    "Override the scenario's duration, e.g. 2min (the phases keep their starts)")
       ->type_name("DURATION");
   simulate
-      ->add_option("--timeline-step", sim.timeline_step,
+      ->add_option("--timeline-step", sim.timeline_step.value,
                    "Width of a timeline row, e.g. 1s, 10s, 1min (default 1s)")
       ->type_name("DURATION");
   simulate
@@ -294,8 +361,8 @@ int main(int argc, char** argv) {
   // CLI11 would only say "A subcommand is required" for a misspelt one.
   if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "simulate" &&
       std::string_view(argv[1]) != "replay") {
-    std::cerr << "bulwark: error: unknown subcommand '" << argv[1]
-              << "' (the subcommands are simulate and replay)\n"
+    std::cerr << "bulwark: error: unknown subcommand " << bulwark::lab::quote_for_error(argv[1])
+              << " (the subcommands are simulate and replay)\n"
               << "Run 'bulwark --help' for usage.\n";
     return kBadInput;
   }
@@ -303,19 +370,26 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --version
-    std::cerr << "bulwark: error: " << e.what() << "\n"
+    std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n"
               << "Run 'bulwark --help' or 'bulwark <subcommand> --help' for usage.\n";
     return kBadInput;
+  }
+  for (auto [option, given] : {std::pair{"scenario", &sim.scenario},
+                               {"--json", &sim.json},
+                               {"--svg", &sim.svg},
+                               {"--duration", &sim.duration},
+                               {"--timeline-step", &sim.timeline_step}}) {
+    given->given = simulate->get_option(option)->count() > 0;
   }
   try {
     if (*simulate) return run_simulate(sim);
     return run_replay(rep);
   } catch (const InputError& e) {
     std::cout.flush();
-    std::cerr << "bulwark: error: " << e.what() << "\n";
+    std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n";
     return kBadInput;
   } catch (const std::exception& e) {
-    std::cerr << "bulwark: error: " << e.what() << "\n";
+    std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n";
     return kFailed;
   }
 }
