@@ -73,7 +73,7 @@ inline constexpr double kMaxRate = 1e6;                     // arrivals.rate, pe
 inline constexpr double kMaxRequests = 2e9;                 // rate x duration
 // Over every configuration of a scenario: requests x max_attempts, the simulator's
 // worst case (every attempt fails and is retried). Each attempt is a few events.
-inline constexpr double kMaxSimulatedAttempts = 4e9;
+inline constexpr double kMaxSimulatedAttempts = 2e9;
 inline constexpr std::size_t kMaxPhases = 1000;
 inline constexpr std::size_t kMaxConfigurations = 16;
 
