@@ -403,6 +403,14 @@ TEST(ControlBytes, ErrorsNeverPrintThem) {
   EXPECT_FALSE(has_control_bytes(seed.err)) << seed.err;
 }
 
+TEST(ControlBytes, ReplayEscapesDelAndC1ControlsInKeys) {
+  // Found by the trace fuzzer: a key holding DEL (or U+009B, CSI) went out raw.
+  BreakerSpec spec;
+  const std::string out =
+      replay_text(spec, "t_ms,key,duration_ms,outcome\n0,s\x7f\xc2\x9b\x1b\xc3\xa9,1,success\n");
+  EXPECT_NE(out.find("\"key\":\"s\\u007f\\u009b\\u001b\xc3\xa9\""), std::string::npos) << out;
+}
+
 // --- memory by key -------------------------------------------------------------------
 
 TEST(KeyMemory, TooManyDistinctKeysAreRefusedBeforeAnythingIsWritten) {

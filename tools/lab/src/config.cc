@@ -390,8 +390,17 @@ toml::table parse_toml(std::string_view text, const std::string& source_name) {
   try {
     return toml::parse(text, std::string_view(source_name));
   } catch (const toml::parse_error& e) {
+    // toml++'s description may quote the input: shown printable, and cut.
+    std::string_view description = e.description();
+    std::string suffix;
+    if (description.size() > 4 * kMaxEchoed) {
+      std::size_t cut = 4 * kMaxEchoed;
+      while (cut > 0 && (static_cast<unsigned char>(description[cut]) & 0xC0) == 0x80) --cut;
+      description = description.substr(0, cut);
+      suffix = "...";
+    }
     throw InputError({source_name, e.source().begin.line, e.source().begin.column}, "",
-                     "not valid TOML: " + std::string(e.description()));
+                     "not valid TOML: " + printable(description) + suffix);
   }
 }
 

@@ -135,9 +135,19 @@ Millis parse_millis(std::string_view s) {
   return {Status::ok, static_cast<Ticks>(ns)};
 }
 
+// Keys are valid UTF-8 (checked when read). Besides what JSON requires, DEL and the C1
+// controls (U+0080 to U+009F: U+009B starts an escape sequence on some terminals) are
+// escaped too, so the lines are safe to read on a terminal.
 void append_json_string(std::string& out, std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  const auto escape = [&](unsigned c) {
+    out += "\\u00";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
   out += '"';
-  for (char ch : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
     switch (ch) {
       case '"':
@@ -156,11 +166,10 @@ void append_json_string(std::string& out, std::string_view s) {
         out += "\\t";
         break;
       default:
-        if (c < 0x20) {
-          static const char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
+        if (c < 0x20 || c == 0x7F) {
+          escape(c);
+        } else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) < 0xA0) {
+          escape(static_cast<unsigned char>(s[++i]));  // C2 80..9F is U+0080..U+009F
         } else {
           out += ch;
         }
@@ -402,16 +411,17 @@ class TraceReader {
     if (m.status == Status::not_finite) {
       fail(col, field, "expected a finite number of milliseconds, got " + quote_for_error(v));
     }
-    // The text is a well-formed number from here on: safe to print as it is.
-    if (negative) fail(col, field, "must not be negative (got " + std::string(v) + ")");
+    // The text is a well-formed number from here on, but maybe a long one: cut.
+    if (negative) fail(col, field, "must not be negative (got " + escape_for_error(v) + ")");
     if (m.status == Status::too_precise) {
       fail(col, field,
-           "has more than 6 decimal places (got " + std::string(v) +
+           "has more than 6 decimal places (got " + escape_for_error(v) +
                "): times are whole nanoseconds, at most 0.000001 ms apart");
     }
     if (m.status == Status::too_large) {
       fail(col, field,
-           "is too large (got " + std::string(v) + "; at most 4000000000000 ms, about 126 years)");
+           "is too large (got " + escape_for_error(v) +
+               "; at most 4000000000000 ms, about 126 years)");
     }
     return m.ns;
   }
