@@ -250,8 +250,9 @@ class Reader {
     std::string best;
     std::size_t best_d = std::max<std::size_t>(1, first_key.size() / 4) + 1;
     for (const std::string& k : known_) {
-      // The distance is at least the difference in length: a long key (a 500 KB one)
-      // is compared with nothing, so the search costs O(known keys' length squared).
+      // The distance is at least the difference in length, so a key much longer than
+      // every known one (a 500 KB key) is compared with none: the search costs what it
+      // costs for a key of the known keys' length.
       const std::size_t gap =
           first_key.size() > k.size() ? first_key.size() - k.size() : k.size() - first_key.size();
       if (gap >= best_d) continue;
