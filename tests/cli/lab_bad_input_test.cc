@@ -299,10 +299,14 @@ TEST(ClearErrors, AKeyEndingInABareCrIsRefused) {
 }
 
 TEST(ClearErrors, DurationBlamesWhatTheUserWrote) {
-  // --duration 720h was blamed on --timeline-step, which the user had not given.
+  // --duration 720h was blamed on --timeline-step, which the user had not given. (On
+  // the built-in scenario 720h is now refused first for its work: 2.07e9 attempts.)
   expect_exit_2(run({"simulate", "--duration", "720h"}),
-                "--duration: makes more than 1000000 timeline rows of 1s in 720h: give a "
-                "--timeline-step of at least 2.592s");
+                "--duration: makes more than 2e9 attempts");
+  expect_exit_2(
+      run({"simulate", "-", "--duration", "720h"}, std::string(kScenario) + "[config.a]\n"),
+      "--duration: makes more than 1000000 timeline rows of 1s in 720h: give a "
+      "--timeline-step of at least 2.592s");
   expect_exit_2(run({"simulate", "--timeline-step", "1us"}), "--timeline-step: makes more than");
   expect_exit_2(run({"simulate", "-"},
                     std::string(kScenario).replace(0, 16, "duration = \"30d\"") + "[config.a]\n"),
@@ -338,6 +342,19 @@ TEST(SilentAccepts, PrintScenarioTakesNothingElse) {
   EXPECT_EQ(r.status, 0) << r.err;
   EXPECT_EQ(r.out, std::string(builtin_scenario_toml()));
   std::remove(mine.c_str());
+}
+
+TEST(Bounds, CommandLineOverridesAreHeldToTheScenariosBounds) {
+  // `--only a` a thousand times ran a thousand simulations; a longer --duration could
+  // pass the worst-case attempts the file was held to.
+  std::vector<std::string> args{"simulate"};
+  for (int i = 0; i < 3; ++i) args.insert(args.end(), {"--only", "after"});
+  expect_exit_2(run(args), "--only: names \"after\" twice");
+  std::string retrying = kScenario;
+  retrying.replace(retrying.find("rate = 10"), 9, "rate = 100000");
+  retrying += "[config.a.retry]\nmax_attempts = 100\n";
+  expect_exit_2(run({"simulate", "-", "--duration", "1h", "--timeline-step", "1min"}, retrying),
+                "--duration: makes more than 2e9 attempts in the worst case");
 }
 
 TEST(SilentAccepts, TheSameFileUnderTwoNamesIsOneFile) {

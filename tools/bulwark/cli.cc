@@ -79,6 +79,16 @@ void check_simulate(SimulateArgs& a) {
     return;
   }
   if (a.scenario.given) check_path("SCENARIO", a.scenario.value);
+  for (std::size_t i = 0; i < a.only.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (a.only[i] == a.only[j]) {
+        // Each --only runs its configuration once more: a name twice is a mistake, and
+        // a thousand times would be a thousand runs.
+        throw InputError({}, "--only",
+                         "names " + bulwark::lab::quote_for_error(a.only[i]) + " twice");
+      }
+    }
+  }
   check_output("--json", a.json);
   check_output("--svg", a.svg);
   if (a.json.value == "-" && a.svg.value == "-") {
@@ -196,9 +206,20 @@ int run_simulate(const SimulateArgs& a) {
                                         : bulwark::lab::builtin_scenario();
   if (a.seed) scenario.seed = *a.seed;
   if (a.duration_value) {
-    if (scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count() >
-        bulwark::lab::kMaxRequests) {
+    // The bounds the scenario's own duration was held to, for the new one.
+    const double requests =
+        scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
+    if (requests > bulwark::lab::kMaxRequests) {
       throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
+    }
+    double attempts = 0;
+    for (const auto& c : scenario.configurations) {
+      attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
+    }
+    if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
+      throw InputError({}, "--duration",
+                       "makes more than 2e9 attempts in the worst case (every attempt failing "
+                       "and retried) at this scenario's rate and max_attempts");
     }
     scenario.duration = *a.duration_value;
   }

@@ -3,7 +3,7 @@
 // runs every check that needs no file, and reads, writes and runs nothing, so any
 // argument is safe to try. Bad arguments must be a CLI11 error or a clear InputError;
 // accepted ones must be what the checks promise (no empty file name, no option
-// --print-scenario would ignore, a positive timeline step).
+// --print-scenario would ignore, a positive timeline step, no --only name twice).
 
 #include <cstdint>
 #include <string>
@@ -46,6 +46,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
         check(!g->given || !g->value.empty(), "no empty file name");
       }
       check(s.step > Nanos::zero(), "a positive timeline step");
+      for (std::size_t i = 0; i < s.only.size(); ++i) {
+        for (std::size_t j = 0; j < i; ++j) check(s.only[i] != s.only[j], "--only names differ");
+      }
       check(!s.duration.given || (s.duration_value && *s.duration_value > Nanos::zero()),
             "a positive duration");
     }
