@@ -170,7 +170,7 @@ TEST(BreakerToml, BadTypesAndUnitsNameTheKey) {
   expect_error("[breaker]\nconsecutive_failures = 2.5\n", "b.toml:2:24",
                "breaker.consecutive_failures", "expected a whole number");
   expect_error("[breaker]\nconsecutive_failures = 5000000000\n", "b.toml:2:24",
-               "breaker.consecutive_failures", "must be at most 4294967295");
+               "breaker.consecutive_failures", "must be at most 65535 (got 5000000000)");
   expect_error("[breaker]\ncount_in_flight_slow_calls = \"yes\"\nwindow = \"time\"\n",
                "b.toml:2:30", "breaker.count_in_flight_slow_calls", "expected true or false");
   expect_error("[breaker]\nwindow = \"sliding\"\n", "b.toml:2:10", "breaker.window",
@@ -189,6 +189,8 @@ TEST(BreakerToml, TheLibrarysOwnValidationIsMappedToTheKeyAndLine) {
   expect_error("[breaker]\nopen_duration = \"0s\"\n", "b.toml:2:17", "breaker.open_duration",
                "must be positive");
   expect_error("[breaker]\nwindow = \"time\"\nwindow_buckets = 500\n", "b.toml:3:18",
+               "breaker.window_buckets", "must be at most 120 (got 500)");
+  expect_error("[breaker]\nwindow = \"time\"\nwindow_buckets = 0\n", "b.toml:3:18",
                "breaker.window_buckets", "between 1 and 120");
   // A field the file does not set: the table's own line.
   expect_error("\n[breaker]\nopen_duration_multiplier = 2\n", "b.toml:2:1",

@@ -239,7 +239,7 @@ TEST(Replay, ErrorsEscapeUnprintableAndInvalidBytes) {
     EXPECT_EQ(what.find('\r'), std::string::npos) << what;
     EXPECT_EQ(what,
               "t.csv:1: the header line holds a carriage return (\\r): lines must end in LF or "
-              "CRLF, not CR alone (got \"t_ms,key,duration_ms,outcome\\r0,k,1,success\")");
+              "CRLF, not CR alone (got \"t_ms,key,duration_ms,outcome\\r0,k,1,success\\r\")");
   }
   for (const char* c : {"\x80", "\xc0\xaf", "\xed\xa0\x80", "\xf4\x90\x80\x80", "\xe2\x82"}) {
     try {

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "bulwark/backoff.h"
+#include "bulwark/detail/breaker_word.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
 
@@ -23,6 +24,12 @@ namespace bulwark::lab {
 namespace {
 
 std::string in_quotes(std::string_view s) { return quote_for_error(s); }
+
+// The breaker's own limits (fields of its state word), named in the lab's errors.
+constexpr std::uint32_t kBreakerCountMax = 65535;   // consecutive_failures, window_size, ...
+constexpr std::uint32_t kBreakerSuccessMax = 8191;  // half_open_successes
+static_assert(kBreakerCountMax == detail::Word::kCountMax);
+static_assert(kBreakerSuccessMax == detail::Word::kSuccessMax);
 
 std::string number_text(double v) {
   std::ostringstream out;
@@ -78,8 +85,9 @@ class Reader {
       : table_(&table), path_(std::move(path)), file_(std::move(file)) {}
 
   const std::string& path() const { return path_; }
+  // As shown in an error: escaped, and cut if it is long (keys come from the file).
   std::string key_path(std::string_view key) const {
-    return path_.empty() ? std::string(key) : path_ + "." + std::string(key);
+    return path_.empty() ? escape_for_error(key) : path_ + "." + escape_for_error(key);
   }
   // "[breaker]", or "the top level".
   std::string table_name() const { return path_.empty() ? "the top level" : "[" + path_ + "]"; }
@@ -106,11 +114,16 @@ class Reader {
   }
   bool has(std::string_view key) const { return table_->get(key) != nullptr; }
 
-  std::optional<std::string> string(std::string_view key) {
+  std::optional<std::string> string(std::string_view key, std::size_t max = kMaxNameBytes) {
     const toml::node* n = get(key);
     if (n == nullptr) return std::nullopt;
     if (!n->is_string()) fail(key, "expected a string, got " + type_name(*n));
-    return n->as_string()->get();
+    const std::string& v = n->as_string()->get();
+    if (v.size() > max) {
+      fail(key, "must be at most " + std::to_string(max) + " bytes long (got " +
+                    std::to_string(v.size()) + ")");
+    }
+    return v;
   }
 
   std::optional<bool> boolean(std::string_view key) {
@@ -134,6 +147,13 @@ class Reader {
     if (!std::isfinite(v)) fail(key, "must be a finite number (got " + number_text(v) + ")");
     return v;
   }
+  std::optional<double> number(std::string_view key, double max) {
+    const auto v = number(key);
+    if (v && *v > max) {
+      fail(key, "must be at most " + number_text(max) + " (got " + number_text(*v) + ")");
+    }
+    return v;
+  }
 
   std::optional<std::uint64_t> unsigned_integer(std::string_view key, std::uint64_t max) {
     const toml::node* n = get(key);
@@ -148,13 +168,14 @@ class Reader {
     }
     return static_cast<std::uint64_t>(v);
   }
-  std::optional<std::uint32_t> u32(std::string_view key) {
-    const auto v = unsigned_integer(key, std::numeric_limits<std::uint32_t>::max());
+  // A whole number in [0, max]: `max` is the real limit, not the type's.
+  std::optional<std::uint32_t> count(std::string_view key, std::uint32_t max) {
+    const auto v = unsigned_integer(key, max);
     if (!v) return std::nullopt;
     return static_cast<std::uint32_t>(*v);
   }
 
-  std::optional<Nanos> duration(std::string_view key) {
+  std::optional<Nanos> duration(std::string_view key, Nanos max = kMaxConfigDuration) {
     const toml::node* n = get(key);
     if (n == nullptr) return std::nullopt;
     if (!n->is_string()) {
@@ -170,6 +191,9 @@ class Reader {
     }
     auto d = parse_duration(n->as_string()->get());
     if (!d) fail(key, d.error());
+    if (*d > max) {
+      fail(key, "must be at most " + format_duration(max) + " (got " + format_duration(*d) + ")");
+    }
     return *d;
   }
 
@@ -226,6 +250,12 @@ class Reader {
     std::string best;
     std::size_t best_d = std::max<std::size_t>(1, first_key.size() / 4) + 1;
     for (const std::string& k : known_) {
+      // The distance is at least the difference in length, so a key much longer than
+      // every known one (a 500 KB key) is compared with none: the search costs what it
+      // costs for a key of the known keys' length.
+      const std::size_t gap =
+          first_key.size() > k.size() ? first_key.size() - k.size() : k.size() - first_key.size();
+      if (gap >= best_d) continue;
       const std::size_t d = edit_distance(first_key, k);
       if (d < best_d) best_d = d, best = k;
     }
@@ -268,21 +298,127 @@ class Reader {
   std::vector<std::string> known_;
 };
 
-toml::table parse_toml(std::string_view text, const std::string& source_name) {
-  try {
-    return toml::parse(text, std::string_view(source_name));
-  } catch (const toml::parse_error& e) {
-    throw InputError({source_name, e.source().begin.line, e.source().begin.column}, "",
-                     "not valid TOML: " + std::string(e.description()));
+// toml++ recurses once per level of nesting, and its own limit covers arrays and inline
+// tables only: 40,000 dotted-key or table-header levels in an 80 KB file overflow the
+// stack. So the text's shape is checked before it is parsed: its size, and how deep any
+// key path, header, array or inline table goes. A lexical scan: strings and comments
+// are skipped, a dot between key parts adds a level, an open bracket or brace adds one
+// until it closes; a header's levels count under every key of its table. It may count
+// a level too many (a number's decimal point), never one too few.
+void check_toml_shape(std::string_view text, const std::string& source_name) {
+  if (text.size() > kMaxTomlBytes) {
+    throw InputError({source_name, 0, 0}, "",
+                     "is larger than " + std::to_string(kMaxTomlBytes >> 20) +
+                         " MiB, the most a configuration file may hold");
+  }
+  std::uint32_t line = 1, column = 0;
+  std::uint32_t open = 0;         // brackets and braces not yet closed
+  std::uint32_t dots = 0;         // dots in the key path being read
+  std::uint32_t header = 0;       // levels of the current table's header
+  std::uint32_t header_dots = 0;  // dots of the header being read
+  bool in_header = false, after_equals = false;
+  const auto is_key_char = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == ' ' || c == '\t';
+  };
+  const auto check = [&](std::uint32_t depth) {
+    if (depth > kMaxTomlNesting) {
+      throw InputError({source_name, line, column}, "",
+                       "nests keys, tables or values more than " + std::to_string(kMaxTomlNesting) +
+                           " levels deep (a configuration needs at most 6)");
+    }
+  };
+  // Skips to just past `close` (a string's end; escapes in basic strings), counting lines.
+  const auto skip_string = [&](std::size_t& i, std::string_view close, bool escapes) {
+    for (; i < text.size(); ++i) {
+      const char c = text[i];
+      if (c == '\n') ++line, column = 0;
+      ++column;
+      if (escapes && c == '\\') {
+        ++i, ++column;
+        if (i < text.size() && text[i] == '\n') ++line, column = 1;
+        continue;
+      }
+      if (close.size() == 1 && c == '\n') return;  // unterminated: toml++ says so
+      if (text.substr(i, close.size()) == close) {
+        i += close.size() - 1;
+        return;
+      }
+    }
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    ++column;
+    if (c == '\n') {
+      ++line, column = 0;
+      if (open == 0) after_equals = false, in_header = false;
+      dots = 0;
+      continue;
+    }
+    if (c == '#') {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      const bool multi = text.substr(i, 3) == std::string_view(c == '"' ? "\"\"\"" : "'''");
+      i += multi ? 3 : 1;
+      column += multi ? 2 : 0;
+      skip_string(i, multi ? text.substr(i - 3, 3) : text.substr(i - 1, 1), c == '"');
+      continue;  // a quoted key part keeps the path going
+    }
+    if (c == '.') {
+      ++dots;
+      if (in_header) ++header_dots;
+      check((in_header ? 0 : header) + open + dots + 1);
+      continue;
+    }
+    if (is_key_char(c)) continue;
+    dots = 0;  // anything else ends a key path
+    if (c == '=' && open == 0) after_equals = true;
+    if (c == '[' || c == '{') {
+      if (c == '[' && open == 0 && !after_equals) in_header = true, header_dots = 0;
+      ++open;
+      check((in_header ? 0 : header) + open);
+    } else if ((c == ']' || c == '}') && open > 0) {
+      --open;
+      if (in_header && open == 0) header = header_dots + 1;
+    }
   }
 }
 
-// The file's text; "-" is standard input.
+toml::table parse_toml(std::string_view text, const std::string& source_name) {
+  check_toml_shape(text, source_name);
+  try {
+    return toml::parse(text, std::string_view(source_name));
+  } catch (const toml::parse_error& e) {
+    // toml++'s description may quote the input: shown printable, and cut.
+    std::string_view description = e.description();
+    std::string suffix;
+    if (description.size() > 4 * kMaxEchoed) {
+      std::size_t cut = 4 * kMaxEchoed;
+      while (cut > 0 && (static_cast<unsigned char>(description[cut]) & 0xC0) == 0x80) --cut;
+      description = description.substr(0, cut);
+      suffix = "...";
+    }
+    throw InputError({source_name, e.source().begin.line, e.source().begin.column}, "",
+                     "not valid TOML: " + printable(description) + suffix);
+  }
+}
+
+// The file's text; "-" is standard input. Reads at most one byte more than a file may
+// hold, so a huge file (or an endless pipe) is refused without being read whole.
 std::string read_file(const std::string& path) {
-  std::ostringstream out;
+  std::string text;
+  const auto read_from = [&](std::istream& in) {
+    char buf[1 << 16];
+    while (text.size() <= kMaxTomlBytes && in.read(buf, sizeof buf).gcount() > 0) {
+      text.append(buf, static_cast<std::size_t>(in.gcount()));
+    }
+  };
   if (path == "-") {
-    out << std::cin.rdbuf();
-    return out.str();
+    read_from(std::cin);
+    if (std::cin.bad()) throw InputError({"<stdin>", 0, 0}, "", "cannot read standard input");
+    return text;
   }
   std::error_code ec;
   if (std::filesystem::is_directory(path, ec)) {
@@ -290,9 +426,9 @@ std::string read_file(const std::string& path) {
   }
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError({path, 0, 0}, "", "cannot open the file");
-  out << in.rdbuf();
+  read_from(in);
   if (in.bad()) throw InputError({path, 0, 0}, "", "cannot read the file");
-  return out.str();
+  return text;
 }
 
 // ---- breaker ---------------------------------------------------------------------
@@ -306,20 +442,22 @@ BreakerSpec read_breaker(Reader& r) {
                   : *v == "time" ? WindowKind::time
                                  : WindowKind::none;
   }
-  if (auto v = r.u32("consecutive_failures")) c.consecutive_failures = *v;
+  if (auto v = r.count("consecutive_failures", kBreakerCountMax)) c.consecutive_failures = *v;
   if (auto v = r.number("failure_rate")) c.failure_rate = *v;
   if (auto v = r.number("slow_call_rate")) c.slow_call_rate = *v;
   if (auto v = r.duration("slow_call_duration")) c.slow_call_duration = *v;
-  if (auto v = r.u32("minimum_calls")) c.minimum_calls = *v;
-  if (auto v = r.u32("window_size")) c.window_size = *v;
+  if (auto v = r.count("minimum_calls", kMaxMinimumCalls)) c.minimum_calls = *v;
+  if (auto v = r.count("window_size", kBreakerCountMax)) c.window_size = *v;
   if (auto v = r.duration("window_length")) c.window_length = *v;
-  if (auto v = r.u32("window_buckets")) c.window_buckets = *v;
+  if (auto v = r.count("window_buckets", kTimeWindowCapacity)) c.window_buckets = *v;
   if (auto v = r.boolean("count_in_flight_slow_calls")) c.count_in_flight_slow_calls = *v;
   if (auto v = r.duration("open_duration")) c.open_duration = *v;
-  if (auto v = r.number("open_duration_multiplier")) c.open_duration_multiplier = *v;
+  if (auto v = r.number("open_duration_multiplier", kMaxMultiplier)) {
+    c.open_duration_multiplier = *v;
+  }
   if (auto v = r.duration("max_open_duration")) c.max_open_duration = *v;
-  if (auto v = r.u32("half_open_max_calls")) c.half_open_max_calls = *v;
-  if (auto v = r.u32("half_open_successes")) c.half_open_successes = *v;
+  if (auto v = r.count("half_open_max_calls", kBreakerCountMax)) c.half_open_max_calls = *v;
+  if (auto v = r.count("half_open_successes", kBreakerSuccessMax)) c.half_open_successes = *v;
   if (auto v = r.number("half_open_fraction")) c.half_open_fraction = *v;
   if (const toml::array* ramp = r.array("half_open_ramp")) {
     for (std::size_t i = 0; i < ramp->size(); ++i) {
@@ -377,7 +515,7 @@ Backoff read_backoff(Reader& r) {
     delay = r.duration("delay");
   } else {
     initial = r.duration("initial");
-    multiplier = r.number("multiplier");
+    multiplier = r.number("multiplier", kMaxMultiplier);
     max = r.duration("max");
   }
   const auto jitter = r.choice("jitter", {"none", "full", "equal", "decorrelated"});
@@ -404,7 +542,7 @@ RetrySpec read_retry(Reader& r) {
   RetrySpec spec;
   RetryConfig& c = spec.config;
   if (auto v = r.string("name")) c.name = *v;
-  if (auto v = r.u32("max_attempts")) c.max_attempts = *v;
+  if (auto v = r.count("max_attempts", kMaxAttempts)) c.max_attempts = *v;
   if (auto v = r.boolean("honor_retry_after")) c.honor_retry_after = *v;
   if (auto v = r.unsigned_integer("random_seed", std::numeric_limits<std::int64_t>::max())) {
     spec.random_seed = *v;
@@ -433,7 +571,7 @@ RetryBudgetConfig read_retry_budget(Reader& r) {
 BulkheadConfig read_bulkhead(Reader& r) {
   BulkheadConfig c;
   if (auto v = r.string("name")) c.name = *v;
-  if (auto v = r.u32("max_concurrent")) c.max_concurrent = *v;
+  if (auto v = r.count("max_concurrent", kMaxConcurrent)) c.max_concurrent = *v;
   if (auto v = r.duration("max_wait")) c.max_wait = *v;
   r.finish();
   if (auto ok = validate(c); !ok) r.fail_config(ok.error());
@@ -479,7 +617,7 @@ Reasons read_fallback(Reader& r) {
 ResilienceConfig read_configuration(Reader& r, std::string name) {
   ResilienceConfig c;
   c.name = std::move(name);
-  if (auto v = r.duration("timeout")) {
+  if (auto v = r.duration("timeout", kMaxCallDuration)) {
     if (*v <= Nanos::zero())
       r.fail("timeout", "must be positive (got " + format_duration(*v) + ")");
     c.timeout = *v;
@@ -487,7 +625,7 @@ ResilienceConfig read_configuration(Reader& r, std::string name) {
   if (auto v = r.choice("breaker_scope", {"call", "attempt"})) {
     c.breaker_scope = *v == "attempt" ? BreakerScope::attempt : BreakerScope::call;
   }
-  if (auto v = r.duration("alert_when_open_for")) {
+  if (auto v = r.duration("alert_when_open_for", kMaxScenarioDuration)) {
     if (*v <= Nanos::zero()) {
       r.fail("alert_when_open_for", "must be positive (got " + format_duration(*v) + ")");
     }
@@ -520,7 +658,7 @@ Latency read_latency(Reader& phase) {
   const toml::node* n = phase.get("latency");
   if (n == nullptr) phase.fail_here("missing required key \"latency\" in " + phase.table_name());
   if (n->is_string()) {  // "14s": a constant latency
-    l.value = phase.required(phase.duration("latency"), "latency");
+    l.value = phase.required(phase.duration("latency", kMaxCallDuration), "latency");
     return l;
   }
   if (!n->is_table()) {
@@ -540,12 +678,12 @@ Latency read_latency(Reader& phase) {
   };
   if (d == "constant") {
     l.distribution = Latency::Distribution::constant;
-    l.value = r->required(r->duration("value"), "value");
+    l.value = r->required(r->duration("value", kMaxCallDuration), "value");
     r->finish("distribution = \"constant\" takes value");
   } else if (d == "uniform") {
     l.distribution = Latency::Distribution::uniform;
-    l.min = r->required(r->duration("min"), "min");
-    l.max = r->required(r->duration("max"), "max");
+    l.min = r->required(r->duration("min", kMaxCallDuration), "min");
+    l.max = r->required(r->duration("max", kMaxCallDuration), "max");
     r->finish("distribution = \"uniform\" takes min and max");
     if (l.max < l.min) {
       r->fail("max", "must be at least min (got " + format_duration(l.max) + " < " +
@@ -553,13 +691,13 @@ Latency read_latency(Reader& phase) {
     }
   } else if (d == "exponential") {
     l.distribution = Latency::Distribution::exponential;
-    l.mean = positive("mean", r->required(r->duration("mean"), "mean"));
+    l.mean = positive("mean", r->required(r->duration("mean", kMaxCallDuration), "mean"));
     r->finish("distribution = \"exponential\" takes mean");
   } else {
     l.distribution = Latency::Distribution::lognormal;
-    l.median = positive("median", r->required(r->duration("median"), "median"));
+    l.median = positive("median", r->required(r->duration("median", kMaxCallDuration), "median"));
     const auto sigma = r->number("sigma");
-    const auto p99 = r->duration("p99");
+    const auto p99 = r->duration("p99", kMaxCallDuration);
     r->finish("distribution = \"lognormal\" takes median, and sigma or p99");
     if (sigma && p99) r->fail("p99", "give sigma or p99, not both");
     if (!sigma && !p99) r->fail_here("distribution = \"lognormal\" needs sigma or p99");
@@ -585,7 +723,7 @@ Latency read_latency(Reader& phase) {
 Phase read_phase(Reader& r) {
   Phase p;
   if (auto v = r.string("name")) p.name = *v;
-  p.start = r.required(r.duration("start"), "start");
+  p.start = r.required(r.duration("start", kMaxScenarioDuration), "start");
   p.latency = read_latency(r);
   if (auto v = r.number("error_rate")) {
     if (*v < 0 || *v > 1) r.fail("error_rate", "must be in [0, 1] (got " + number_text(*v) + ")");
@@ -600,10 +738,10 @@ Scenario read_scenario(Reader& root) {
   Scenario s;
   s.source = *root.file();
   if (auto v = root.string("name")) s.name = *v;
-  if (auto v = root.string("description")) s.description = *v;
+  if (auto v = root.string("description", kMaxDescriptionBytes)) s.description = *v;
   s.duration = root.required(root.duration("duration"), "duration");
   if (s.duration <= Nanos::zero()) root.fail("duration", "must be positive");
-  if (s.duration > std::chrono::hours(24 * 30)) root.fail("duration", "must be at most 30 days");
+  if (s.duration > kMaxScenarioDuration) root.fail("duration", "must be at most 30 days");
   if (auto v = root.unsigned_integer("seed", std::numeric_limits<std::int64_t>::max())) s.seed = *v;
 
   {
@@ -614,12 +752,12 @@ Scenario read_scenario(Reader& root) {
     }
     s.arrivals.rate = r->required(r->number("rate"), "rate");
     r->finish();
-    if (s.arrivals.rate <= 0 || s.arrivals.rate > 1e6) {
+    if (s.arrivals.rate <= 0 || s.arrivals.rate > kMaxRate) {
       r->fail("rate", "must be in (0, 1000000] requests per second (got " +
                           number_text(s.arrivals.rate) + ")");
     }
     const double expected = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
-    if (expected > 2e9) {
+    if (expected > kMaxRequests) {
       r->fail("rate", "with duration " + format_duration(s.duration) + " makes about " +
                           number_text(expected) + " requests; the simulator takes at most 2e9");
     }
@@ -627,13 +765,11 @@ Scenario read_scenario(Reader& root) {
   {
     auto r = root.table("caller");
     if (!r) root.fail_here("missing required table [caller]");
-    s.caller.workers = r->required(r->u32("workers"), "workers");
-    if (auto v = r->duration("work")) s.caller.work = *v;
+    // Each busy worker is a request in flight, about 200 bytes in the simulator.
+    s.caller.workers = r->required(r->count("workers", kMaxWorkers), "workers");
+    if (auto v = r->duration("work", kMaxCallDuration)) s.caller.work = *v;
     r->finish();
-    if (s.caller.workers < 1 || s.caller.workers > 10'000'000) {
-      r->fail("workers",
-              "must be between 1 and 10000000 (got " + std::to_string(s.caller.workers) + ")");
-    }
+    if (s.caller.workers < 1) r->fail("workers", "must be at least 1 (got 0)");
   }
   {
     auto r = root.table("dependency");
@@ -644,6 +780,10 @@ Scenario read_scenario(Reader& root) {
     const toml::array* list = phases->as_array();
     if (list == nullptr || list->empty() || !list->is_array_of_tables()) {
       r->fail("phases", "expected one or more [[dependency.phases]] tables");
+    }
+    if (list->size() > kMaxPhases) {
+      r->fail("phases", "has more than " + std::to_string(kMaxPhases) + " phases (got " +
+                            std::to_string(list->size()) + ")");
     }
     for (std::size_t i = 0; i < list->size(); ++i) {
       Reader pr(*list->get(i)->as_table(), r->key_path("phases") + "[" + std::to_string(i) + "]",
@@ -680,13 +820,45 @@ Scenario read_scenario(Reader& root) {
                                           : a.first.column < b.first.column;
     });
     if (names.empty()) r->fail_here("needs at least one [config.NAME] table");
+    if (names.size() > kMaxConfigurations) {
+      r->fail(names[kMaxConfigurations].second,
+              "is configuration " + std::to_string(kMaxConfigurations + 1) +
+                  ": a scenario has at most " + std::to_string(kMaxConfigurations) +
+                  " (they are reported side by side)");
+    }
     for (const auto& [pos, name] : names) {
+      if (name.size() > kMaxNameBytes) {
+        r->fail(name, "the configuration's name must be at most " + std::to_string(kMaxNameBytes) +
+                          " bytes long (got " + std::to_string(name.size()) + ")");
+      }
       auto c = r->table(name);
       s.configurations.push_back(read_configuration(*c, name));
     }
     r->finish();
   }
   root.finish();
+  // The simulator's worst case: every attempt of every request fails and is retried.
+  const double requests = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
+  double attempts = 0;
+  for (const ResilienceConfig& c : s.configurations) {
+    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
+  }
+  if (attempts > kMaxSimulatedAttempts) {
+    std::string where = "config";
+    for (const ResilienceConfig& c : s.configurations) {
+      if (c.retry) {
+        where = "config." + escape_for_error(c.name) + ".retry.max_attempts";
+        break;
+      }
+    }
+    throw InputError({*root.file()}, where,
+                     "the scenario could make about " + number_text(attempts) +
+                         " attempts in all (about " + number_text(requests) +
+                         " requests per configuration, times each configuration's max_attempts, "
+                         "if every attempt failed); the simulator takes at most " +
+                         number_text(kMaxSimulatedAttempts) +
+                         ": shorten the duration, lower the rate or the attempts");
+  }
   return s;
 }
 

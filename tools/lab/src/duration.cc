@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "bulwark/lab/input_error.h"
+
 namespace bulwark::lab {
 namespace {
 
@@ -19,12 +21,9 @@ constexpr Unit kUnits[] = {{"h", 3'600'000'000'000}, {"min", 60'000'000'000}, {"
 constexpr std::string_view kExamples =
     "write a duration such as \"800ms\", \"30s\", \"1.5s\" or \"2min\"";
 
-std::string quoted(std::string_view s) {
-  std::string out(1, '"');
-  out.append(s);
-  out += '"';
-  return out;
-}
+// The user's text, quoted, escaped and cut: a duration's error never echoes a raw
+// control byte or a megabyte of digits.
+std::string quoted(std::string_view s) { return quote_for_error(s); }
 
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 bool is_letter(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
@@ -75,7 +74,8 @@ Expected<Nanos, std::string> parse_duration(std::string_view text) {
     if (unit.empty()) {
       if (unit_start == text.size()) {
         return fail("has no unit (got " + quoted(text) + "); write e.g. " +
-                    quoted(std::string(text) + "s") + " or " + quoted(std::string(text) + "ms"));
+                    quoted(std::string(text.substr(0, kMaxEchoed)) + "s") + " or " +
+                    quoted(std::string(text.substr(0, kMaxEchoed)) + "ms"));
       }
       return fail("unexpected " + quoted(text.substr(unit_start, 1)) + " in " + quoted(text) +
                   "; " + std::string(kExamples));

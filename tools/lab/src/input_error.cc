@@ -15,7 +15,8 @@ std::string SourceLocation::to_string() const {
 namespace {
 std::string describe(const SourceLocation& where, const std::string& field,
                      const std::string& message) {
-  std::string s = where.to_string();
+  // A file name comes from the command line: shown, never obeyed by the terminal.
+  std::string s = printable(where.to_string());
   if (!s.empty()) s += ": ";
   if (!field.empty()) s += field + ": ";
   return s + message;
@@ -56,10 +57,11 @@ std::size_t utf8_sequence_length(std::string_view s, std::size_t i) noexcept {
   return n + 1;
 }
 
-std::string escape_for_error(std::string_view s) {
+namespace {
+
+// Appends `s` escaped; quotes and backslashes too when `for_error`.
+void append_escaped(std::string& out, std::string_view s, bool for_error) {
   static const char kHex[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(s.size());
   const auto hex = [&](unsigned char c) {
     out += "\\x";
     out += kHex[c >> 4];
@@ -67,29 +69,30 @@ std::string escape_for_error(std::string_view s) {
   };
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
+    const char* named = nullptr;
     switch (c) {
       case '"':
-        out += "\\\"";
-        ++i;
-        continue;
+        named = for_error ? "\\\"" : nullptr;
+        break;
       case '\\':
-        out += "\\\\";
-        ++i;
-        continue;
+        named = for_error ? "\\\\" : nullptr;
+        break;
       case '\r':
-        out += "\\r";
-        ++i;
-        continue;
+        named = "\\r";
+        break;
       case '\n':
-        out += "\\n";
-        ++i;
-        continue;
+        named = "\\n";
+        break;
       case '\t':
-        out += "\\t";
-        ++i;
-        continue;
+        named = "\\t";
+        break;
       default:
         break;
+    }
+    if (named != nullptr) {
+      out += named;
+      ++i;
+      continue;
     }
     if (c < 0x20 || c == 0x7F) {
       hex(c);
@@ -97,25 +100,59 @@ std::string escape_for_error(std::string_view s) {
       continue;
     }
     const std::size_t n = utf8_sequence_length(s, i);
+    const auto next = [&](std::size_t k) { return static_cast<unsigned char>(s[i + k]); };
     if (n == 0) {
       hex(c);
       ++i;
-    } else if (n == 2 && c == 0xC2 && static_cast<unsigned char>(s[i + 1]) < 0xA0) {
-      hex(c);  // a C1 control character (U+0080 to U+009F)
-      hex(static_cast<unsigned char>(s[i + 1]));
-      i += 2;
+    } else if ((n == 2 && c == 0xC2 && next(1) < 0xA0) ||
+               (n == 3 && c == 0xEF && next(1) == 0xBF && next(2) >= 0xBE)) {
+      // A C1 control character (U+0080 to U+009F), or U+FFFE / U+FFFF.
+      for (std::size_t k = 0; k < n; ++k) hex(next(k));
+      i += n;
     } else {
       out.append(s.substr(i, n));
       i += n;
     }
   }
+}
+
+// The first kMaxEchoed bytes of `s`, cut at a character boundary.
+std::string_view head(std::string_view s) {
+  std::size_t cut = kMaxEchoed;
+  while (cut > 0 && (static_cast<unsigned char>(s[cut]) & 0xC0) == 0x80) --cut;
+  return s.substr(0, cut);
+}
+
+}  // namespace
+
+std::string escape_for_error(std::string_view s) {
+  std::string out;
+  if (s.size() <= kMaxEchoed) {
+    out.reserve(s.size());
+    append_escaped(out, s, true);
+    return out;
+  }
+  append_escaped(out, head(s), true);
+  out += "...";
   return out;
 }
 
 std::string quote_for_error(std::string_view s) {
   std::string out(1, '"');
-  out += escape_for_error(s);
-  out += '"';
+  if (s.size() <= kMaxEchoed) {
+    append_escaped(out, s, true);
+    out += '"';
+    return out;
+  }
+  append_escaped(out, head(s), true);
+  out += "...\" (" + std::to_string(s.size()) + " bytes)";
+  return out;
+}
+
+std::string printable(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  append_escaped(out, s, false);
   return out;
 }
 

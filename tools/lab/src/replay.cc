@@ -14,6 +14,7 @@
 #include <stdexcept>
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -24,6 +25,11 @@ namespace bulwark::lab {
 namespace {
 
 constexpr std::size_t kMaxLine = 1 << 20;
+// A key names a breaker: a service, a host, an operation.
+constexpr std::size_t kMaxKeyBytes = 1024;
+// Replay keeps every key's breaker to the end (the summary reports each), so the
+// number of distinct keys is bounded by what their breakers take: at most this much.
+constexpr std::size_t kMaxKeyMemory = std::size_t{256} << 20;
 // Times and durations up to 4e12 ms (~126 years, enough for Unix-epoch milliseconds):
 // their sum still fits in 64-bit nanoseconds.
 constexpr std::uint64_t kMaxNanos = 4'000'000'000'000'000'000;
@@ -129,9 +135,19 @@ Millis parse_millis(std::string_view s) {
   return {Status::ok, static_cast<Ticks>(ns)};
 }
 
+// Keys are valid UTF-8 (checked when read). Besides what JSON requires, DEL and the C1
+// controls (U+0080 to U+009F: U+009B starts an escape sequence on some terminals) are
+// escaped too, so the lines are safe to read on a terminal.
 void append_json_string(std::string& out, std::string_view s) {
+  static const char kHex[] = "0123456789abcdef";
+  const auto escape = [&](unsigned c) {
+    out += "\\u00";
+    out += kHex[c >> 4];
+    out += kHex[c & 15];
+  };
   out += '"';
-  for (char ch : s) {
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    const char ch = s[i];
     const auto c = static_cast<unsigned char>(ch);
     switch (ch) {
       case '"':
@@ -150,11 +166,10 @@ void append_json_string(std::string& out, std::string_view s) {
         out += "\\t";
         break;
       default:
-        if (c < 0x20) {
-          static const char kHex[] = "0123456789abcdef";
-          out += "\\u00";
-          out += kHex[c >> 4];
-          out += kHex[c & 15];
+        if (c < 0x20 || c == 0x7F) {
+          escape(c);
+        } else if (c == 0xC2 && i + 1 < s.size() && static_cast<unsigned char>(s[i + 1]) < 0xA0) {
+          escape(static_cast<unsigned char>(s[++i]));  // C2 80..9F is U+0080..U+009F
         } else {
           out += ch;
         }
@@ -195,6 +210,7 @@ constexpr std::string_view kHeader = "t_ms,key,duration_ms,outcome";
 struct Row {
   Ticks t = 0;
   std::string_view key;
+  std::uint32_t key_column = 0;
   Ticks duration = 0;
   Outcome outcome = Outcome::success;
   std::uint64_t line = 0;
@@ -223,6 +239,13 @@ class TraceReader {
     do {
       if (!read_line(line)) return false;
     } while (line.empty());
+    if (const std::size_t cr = line.find('\r'); cr != std::string_view::npos) {
+      // getline() splits at LF only: rows that end in a bare CR arrive as one line.
+      fail(static_cast<std::uint32_t>(cr + 1), "",
+           "holds a carriage return (\\r) that does not end the line: lines must end in LF "
+           "or CRLF, not CR alone, and no field may hold a CR (got " +
+               excerpt(line) + ")");
+    }
     split(line);
     if (fields_.size() != order_.size()) {
       if (fields_.size() < order_.size()) {
@@ -247,8 +270,14 @@ class TraceReader {
           row.duration = millis(v, col, "duration_ms");
           break;
         case Column::key:
+          if (v.size() > kMaxKeyBytes) {
+            fail(col, "key",
+                 "is longer than " + std::to_string(kMaxKeyBytes) + " bytes (got " +
+                     std::to_string(v.size()) + " bytes: " + excerpt(v) + ")");
+          }
           if (!valid_utf8(v)) fail(col, "key", "is not valid UTF-8");
           row.key = v;
+          row.key_column = col;
           break;
         case Column::outcome:
           if (v == "success") {
@@ -317,8 +346,11 @@ class TraceReader {
                        "line is longer than 1 MiB");
     }
     line = std::string_view(line_.data, static_cast<std::size_t>(n));
-    if (!line.empty() && line.back() == '\n') line.remove_suffix(1);
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    // LF or CRLF ends a line; a CR not followed by LF stays, for the error to name.
+    if (!line.empty() && line.back() == '\n') {
+      line.remove_suffix(1);
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    }
     return true;
   }
 
@@ -379,16 +411,17 @@ class TraceReader {
     if (m.status == Status::not_finite) {
       fail(col, field, "expected a finite number of milliseconds, got " + quote_for_error(v));
     }
-    // The text is a well-formed number from here on: safe to print as it is.
-    if (negative) fail(col, field, "must not be negative (got " + std::string(v) + ")");
+    // The text is a well-formed number from here on, but maybe a long one: cut.
+    if (negative) fail(col, field, "must not be negative (got " + escape_for_error(v) + ")");
     if (m.status == Status::too_precise) {
       fail(col, field,
-           "has more than 6 decimal places (got " + std::string(v) +
+           "has more than 6 decimal places (got " + escape_for_error(v) +
                "): times are whole nanoseconds, at most 0.000001 ms apart");
     }
     if (m.status == Status::too_large) {
       fail(col, field,
-           "is too large (got " + std::string(v) + "; at most 4000000000000 ms, about 126 years)");
+           "is too large (got " + escape_for_error(v) +
+               "; at most 4000000000000 ms, about 126 years)");
     }
     return m.ns;
   }
@@ -513,6 +546,14 @@ class Replayer {
   }
   Replayer(const Replayer&) = delete;
   Replayer& operator=(const Replayer&) = delete;
+
+  // What one key costs: its breaker (a count window keeps one byte per call of the
+  // window, on the heap), its record, and the two maps' nodes (their names aside).
+  static std::size_t bytes_per_key(const BreakerSpec& spec) {
+    constexpr std::size_t kMapNode = 64;
+    return sizeof(B) + sizeof(Key) + 2 * kMapNode +
+           (spec.window == WindowKind::count ? spec.config.window_size : 0);
+  }
 
   void arrival(const Row& row) {
     complete_until(row.t);
@@ -651,6 +692,34 @@ class Replayer {
   std::uint64_t seq_ = 0;
 };
 
+// Counts the distinct keys of the checking pass (by hash: a collision only undercounts)
+// and refuses the key past which their breakers would take more than kMaxKeyMemory.
+class KeyBudget {
+ public:
+  KeyBudget(std::size_t bytes_per_key, std::string name)
+      : per_key_(bytes_per_key), name_(std::move(name)) {}
+
+  void add(const Row& row) {
+    if (!seen_.insert(std::hash<std::string_view>{}(row.key)).second) return;
+    // The breaker and its bookkeeping, and the name, kept twice (the key and its index).
+    used_ += per_key_ + 2 * row.key.size();
+    if (used_ <= kMaxKeyMemory) return;
+    throw InputError(
+        {name_, static_cast<std::uint32_t>(row.line), row.key_column}, "key",
+        "is distinct key " + std::to_string(seen_.size()) +
+            ": replay keeps every key's breaker until the end (for its summary), about " +
+            std::to_string(per_key_) + " bytes each with this configuration, and holds at most " +
+            std::to_string(kMaxKeyMemory >> 20) +
+            " MiB of them; replay fewer keys at once (split the trace by key)");
+  }
+
+ private:
+  std::size_t per_key_;
+  std::string name_;
+  std::unordered_set<std::uint64_t> seen_;
+  std::size_t used_ = 0;
+};
+
 // True if `f` can be read again from the start.
 bool rewindable(std::FILE* f) {
   const off_t pos = ftello(f);
@@ -678,10 +747,13 @@ void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std
   }
   std::uint64_t lines = 0;
   {
+    const std::size_t per_key = with_breaker_type(spec.window, [&](auto type) {
+      return Replayer<typename decltype(type)::type>::bytes_per_key(spec);
+    });
+    KeyBudget keys(per_key, name);
     TraceReader check(in, name, spool.get());
     Row row;
-    while (check.next(row)) {
-    }
+    while (check.next(row)) keys.add(row);
     lines = check.lines_read();
   }
   // Pass 2: replay.

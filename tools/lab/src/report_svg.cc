@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bulwark/lab/duration.h"
+#include "bulwark/lab/input_error.h"
 #include "bulwark/lab/report.h"
 
 namespace bulwark::lab {
@@ -36,7 +37,11 @@ std::string num(double v) {
   return s;
 }
 
-std::string escape(const std::string& s) {
+// Text for the SVG: valid XML whatever the names hold. Control bytes and invalid UTF-8
+// (which XML 1.0 refuses, even as character references) are shown as \xNN, the way
+// the text report shows them; then the markup characters are escaped.
+std::string escape(const std::string& text) {
+  const std::string s = printable(text);
   std::string out;
   for (char c : s) {
     switch (c) {

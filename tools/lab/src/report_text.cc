@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "bulwark/lab/duration.h"
+#include "bulwark/lab/input_error.h"
 #include "bulwark/lab/report.h"
 
 namespace bulwark::lab {
@@ -89,10 +90,12 @@ std::string state_name(const std::optional<State>& s) {
   return "?";
 }
 
+// Names and descriptions come from the user's files and reach a terminal: every one
+// goes through printable(), so an ESC is shown as \x1b and never obeyed.
 void write_scenario(std::ostream& out, const Scenario& s) {
-  out << "bulwark simulate: " << (s.name.empty() ? "(unnamed scenario)" : s.name) << "  ["
-      << s.source << "]\n";
-  if (!s.description.empty()) out << "  " << s.description << "\n";
+  out << "bulwark simulate: " << (s.name.empty() ? "(unnamed scenario)" : printable(s.name))
+      << "  [" << printable(s.source) << "]\n";
+  if (!s.description.empty()) out << "  " << printable(s.description) << "\n";
   char rate[32];
   std::snprintf(rate, sizeof rate, "%g", s.arrivals.rate);
   out << "  " << format_duration(s.duration) << " of " << to_string(s.arrivals.process)
@@ -101,12 +104,14 @@ void write_scenario(std::ostream& out, const Scenario& s) {
   if (s.caller.work > Nanos::zero())
     out << ", " << format_duration(s.caller.work) << " of own work per page";
   out << "\n";
-  const std::string label = "  " + s.dependency.name + ": ";
+  std::string label = "  ";  // appended, not concatenated: GCC 12 misreads a + here
+  label += printable(s.dependency.name);
+  label += ": ";
   for (std::size_t i = 0; i < s.dependency.phases.size(); ++i) {
     const Phase& p = s.dependency.phases[i];
     out << (i == 0 ? label : std::string(label.size(), ' ')) << "from "
-        << pad_right(format_clock(p.start), 6) << p.name << ": " << describe(p.latency) << ", "
-        << percent(p.error_rate) << " errors" << (p.degraded ? "  [degraded]" : "") << "\n";
+        << pad_right(format_clock(p.start), 6) << printable(p.name) << ": " << describe(p.latency)
+        << ", " << percent(p.error_rate) << " errors" << (p.degraded ? "  [degraded]" : "") << "\n";
   }
   out << "\n";
 }
@@ -118,7 +123,7 @@ void write_timeline(std::ostream& out, const SimulationResult& r) {
   const auto& configs = r.configurations;
   if (configs.empty()) return;
   out << "Timeline, one row per " << format_duration(r.timeline_step)
-      << " (in-flt: peak calls in flight to " << r.scenario.dependency.name
+      << " (in-flt: peak calls in flight to " << printable(r.scenario.dependency.name)
       << "; busy: peak caller workers busy;\n"
          "  full/degr/fail: pages done with the answer / by the fallback / with an error; "
          "lost: requests\n"
@@ -126,8 +131,14 @@ void write_timeline(std::ostream& out, const SimulationResult& r) {
   const std::size_t block = 6 * kCol + 1 + kStateCol + 2;
   std::string head1 = pad_left("", 8), head2 = pad_left("time", 8);
   for (const auto& c : configs) {
-    std::string name = " " + c.name;
-    head1 += " |" + pad_right(name.substr(0, block), block);
+    std::string name = " ";
+    name += printable(c.name);
+    if (name.size() > block) {  // cut at a character boundary
+      std::size_t cut = block;
+      while (cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+      name.resize(cut);
+    }
+    head1 += " |" + pad_right(name, block);
     head2 += " |" + pad_left("in-flt", kCol + 1) + pad_left("busy", kCol) + pad_left("full", kCol) +
              pad_left("degr", kCol) + pad_left("fail", kCol) + pad_left("lost", kCol) + "  " +
              pad_right("breaker", kStateCol);
@@ -156,7 +167,7 @@ void write_timeline(std::ostream& out, const SimulationResult& r) {
 
 void write_summary(std::ostream& out, const SimulationResult& r) {
   const auto& configs = r.configurations;
-  const std::string dep = r.scenario.dependency.name;
+  const std::string dep = printable(r.scenario.dependency.name);
   std::vector<std::pair<std::string, std::vector<std::string>>> rows;
   auto row = [&](std::string label, auto cell) {
     std::vector<std::string> cells;
@@ -225,14 +236,16 @@ void write_summary(std::ostream& out, const SimulationResult& r) {
 
   std::size_t label_width = 0;
   for (const auto& [label, cells] : rows) label_width = std::max(label_width, label.size());
+  std::vector<std::string> names;
+  for (const auto& c : configs) names.push_back(printable(c.name));
   std::vector<std::size_t> widths;
   for (std::size_t j = 0; j < configs.size(); ++j) {
-    std::size_t w = configs[j].name.size();
+    std::size_t w = names[j].size();
     for (const auto& [label, cells] : rows) w = std::max(w, cells[j].size());
     widths.push_back(w + 3);
   }
   std::string head = pad_right("Summary", label_width + 2);
-  for (std::size_t j = 0; j < configs.size(); ++j) head += pad_left(configs[j].name, widths[j]);
+  for (std::size_t j = 0; j < configs.size(); ++j) head += pad_left(names[j], widths[j]);
   out << head << "\n";
   for (const auto& [label, cells] : rows) {
     std::string line = pad_right("  " + label, label_width + 2);

@@ -605,6 +605,13 @@ ConfigurationResult simulate_configuration(const Scenario& scenario,
   if (scenario.dependency.phases.empty()) {
     throw InputError({scenario.source}, "dependency.phases", "needs at least one phase");
   }
+  // The work per request is bounded by its attempts (each a few events); a scenario
+  // read from a file has been held to this already, one built in code is here.
+  if (configuration.retry && configuration.retry->config.max_attempts > kMaxAttempts) {
+    throw InputError({scenario.source}, "config." + configuration.name + ".retry.max_attempts",
+                     "must be at most " + std::to_string(kMaxAttempts) + " (got " +
+                         std::to_string(configuration.retry->config.max_attempts) + ")");
+  }
   try {
     if (!configuration.breaker) {
       return Simulation<NoBreaker>(scenario, configuration, options).run();

@@ -31,6 +31,8 @@
 #ifndef BULWARK_LAB_CONFIG_H_
 #define BULWARK_LAB_CONFIG_H_
 
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -49,6 +51,31 @@ namespace bulwark::lab {
 
 // Bucket capacity of the lab's time-window breaker: window_buckets may go up to this.
 inline constexpr std::uint32_t kTimeWindowCapacity = 120;
+
+// The lab's bounds on what a file may ask for, checked when it is read (the error names
+// the key and the bound; docs/configuration.md lists them all). They keep every run
+// finite: no file makes the lab crash, hang or take memory without bound.
+inline constexpr std::size_t kMaxTomlBytes = 1 << 20;  // a configuration or scenario file
+inline constexpr std::uint32_t kMaxTomlNesting = 32;   // tables, arrays and inline tables
+inline constexpr std::size_t kMaxNameBytes = 128;      // every `name` (and config.NAME)
+inline constexpr std::size_t kMaxDescriptionBytes = 1024;
+// Every duration, unless its key has a lower bound of its own.
+inline constexpr Nanos kMaxConfigDuration = std::chrono::hours(24 * 365);
+// Latencies, timeouts and the caller's work: the simulator's longest call.
+inline constexpr Nanos kMaxCallDuration = std::chrono::hours(24);
+inline constexpr Nanos kMaxScenarioDuration = std::chrono::hours(24 * 30);
+inline constexpr std::uint32_t kMaxAttempts = 100;  // retry.max_attempts
+inline constexpr double kMaxMultiplier = 1000;      // open_duration_multiplier, backoff
+inline constexpr std::uint32_t kMaxMinimumCalls = 1'000'000;
+inline constexpr std::uint32_t kMaxConcurrent = 1'000'000;  // bulkhead.max_concurrent
+inline constexpr std::uint32_t kMaxWorkers = 1'000'000;     // caller.workers
+inline constexpr double kMaxRate = 1e6;                     // arrivals.rate, per second
+inline constexpr double kMaxRequests = 2e9;                 // rate x duration
+// Over every configuration of a scenario: requests x max_attempts, the simulator's
+// worst case (every attempt fails and is retried). Each attempt is a few events.
+inline constexpr double kMaxSimulatedAttempts = 2e9;
+inline constexpr std::size_t kMaxPhases = 1000;
+inline constexpr std::size_t kMaxConfigurations = 16;
 
 // A breaker configuration and the kind of window (hence breaker type) it runs on.
 struct BreakerSpec {

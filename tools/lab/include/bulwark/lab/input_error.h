@@ -12,6 +12,7 @@
 #ifndef BULWARK_LAB_INPUT_ERROR_H_
 #define BULWARK_LAB_INPUT_ERROR_H_
 
+#include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
@@ -48,12 +49,22 @@ class InputError : public std::runtime_error {
 
 // Text from the input, made safe to print in an error: printable ASCII and valid UTF-8
 // as they are; '"' and '\\' escaped; \r, \n and \t as such; every other control byte
-// and every byte that is not part of valid UTF-8 as \xNN. So an error never prints a
-// raw carriage return or a broken character:  sucess\r  ->  sucess\r (four characters
-// more, not a line end).
+// (C0, DEL, C1) and every byte that is not part of valid UTF-8 as \xNN. So an error never
+// prints a raw carriage return or a broken character:  sucess\r  ->  sucess\r (four
+// characters more, not a line end). Input longer than kMaxEchoed bytes is cut there (at
+// a character boundary) and ends in "...", so a 5 MB key is not echoed whole.
+inline constexpr std::size_t kMaxEchoed = 100;
 std::string escape_for_error(std::string_view text);
-// The same, in double quotes: "sucess\r".
+// The same, in double quotes: "sucess\r"; a cut text also says its length:
+// "xxxx..." (5000000 bytes).
 std::string quote_for_error(std::string_view text);
+
+// Text from the input, made safe to show on a terminal or in a report: like
+// escape_for_error (control bytes and invalid UTF-8 as \r, \n, \t or \xNN, and the
+// noncharacters U+FFFE and U+FFFF as \xNN too, since XML refuses them) but with quotes
+// and backslashes as they are, and never cut. An ESC in a configuration's name reaches
+// the reader as the four characters \x1b, never as the start of an escape sequence.
+std::string printable(std::string_view text);
 
 // The length of the valid UTF-8 sequence that starts text[i] (1 for ASCII), or 0 if
 // the byte there does not start one (overlong forms, surrogates and values past

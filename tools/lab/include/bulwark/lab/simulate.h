@@ -119,7 +119,8 @@ struct SimulationResult {
   std::vector<ConfigurationResult> configurations;
 };
 
-// Runs every configuration of `scenario`. Throws InputError for bad options.
+// Runs every configuration of `scenario`. Throws InputError for bad options, and for a
+// retry of more than kMaxAttempts attempts (the work per request is bounded by it).
 SimulationResult simulate(const Scenario& scenario, const SimulateOptions& options = {});
 
 // Runs one configuration (the building block of simulate()).

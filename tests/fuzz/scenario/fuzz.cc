@@ -1,0 +1,67 @@
+// `bulwark simulate SCENARIO.toml`: a scenario as the CLI reads it and, when it is small
+// enough to run in a few milliseconds, the simulation and its three reports. Bad input
+// must be a clear InputError; a scenario that loads must respect every bound the lab
+// promises (they keep a run finite); a run accounts for every request, and its text
+// and SVG hold no control byte whatever the names hold.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+#include "bulwark/lab/config.h"
+#include "bulwark/lab/input_error.h"
+#include "bulwark/lab/report.h"
+#include "bulwark/lab/simulate.h"
+#include "lab_checks.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace bulwark;
+  using fuzz::check;
+  const std::string_view text(reinterpret_cast<const char*>(data), size);
+  if (fuzz::toml_reaches_known_ub(text)) return 0;
+  lab::Scenario s;
+  try {
+    s = lab::parse_scenario(text, "fuzz.toml");
+  } catch (const lab::InputError& e) {
+    fuzz::check_error(e);
+    return 0;
+  }
+  check(s.duration > Nanos::zero() && s.duration <= lab::kMaxScenarioDuration, "duration bound");
+  check(s.caller.workers >= 1 && s.caller.workers <= lab::kMaxWorkers, "workers bound");
+  check(!s.configurations.empty() && s.configurations.size() <= lab::kMaxConfigurations,
+        "configurations bound");
+  check(!s.dependency.phases.empty() && s.dependency.phases.size() <= lab::kMaxPhases,
+        "phases bound");
+  const double requests = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
+  double attempts = 0;
+  for (const auto& c : s.configurations) {
+    check(!c.retry || c.retry->config.max_attempts <= lab::kMaxAttempts, "attempts bound");
+    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
+  }
+  check(requests <= lab::kMaxRequests && attempts <= lab::kMaxSimulatedAttempts, "work bound");
+  if (attempts > 20'000) return 0;  // valid, but too long a run for a fuzzer's input
+
+  // At most 1000 timeline rows.
+  const Nanos step = std::max<Nanos>(std::chrono::seconds(1), s.duration / 1000 + Nanos(1));
+  lab::SimulationResult r;
+  try {
+    r = lab::simulate(s, {.timeline_step = step});
+  } catch (const lab::InputError& e) {
+    fuzz::check_error(e);
+    check(false, "a scenario that loads simulates");
+  }
+  for (const auto& c : r.configurations) {
+    check(c.lost + c.served_full + c.served_degraded + c.failed == c.requests,
+          "every request ends exactly once");
+    check(c.peak_busy <= s.caller.workers, "never more workers busy than there are");
+  }
+  std::ostringstream out;
+  lab::write_text(out, r);
+  check(!fuzz::has_control_bytes(out.str()), "the text report holds no control byte");
+  check(!fuzz::has_control_bytes(lab::to_svg(r)), "the SVG holds no control byte");
+  check(!fuzz::has_control_bytes(lab::to_json(r)), "the JSON holds no control byte");
+  return 0;
+}

@@ -1,0 +1,428 @@
+#include "cli.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "bulwark/lab/config.h"
+#include "bulwark/lab/duration.h"
+#include "bulwark/lab/input_error.h"
+#include "bulwark/lab/replay.h"
+#include "bulwark/lab/report.h"
+#include "bulwark/lab/simulate.h"
+
+namespace bulwark::cli {
+namespace {
+
+using bulwark::lab::InputError;
+
+constexpr int kBadInput = 2;
+constexpr int kFailed = 1;
+constexpr std::int64_t kMaxTimelineRows = 1'000'000;
+
+// An empty file name is a mistake (an unset shell variable, say), never "no file".
+void check_path(std::string_view flag, const std::string& path) {
+  if (path.empty()) {
+    throw InputError({}, std::string(flag),
+                     "expected a file name or '-' (standard input or output), got an empty string");
+  }
+}
+
+void check_output(std::string_view flag, const Given& path) {
+  if (!path.given) return;
+  check_path(flag, path.value);
+  if (path.value != "-" && path.value.front() == '-') {
+    throw InputError({}, std::string(flag),
+                     "expected a file name or '-' (standard output), got " +
+                         bulwark::lab::quote_for_error(path.value) +
+                         ", which looks like an option; for a file whose name starts with "
+                         "'-', write ./" +
+                         bulwark::lab::escape_for_error(path.value));
+  }
+}
+
+void check_simulate(SimulateArgs& a) {
+  if (a.print_scenario) {
+    // It prints the built-in scenario and nothing else: anything more asked for is a
+    // mistake, not something to ignore (`simulate mine.toml --print-scenario`).
+    const char* other = a.scenario.given        ? "SCENARIO file"
+                        : a.json.given          ? "--json"
+                        : a.svg.given           ? "--svg"
+                        : a.duration.given      ? "--duration"
+                        : a.timeline_step.given ? "--timeline-step"
+                        : !a.only.empty()       ? "--only"
+                        : a.seed                ? "--seed"
+                        : a.no_timeline         ? "--no-timeline"
+                                                : nullptr;
+    if (other != nullptr) {
+      throw InputError(
+          {}, "--print-scenario",
+          std::string("prints the built-in scenario and runs nothing, so it takes no ") + other +
+              " (to run a file, leave --print-scenario out)");
+    }
+    return;
+  }
+  if (a.scenario.given) check_path("SCENARIO", a.scenario.value);
+  for (std::size_t i = 0; i < a.only.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (a.only[i] == a.only[j]) {
+        // Each --only runs its configuration once more: a name twice is a mistake, and
+        // a thousand times would be a thousand runs.
+        throw InputError({}, "--only",
+                         "names " + bulwark::lab::quote_for_error(a.only[i]) + " twice");
+      }
+    }
+  }
+  check_output("--json", a.json);
+  check_output("--svg", a.svg);
+  if (a.json.value == "-" && a.svg.value == "-") {
+    throw InputError({}, "--svg", "only one of --json and --svg can write to standard output");
+  }
+  if (a.json.given && a.svg.given && a.json.value != "-" && a.json.value == a.svg.value) {
+    throw InputError(
+        {}, "--svg",
+        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
+  }
+  auto step = bulwark::lab::parse_duration(a.timeline_step.value);
+  if (!step) throw InputError({}, "--timeline-step", step.error());
+  if (*step <= bulwark::Nanos::zero()) throw InputError({}, "--timeline-step", "must be positive");
+  a.step = *step;
+  if (a.duration.given) {
+    auto d = bulwark::lab::parse_duration(a.duration.value);
+    if (!d) throw InputError({}, "--duration", d.error());
+    if (*d <= bulwark::Nanos::zero() || *d > bulwark::lab::kMaxScenarioDuration) {
+      throw InputError({}, "--duration", "must be positive and at most 30 days");
+    }
+    a.duration_value = *d;
+  }
+}
+
+void check_replay(const ReplayArgs& a) {
+  check_path("--config", a.config);
+  check_path("TRACE", a.trace);
+  if (a.config == "-" && a.trace == "-") {
+    throw InputError({}, "--config",
+                     "the configuration and the trace cannot both be read from standard input "
+                     "('-'): give one of them as a file");
+  }
+}
+
+// An output the command writes: standard output ("-") or a file. Files are opened
+// before anything runs, so an unwritable path fails before any work and before anything
+// is printed; an existing file is only truncated when its new content is written, and a
+// file this command created is removed again if the command fails before writing it.
+class Output {
+ public:
+  // `path` has passed check_output().
+  Output(std::string flag, const Given& path) : flag_(std::move(flag)), path_(path.value) {}
+  // True if this and `other` are the same file (./a.json and a.json), once both are open.
+  bool same_file_as(const Output& other) const {
+    struct stat a {
+    }, b{};
+    return file_ && other.file_ && ::fstat(::fileno(file_.get()), &a) == 0 &&
+           ::fstat(::fileno(other.file_.get()), &b) == 0 && a.st_dev == b.st_dev &&
+           a.st_ino == b.st_ino && S_ISREG(a.st_mode);
+  }
+  Output(const Output&) = delete;
+  Output& operator=(const Output&) = delete;
+  ~Output() {
+    file_.reset();
+    if (created_ && !written_) std::remove(path_.c_str());
+  }
+
+  void open() {
+    if (path_.empty() || path_ == "-") return;
+    int fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+      created_ = true;
+    } else if (errno == EEXIST) {
+      fd = ::open(path_.c_str(), O_WRONLY | O_CLOEXEC);
+    }
+    if (fd >= 0) {
+      file_.reset(::fdopen(fd, "wb"));
+      if (!file_) ::close(fd);
+    }
+    if (!file_) {
+      throw std::runtime_error(flag_ + ": cannot open " + bulwark::lab::printable(path_) +
+                               " for writing: " + std::strerror(errno));
+    }
+  }
+  bool used() const { return !path_.empty(); }
+  bool is_stdout() const { return path_ == "-"; }
+  const std::string& path() const { return path_; }
+
+  void write(const std::string& content) {
+    if (is_stdout()) {
+      std::cout << content << std::flush;
+      if (!std::cout) throw std::runtime_error("cannot write to standard output");
+      return;
+    }
+    std::FILE* f = file_.release();
+    // A pipe or a terminal (--json /dev/stdout) cannot be truncated, and needs not be.
+    bool ok = ::ftruncate(::fileno(f), 0) == 0 || errno == EINVAL;
+    ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && ok;
+    ok = std::fclose(f) == 0 && ok;
+    written_ = true;
+    if (!ok) throw std::runtime_error("cannot write " + bulwark::lab::printable(path_));
+  }
+
+ private:
+  struct FileCloser {
+    void operator()(std::FILE* f) const noexcept {
+      if (f != nullptr) std::fclose(f);
+    }
+  };
+  std::string flag_;
+  std::string path_;
+  std::unique_ptr<std::FILE, FileCloser> file_;
+  bool created_ = false;
+  bool written_ = false;
+};
+
+int run_simulate(const SimulateArgs& a) {
+  if (a.print_scenario) {
+    std::cout << bulwark::lab::builtin_scenario_toml();
+    return 0;
+  }
+  Output json("--json", a.json), svg("--svg", a.svg);
+  bulwark::lab::Scenario scenario = a.scenario.given
+                                        ? bulwark::lab::load_scenario_file(a.scenario.value)
+                                        : bulwark::lab::builtin_scenario();
+  if (a.seed) scenario.seed = *a.seed;
+  if (a.duration_value) {
+    // The bounds the scenario's own duration was held to, for the new one.
+    const double requests =
+        scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
+    if (requests > bulwark::lab::kMaxRequests) {
+      throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
+    }
+    double attempts = 0;
+    for (const auto& c : scenario.configurations) {
+      attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
+    }
+    if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
+      throw InputError({}, "--duration",
+                       "makes more than 2e9 attempts in the worst case (every attempt failing "
+                       "and retried) at this scenario's rate and max_attempts");
+    }
+    scenario.duration = *a.duration_value;
+  }
+  if (scenario.duration / a.step > kMaxTimelineRows) {
+    // Blame what the user wrote: the step if given, else the duration that made it long.
+    const std::string rows = "makes more than 1000000 timeline rows of " +
+                             bulwark::lab::format_duration(a.step) + " in " +
+                             bulwark::lab::format_duration(scenario.duration);
+    const bulwark::Nanos least((scenario.duration.count() + kMaxTimelineRows - 1) /
+                               kMaxTimelineRows);
+    const std::string hint =
+        ": give a --timeline-step of at least " + bulwark::lab::format_duration(least);
+    if (a.timeline_step.given) throw InputError({}, "--timeline-step", rows + hint);
+    if (a.duration.given) throw InputError({}, "--duration", rows + hint);
+    throw InputError({scenario.source}, "duration", rows + " (the default --timeline-step)" + hint);
+  }
+  if (!a.only.empty()) {
+    std::vector<bulwark::lab::ResilienceConfig> kept;
+    for (const std::string& name : a.only) {
+      bool found = false;
+      for (const auto& c : scenario.configurations) {
+        if (c.name == name) kept.push_back(c), found = true;
+      }
+      if (!found) {
+        std::string names;
+        for (const auto& c : scenario.configurations) {
+          names += (names.empty() ? "" : ", ") + bulwark::lab::escape_for_error(c.name);
+        }
+        throw InputError({}, "--only",
+                         "no configuration named " + bulwark::lab::quote_for_error(name) +
+                             " (the scenario has " + names + ")");
+      }
+    }
+    scenario.configurations = std::move(kept);
+  }
+  json.open();
+  svg.open();
+  if (json.same_file_as(svg)) {
+    throw InputError(
+        {}, "--svg",
+        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
+  }
+  const bulwark::lab::SimulationResult result =
+      bulwark::lab::simulate(scenario, {.timeline_step = a.step});
+  if (json.used()) json.write(bulwark::lab::to_json(result));
+  if (svg.used()) svg.write(bulwark::lab::to_svg(result));
+  if (!json.is_stdout() && !svg.is_stdout()) {
+    std::ostringstream text;
+    bulwark::lab::write_text(text, result, {.timeline = !a.no_timeline});
+    if (json.used()) {
+      text << "\nResults written to " << bulwark::lab::printable(a.json.value) << "\n";
+    }
+    if (svg.used()) {
+      text << (json.used() ? "" : "\n") << "Chart written to "
+           << bulwark::lab::printable(a.svg.value) << "\n";
+    }
+    std::cout << text.str() << std::flush;
+    if (!std::cout) throw std::runtime_error("cannot write to standard output");
+  }
+  return 0;
+}
+
+int run_replay(const ReplayArgs& a) {
+  const bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file(a.config);
+  bulwark::lab::replay_file(spec, a.trace, stdout, {.decisions = a.decisions});
+  return 0;
+}
+
+}  // namespace
+
+CommandLine::CommandLine() {
+  app_ = std::make_unique<CLI::App>(
+      "bulwark: the resilience lab. Runs bulwark's real circuit breaker, bulkhead, retry and\n"
+      "retry budget in virtual time: simulate an incident, or replay a recorded trace.\n"
+      "Configuration reference: docs/configuration.md",
+      "bulwark");
+  CLI::App& app = *app_;
+  app.require_subcommand(1);
+  app.set_version_flag("--version", "bulwark lab 0.1.0");
+
+  SimulateArgs& sim = command_.sim;
+  simulate_ = app.add_subcommand(
+      "simulate",
+      "Simulate a scenario's traffic through each of its resilience configurations, in\n"
+      "virtual time, and compare them side by side. With no SCENARIO, runs the built-in\n"
+      "incident (seed 002: a reviews service goes from 120 ms to 14 s) before and after\n"
+      "its fixes.");
+  simulate_
+      ->add_option("scenario", sim.scenario.value,
+                   "Scenario file (TOML; '-': stdin); default: the built-in incident")
+      ->type_name("SCENARIO.toml");
+  simulate_
+      ->add_option("--json", sim.json.value, "Write machine-readable results to FILE ('-': stdout)")
+      ->type_name("FILE");
+  simulate_->add_option("--svg", sim.svg.value, "Write a chart of the run to FILE ('-': stdout)")
+      ->type_name("FILE");
+  simulate_->add_option("--seed", sim.seed, "Override the scenario's random seed")
+      ->type_name("N")
+      ->check(CLI::Validator(
+          [](const std::string& v) -> std::string {
+            std::uint64_t n = 0;
+            const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+            if (ec != std::errc() || end != v.data() + v.size()) {
+              return "must be a whole number from 0 to 18446744073709551615 (got " +
+                     bulwark::lab::quote_for_error(v) + ")";
+            }
+            return "";
+          },
+          ""));
+  simulate_
+      ->add_option("--duration", sim.duration.value,
+                   "Override the scenario's duration, e.g. 2min (the phases keep their starts)")
+      ->type_name("DURATION");
+  simulate_
+      ->add_option("--timeline-step", sim.timeline_step.value,
+                   "Width of a timeline row, e.g. 1s, 10s, 1min (default 1s)")
+      ->type_name("DURATION");
+  simulate_
+      ->add_option("--only", sim.only,
+                   "Run only this configuration; one NAME per flag, repeat it for more\n"
+                   "(--only before --only after)")
+      ->type_name("NAME")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  simulate_->add_flag("--no-timeline", sim.no_timeline, "Print the summary without the timeline");
+  simulate_->add_flag("--print-scenario", sim.print_scenario,
+                      "Print the built-in scenario's TOML (a starting point) and exit");
+
+  ReplayArgs& rep = command_.rep;
+  CLI::App* replay = app.add_subcommand(
+      "replay",
+      "Replay a recorded call trace through one breaker per key, in trace time, to check a\n"
+      "breaker configuration against real traffic before enforcing it. TRACE.csv has the\n"
+      "header t_ms,key,duration_ms,outcome (outcome: success, failure or ignored; rows in\n"
+      "non-decreasing t_ms). Writes JSON Lines: one line per transition, with --decisions\n"
+      "one per call, and a summary line per key.");
+  replay->add_option("--config", rep.config, "Breaker configuration (TOML with a [breaker] table)")
+      ->type_name("BREAKER.toml")
+      ->required();
+  replay->add_option("trace", rep.trace, "Call trace (CSV; '-': standard input)")
+      ->type_name("TRACE.csv")
+      ->required();
+  replay->add_flag("--decisions", rep.decisions,
+                   "Also write one line per call: permitted or rejected");
+}
+
+CommandLine::~CommandLine() = default;
+
+Command CommandLine::parse(int argc, const char* const* argv) {
+  // CLI11 would only say "A subcommand is required" for a misspelt one.
+  if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "simulate" &&
+      std::string_view(argv[1]) != "replay") {
+    throw InputError({}, "",
+                     "unknown subcommand " + bulwark::lab::quote_for_error(argv[1]) +
+                         " (the subcommands are simulate and replay)");
+  }
+  app_->parse(argc, argv);
+  SimulateArgs& sim = command_.sim;
+  for (auto [option, given] : {std::pair{"scenario", &sim.scenario},
+                               {"--json", &sim.json},
+                               {"--svg", &sim.svg},
+                               {"--duration", &sim.duration},
+                               {"--timeline-step", &sim.timeline_step}}) {
+    given->given = simulate_->get_option(option)->count() > 0;
+  }
+  command_.simulate = simulate_->parsed();
+  if (command_.simulate) {
+    check_simulate(command_.sim);
+  } else {
+    check_replay(command_.rep);
+  }
+  return command_;
+}
+
+int CommandLine::exit(const CLI::ParseError& e) { return app_->exit(e); }
+
+int main(int argc, const char* const* argv) {
+  CommandLine line;
+  Command command;
+  try {
+    command = line.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return line.exit(e);  // --help, --version
+    std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n"
+              << "Run 'bulwark --help' or 'bulwark <subcommand> --help' for usage.\n";
+    return kBadInput;
+  } catch (const InputError& e) {
+    std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n"
+              << "Run 'bulwark --help' for usage.\n";
+    return kBadInput;
+  }
+  try {
+    if (command.simulate) return run_simulate(command.sim);
+    return run_replay(command.rep);
+  } catch (const InputError& e) {
+    std::cout.flush();
+    std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n";
+    return kBadInput;
+  } catch (const std::exception& e) {
+    std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n";
+    return kFailed;
+  }
+}
+
+}  // namespace bulwark::cli
