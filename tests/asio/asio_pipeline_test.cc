@@ -68,7 +68,7 @@ class AsyncPipelineTest : public ::testing::Test {
           io, clock, [&] { return out.has_value(); }, cancel_after));
       cancel->emit(::asio::cancellation_type::terminal);
     } else {
-      ::asio::co_spawn(io, body(), ::asio::detached);
+      ::asio::co_spawn(io, body, ::asio::detached);
     }
     EXPECT_TRUE(drive(io, clock, [&] { return out.has_value(); }));
     took = Nanos(now_ticks(clock) - start);

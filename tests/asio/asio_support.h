@@ -39,7 +39,9 @@ struct NetError {
   }
 };
 
-enum class Mode { ok, fail, reject, never };
+// mixed: request n (from 0) fails if n % 4 == 1, answers after `delay` x 10 if
+// n % 8 == 3, else after `delay`.
+enum class Mode { ok, fail, reject, never, mixed };
 
 // The upstream. C is the clock its answer delay runs on.
 template <class C>
@@ -78,7 +80,8 @@ class Upstream {
           co_await acceptor_.async_accept(::asio::experimental::as_tuple(::asio::use_awaitable));
       if (ec) co_return;
       accepted_.fetch_add(1);
-      ::asio::co_spawn(ex_, serve(std::move(socket)), ::asio::detached);
+      // A strand each: the upstream may run on a multi-threaded io_context.
+      ::asio::co_spawn(::asio::make_strand(ex_), serve(std::move(socket)), ::asio::detached);
     }
   }
 
@@ -88,11 +91,16 @@ class Upstream {
         co_await ::asio::async_read_until(socket, ::asio::dynamic_buffer(line), '\n',
                                           ::asio::experimental::as_tuple(::asio::use_awaitable));
     if (!ec) {
-      const Mode mode = fail_next_.fetch_sub(1) > 0 ? Mode::fail : mode_.load();
+      Mode mode = fail_next_.fetch_sub(1) > 0 ? Mode::fail : mode_.load();
+      Nanos delay(delay_.load());
+      if (mode == Mode::mixed) {
+        const int nth = requests_.fetch_add(1);
+        mode = nth % 4 == 1 ? Mode::fail : Mode::ok;
+        if (nth % 8 == 3) delay *= 10;
+      }
       if (mode != Mode::never) {
-        const Nanos delay(delay_.load());
         if (delay > Nanos::zero()) {
-          bulwark::asio::Timer<C> t(ex_);
+          bulwark::asio::Timer<C> t(co_await ::asio::this_coro::executor);
           t.expires_after(delay);
           co_await t.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable));
         }
@@ -121,6 +129,7 @@ class Upstream {
   std::atomic<int> accepted_{0};
   std::atomic<int> closed_{0};
   std::atomic<int> answered_{0};
+  std::atomic<int> requests_{0};
 };
 
 // The client call: connect, send GET, read one line. Every operation uses the

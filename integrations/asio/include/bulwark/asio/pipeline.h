@@ -604,14 +604,10 @@ class Pipeline {
       c.running = true;
       ++running;
       ++launched;
-      ::asio::co_spawn(ex, run_child<Ex, R>(c.ctx, c.result, c.error, call),
-                       ::asio::bind_cancellation_slot(
-                           c.signal.slot(), [&c, &running, &wake, &ctx](std::exception_ptr) {
-                             c.running = false;
-                             c.ended = ctx.now();
-                             --running;
-                             wake.cancel();
-                           }));
+      // The attempt tells its own end (run_child): when it ends at once, nothing is
+      // scheduled to say so. The completion handler itself refers to nothing here.
+      ::asio::co_spawn(ex, run_child<Ex, R>(c, running, wake, ctx, call),
+                       ::asio::bind_cancellation_slot(c.signal.slot(), ::asio::detached));
     };
     auto cancel_all = [&] {
       for (std::size_t i = 0; i < launched; ++i) {
@@ -714,16 +710,22 @@ class Pipeline {
     co_return end;
   }
 
-  // The body of one attempt's coroutine: the call, its answer or its exception kept.
-  template <class Ex, class R, class Ctx, class F>
-  static ::asio::awaitable<void, Ex> run_child(const std::optional<Ctx>& ctx,
-                                               std::optional<R>& result, std::exception_ptr& error,
-                                               F& call) {
+  // The body of one attempt's coroutine: the call, its answer or its exception kept,
+  // and its end told to the group (the last thing it does: what is left of the
+  // coroutine after this touches nothing of the group's).
+  template <class Ex, class R, class Child, class Ctx, class F>
+  static ::asio::awaitable<void, Ex> run_child(Child& c, std::size_t& running,
+                                               Timer<typename Ctx::clock_type>& wake,
+                                               const Ctx& group_ctx, F& call) {
     try {
-      result.emplace(co_await invoke_call(call, *ctx));
+      c.result.emplace(co_await invoke_call(call, *c.ctx));
     } catch (...) {
-      error = std::current_exception();
+      c.error = std::current_exception();
     }
+    c.running = false;
+    c.ended = group_ctx.now();
+    --running;
+    wake.cancel();
   }
 
   std::tuple<S...> stages_;
