@@ -39,7 +39,7 @@ struct NetError {
   }
 };
 
-// mixed: request n (from 0) fails if n % 4 == 1, answers after `delay` x 10 if
+// mixed: request n (from 0) fails if n % 4 == 1, answers after `delay` x 100 if
 // n % 8 == 3, else after `delay`.
 enum class Mode { ok, fail, reject, never, mixed };
 
@@ -96,7 +96,7 @@ class Upstream {
       if (mode == Mode::mixed) {
         const int nth = requests_.fetch_add(1);
         mode = nth % 4 == 1 ? Mode::fail : Mode::ok;
-        if (nth % 8 == 3) delay *= 10;
+        if (nth % 8 == 3) delay *= 100;
       }
       if (mode != Mode::never) {
         if (delay > Nanos::zero()) {
