@@ -72,6 +72,7 @@
 #include <asio/cancellation_signal.hpp>
 #include <asio/cancellation_state.hpp>
 #include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/this_coro.hpp>
 #include <asio/use_awaitable.hpp>
