@@ -13,8 +13,9 @@
 //                                     requests per second)
 //
 // Each reports allocs_per_call: heap allocations per call once warm (this binary
-// counts operator new). Asio serves coroutine frames from a per-thread cache of
-// freed frames, so a warm call allocates nothing. The same source built with
+// counts operator new and aligned_alloc, which Asio's frame allocator uses). Asio
+// serves coroutine frames from a per-thread cache of two freed frames; a call with
+// more frames alive at once than that allocates the rest. The same source built with
 // ASIO_DISABLE_AWAITABLE_FRAME_RECYCLING (bulwark_asio_bench_frames) allocates every
 // frame, and reports the count as frames_per_call: how many coroutine frames one
 // call creates. Everything runs on one thread inside io_context::run().
@@ -43,6 +44,13 @@ void* operator new(std::size_t n) {
 }
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+// Asio allocates its frames and handlers with std::aligned_alloc, not operator new.
+extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = nullptr;
+  if (alignment < sizeof(void*)) alignment = sizeof(void*);
+  return posix_memalign(&p, alignment, size == 0 ? 1 : size) == 0 ? p : nullptr;
+}
 
 namespace {
 

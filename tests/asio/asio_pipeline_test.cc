@@ -358,7 +358,7 @@ TEST_F(AsyncPipelineTest, APercentileHedgeDelayFollowsRecentLatencies) {
 
 TEST(AsyncPipelineConfig, AHedgeConfigIsChecked) {
   EXPECT_THROW(bulwark::asio::hedge({.max_hedges = 0}), InvalidConfig);
-  EXPECT_THROW(bulwark::asio::hedge({.max_hedges = 9}), InvalidConfig);
+  EXPECT_THROW(bulwark::asio::hedge({.max_hedges = 4}), InvalidConfig);
   bulwark::asio::LatencyTracker t;
   EXPECT_THROW(bulwark::asio::hedge({.delay = bulwark::asio::HedgeDelay::percentile(t, 1.5, 1ms)}),
                InvalidConfig);

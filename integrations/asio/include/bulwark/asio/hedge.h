@@ -105,7 +105,7 @@ class HedgeDelay {
 };
 
 struct HedgeConfig {
-  // Extra attempts allowed in one group, besides the first. 1..8.
+  // Extra attempts allowed in one group, besides the first. 1..3.
   std::uint32_t max_hedges = 1;
   // When the next hedge starts (after the previous attempt of the group started).
   HedgeDelay delay = HedgeDelay::fixed(std::chrono::milliseconds(50));
@@ -117,7 +117,7 @@ struct HedgeConfig {
 // Checks every field; the error names the first one that is wrong.
 Expected<void, ConfigError> validate(const HedgeConfig& config);
 
-inline constexpr std::uint32_t kMaxHedges = 8;
+inline constexpr std::uint32_t kMaxHedges = 3;
 
 // The hedge stage of an async pipeline (pipeline.h). HedgeStage<C> pays for hedges
 // from its own budget on clock C when the pipeline's retry stage has none;

@@ -57,11 +57,14 @@
 // thread-safe. The pipeline holds references to them (they must outlive it) and
 // copies of the fallback, timeout and hedge stages.
 //
-// Cost of a call that succeeds first time, with every stage and a deadline: the
-// synchronous pipeline's atomics, plus one timer wait and one spawned attempt
-// coroutine (its frames come from Asio's per-thread frame cache: no allocation once
-// warm). Without timeout, deadline or hedging: the atomics and the call's own frame.
-// See bench/asio/async_pipeline_bench.cc.
+// Cost of a call that succeeds first time. Without a timeout, a deadline or hedging:
+// the synchronous pipeline's atomics and two coroutine frames (the pipeline's and the
+// call's), which Asio's per-thread frame cache serves — no allocation, no lock once
+// warm (tests/asio/asio_hot_path_test.cc). With a deadline or a timeout, also a
+// spawned attempt coroutine: six frames in all, more than the cache holds (two; a
+// program may raise ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE), so some are allocated, and
+// the attempt's empty completion is posted; a timer is armed only if the attempt
+// does not end at once. bench/asio/async_pipeline_bench.cc counts both.
 
 #ifndef BULWARK_ASIO_PIPELINE_H_
 #define BULWARK_ASIO_PIPELINE_H_
@@ -241,72 +244,14 @@ class Pipeline {
     assert(detail::timers_read(ctx.clock()) &&
            "a ManualClock context needs its clock bound to ManualTimerClock (timer.h)");
 
-    // After a caller's cancellation the pipeline still awaits its attempts' ends (and
-    // the bulkhead's answer): Asio would otherwise throw at each of those co_awaits.
-    const bool throws = co_await ::asio::this_coro::throw_if_cancelled();
-    co_await ::asio::this_coro::throw_if_cancelled(false);
-    std::optional<Out> result;
-    std::exception_ptr thrown;
-    try {
-      result.emplace(co_await run<Ex, R>(ctx, call, throws));
-    } catch (...) {
-      thrown = std::current_exception();
-    }
-    co_await ::asio::this_coro::throw_if_cancelled(throws);
-    if (thrown) std::rethrow_exception(thrown);
-    Out out = std::move(*result);
-    if constexpr (kFallback >= 0) {
-      if (!out) co_return std::get<kFallback>(stages_).template apply<Out>(std::move(out).error());
-    }
-    co_return out;
-  }
-
-  // execute(), so a pipeline reads as the function it wraps.
-  template <Clock C, class F>
-  auto operator()(BasicContext<C> ctx, F call) const {
-    return execute(std::move(ctx), std::move(call));
-  }
-
- private:
-  template <class E>
-  static Unexpected<Failure<E>> fail(Reason reason, Stage stage, std::uint32_t attempts,
-                                     std::optional<E>&& error, Nanos retry_after = Nanos::zero(),
-                                     bool timed_out = false) {
-    Failure<E> f;
-    f.reason = reason;
-    f.stage = stage;
-    f.attempts = attempts;
-    f.retry_after = retry_after;
-    f.error = std::move(error);
-    f.timed_out = timed_out;
-    return Unexpected(std::move(f));
-  }
-
-  template <class Ctx, class F>
-  static decltype(auto) invoke_call(F& call, const Ctx& ctx) {
-    if constexpr (std::is_invocable_v<F&, const Ctx&>) {
-      return call(ctx);
-    } else {
-      return call();
-    }
-  }
-
-  auto* retry_ptr() const noexcept {
-    if constexpr (kHasRetry) {
-      return std::get<kRetry>(stages_).retry;
-    } else {
-      return static_cast<void*>(nullptr);
-    }
-  }
-
-  // Breaker, bulkhead and the retry loop, without the fallback.
-  template <class Ex, class R, class C, class F>
-  ::asio::awaitable<Expected<typename R::value_type, Failure<typename R::error_type>>, Ex> run(
-      const BasicContext<C>& ctx, F& call, bool throws) const {
-    using T = typename R::value_type;
-    using E = typename R::error_type;
-    using Out = Expected<T, Failure<E>>;
     const auto cs = co_await ::asio::this_coro::cancellation_state;
+    // The fallback, outside every other stage: it answers for what they refused.
+    auto fall = [this](Out&& o) -> Out {
+      if constexpr (kFallback >= 0) {
+        if (!o) return std::get<kFallback>(stages_).template apply<Out>(std::move(o).error());
+      }
+      return std::move(o);
+    };
 
     // The breaker: one permit for the call, or one per attempt.
     [[maybe_unused]] bool per_attempt = false;
@@ -322,8 +267,8 @@ class Pipeline {
       const auto& stage = std::get<kBreaker>(stages_);
       auto p = stage.breaker->try_acquire();
       if (!p) {
-        co_return fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker, 0,
-                          std::nullopt, p.error().retry_after);
+        co_return fall(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker, 0,
+                               std::nullopt, p.error().retry_after));
       }
       permit.emplace(std::move(*p));
       per_attempt = stage.scope == BreakerScope::attempt;
@@ -343,11 +288,11 @@ class Pipeline {
       slot = bh->take_if_free();
       if (!slot) {
         if (detail::cancelled(cs) || ctx.stop_requested())
-          co_return fail<E>(Reason::cancelled, Stage::bulkhead, 0, std::nullopt);
+          co_return fall(fail<E>(Reason::cancelled, Stage::bulkhead, 0, std::nullopt));
         auto got = co_await bh->acquire(ctx, ::asio::use_awaitable_t<Ex>());
         if (!got) {
-          co_return fail<E>(bulwark::detail::reason_of(got.error().reason), Stage::bulkhead, 0,
-                            std::nullopt);
+          co_return fall(fail<E>(bulwark::detail::reason_of(got.error().reason), Stage::bulkhead, 0,
+                                 std::nullopt));
         }
         slot.emplace(std::move(*got));
       }
@@ -381,7 +326,7 @@ class Pipeline {
       if constexpr (kBreaker >= 0) {
         if (!per_attempt && outcome && attempts > 0) permit->record(*outcome, Nanos::zero());
       }
-      return std::move(o);
+      return fall(std::move(o));
     };
     for (std::uint32_t n = 1;; ++n) {
       const Stage checker = n == 1 ? Stage::call : Stage::retry;
@@ -397,8 +342,8 @@ class Pipeline {
         if (per_attempt && n > 1) {
           auto p = std::get<kBreaker>(stages_).breaker->try_acquire();
           if (!p) {
-            co_return fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker, n - 1,
-                              std::move(last_error), p.error().retry_after);
+            co_return fall(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker,
+                                   n - 1, std::move(last_error), p.error().retry_after));
           }
           permit.emplace(std::move(*p));
         }
@@ -413,7 +358,22 @@ class Pipeline {
       if (kHasTimeout || kHasHedge || ctx.has_deadline()) {
         end = co_await run_group<Ex, R>(ctx, call, info, budget);
       } else {
-        end = co_await run_direct<Ex, R>(ctx, call, info, throws);
+        // Awaited in place: the caller's cancellation reaches the call directly.
+        const BasicContext<C> actx = ctx.with_attempt(&info);
+        constexpr bool kTimed = kBreaker >= 0;
+        [[maybe_unused]] const Ticks started = kTimed ? coarse_now_ticks(ctx.clock()) : 0;
+        try {
+          end.result.emplace(co_await invoke_call(call, actx));
+        } catch (...) {
+          end.error = std::current_exception();
+        }
+        if constexpr (kTimed) {
+          end.elapsed = Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - started));
+        }
+        if (detail::cancelled(cs) && !(end.result && *end.result)) {
+          end.caller_cancelled = true;
+          end.error = nullptr;
+        }
       }
       attempts = n;
 
@@ -522,10 +482,8 @@ class Pipeline {
           last_error.reset();
         }
         if (decision.delay > Nanos::zero()) {
-          Timer<C> backoff(co_await ::asio::this_coro::executor);
-          backoff.expires_at(timer_time<C>(saturating_add(now, decision.delay.count())));
-          auto [ec] = co_await backoff.async_wait(
-              ::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
+          const std::error_code ec =
+              co_await wait_until<Ex, C>(saturating_add(now, decision.delay.count()));
           if (ec || detail::cancelled(cs)) {
             retry->note_cancelled();
             co_return finish(fail<E>(Reason::cancelled, Stage::retry, n, std::move(last_error),
@@ -538,32 +496,53 @@ class Pipeline {
     }
   }
 
-  // One attempt, awaited in place: the caller's cancellation reaches it directly. The
-  // call runs with the caller's own throw_if_cancelled setting.
-  template <class Ex, class R, class C, class F>
-  ::asio::awaitable<detail::AttemptEnd<R>, Ex> run_direct(const BasicContext<C>& ctx, F& call,
-                                                          const AttemptInfo& info,
-                                                          bool throws) const {
-    detail::AttemptEnd<R> end;
-    const BasicContext<C> actx = ctx.with_attempt(&info);
-    constexpr bool kTimed = kBreaker >= 0 || kHasHedge;
-    [[maybe_unused]] const Ticks started = kTimed ? coarse_now_ticks(ctx.clock()) : 0;
-    co_await ::asio::this_coro::throw_if_cancelled(throws);
-    try {
-      end.result.emplace(co_await invoke_call(call, actx));
-    } catch (...) {
-      end.error = std::current_exception();
+  // execute(), so a pipeline reads as the function it wraps.
+  template <Clock C, class F>
+  auto operator()(BasicContext<C> ctx, F call) const {
+    return execute(std::move(ctx), std::move(call));
+  }
+
+ private:
+  template <class E>
+  static Unexpected<Failure<E>> fail(Reason reason, Stage stage, std::uint32_t attempts,
+                                     std::optional<E>&& error, Nanos retry_after = Nanos::zero(),
+                                     bool timed_out = false) {
+    Failure<E> f;
+    f.reason = reason;
+    f.stage = stage;
+    f.attempts = attempts;
+    f.retry_after = retry_after;
+    f.error = std::move(error);
+    f.timed_out = timed_out;
+    return Unexpected(std::move(f));
+  }
+
+  template <class Ctx, class F>
+  static decltype(auto) invoke_call(F& call, const Ctx& ctx) {
+    if constexpr (std::is_invocable_v<F&, const Ctx&>) {
+      return call(ctx);
+    } else {
+      return call();
     }
-    co_await ::asio::this_coro::throw_if_cancelled(false);
-    if constexpr (kTimed) {
-      end.elapsed = Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - started));
+  }
+
+  auto* retry_ptr() const noexcept {
+    if constexpr (kHasRetry) {
+      return std::get<kRetry>(stages_).retry;
+    } else {
+      return static_cast<void*>(nullptr);
     }
-    const auto cs = co_await ::asio::this_coro::cancellation_state;
-    if (detail::cancelled(cs) && !(end.result && *end.result)) {
-      end.caller_cancelled = true;
-      end.error = nullptr;
-    }
-    co_return end;
+  }
+
+  // A backoff: a timer of its own coroutine, so that the call's frame stays small
+  // enough for Asio's frame cache (and pays for the timer only when it retries).
+  template <class Ex, class C>
+  static ::asio::awaitable<std::error_code, Ex> wait_until(Ticks until) {
+    Timer<C> t(co_await ::asio::this_coro::executor);
+    t.expires_at(timer_time<C>(until));
+    auto [ec] =
+        co_await t.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
+    co_return ec;
   }
 
   // One attempt and its hedges, each a coroutine of its own on this executor, so that
@@ -588,6 +567,10 @@ class Pipeline {
     };
     const Ex ex = co_await ::asio::this_coro::executor;
     const auto cs = co_await ::asio::this_coro::cancellation_state;
+    // After a caller's cancellation the group still awaits its attempts' ends: Asio
+    // would throw at each such co_await. The caller's setting is restored below.
+    const bool throws = co_await ::asio::this_coro::throw_if_cancelled();
+    co_await ::asio::this_coro::throw_if_cancelled(false);
     std::array<Child, kChildren> kids;
     Timer<C> wake(ex);
     std::size_t launched = 0;
@@ -689,6 +672,7 @@ class Pipeline {
       if (ec && detail::cancelled(cs)) caller_cancelled = true;
     }
 
+    co_await ::asio::this_coro::throw_if_cancelled(throws);
     detail::AttemptEnd<R> end;
     if (caller_cancelled && !winner) {
       end.caller_cancelled = true;
