@@ -45,8 +45,11 @@ void* operator new(std::size_t n) {
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
 // Asio allocates its frames and handlers with std::aligned_alloc, not operator new.
+// With its frame cache off, frames come from operator new, and only they are counted.
 extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+#if !defined(ASIO_DISABLE_AWAITABLE_FRAME_RECYCLING)
   g_allocations.fetch_add(1, std::memory_order_relaxed);
+#endif
   void* p = nullptr;
   if (alignment < sizeof(void*)) alignment = sizeof(void*);
   return posix_memalign(&p, alignment, size == 0 ? 1 : size) == 0 ? p : nullptr;
