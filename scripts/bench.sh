@@ -12,14 +12,17 @@ cmake --preset release >/dev/null
 cmake --build --preset release -j "$(nproc)" --target bulwark_bench bulwark_lab_bench bulwark_asio_bench \
   bulwark_asio_bench_frames
 out=$(mktemp)
-build/release/bench/bulwark_bench --benchmark_filter="${1:-.}" --benchmark_repetitions=10 \
-  --benchmark_enable_random_interleaving=true --benchmark_min_time=0.1 --benchmark_format=json >"$out"
-python3 bench/ratios.py "$out"
-echo
+# Each binary is skipped when the filter names none of its benchmarks.
+matches() { [[ -n "$("$1" --benchmark_list_tests --benchmark_filter="${2:-.}" 2>/dev/null)" ]]; }
+if matches build/release/bench/bulwark_bench "${1:-.}"; then
+  build/release/bench/bulwark_bench --benchmark_filter="${1:-.}" --benchmark_repetitions=10 \
+    --benchmark_enable_random_interleaving=true --benchmark_min_time=0.1 --benchmark_format=json >"$out"
+  python3 bench/ratios.py "$out"
+  echo
+fi
 # The async pipeline (bulwark::asio): a binary of its own, so bulwark_bench needs no Asio.
-# Skipped when the filter names none of its benchmarks.
 asio=build/release/bench/asio/bulwark_asio_bench
-if "$asio" --benchmark_list_tests --benchmark_filter="${1:-.}" 2>/dev/null | grep -q .; then
+if matches "$asio" "${1:-.}"; then
   "$asio" --benchmark_filter="${1:-.}" --benchmark_repetitions=10 \
     --benchmark_enable_random_interleaving=true --benchmark_min_time=0.1 \
     --benchmark_format=json >"$out"

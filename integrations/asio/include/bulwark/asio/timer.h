@@ -39,6 +39,7 @@
 #include <atomic>
 #include <cassert>
 #include <chrono>
+#include <type_traits>
 
 #include "bulwark/clock.h"
 #include "bulwark/context.h"
