@@ -99,7 +99,23 @@ def goals(t, c):
                                           "BM_Closed_AcquireRecordSuccess/threads:1"), None, None),
         ("scrape 10k breakers / same text from constants", r("BM_Prometheus_Scrape_10k",
                                                              "BM_Baseline_Format_10k"), "<=", 2.0),
+        ("Async pipeline (bulwark::asio)", None, "section", None),
+        ("pipeline, no deadline / bare co_await", r("BM_Asio_Pipeline_Direct", "BM_Asio_BareCoAwait"),
+         None, None),
+        ("pipeline, deadline + timeout / bare co_await", r("BM_Asio_Pipeline_Deadline",
+                                                          "BM_Asio_BareCoAwait"), None, None),
+        ("pipeline, hedged / bare co_await", r("BM_Asio_Pipeline_Hedged", "BM_Asio_BareCoAwait"),
+         None, None),
+        ("loopback echo round trip, pipeline / bare", r("BM_Asio_Echo_Pipeline", "BM_Asio_Echo_Bare"),
+         None, None),
     ]
+    for name in ("BM_Asio_BareCoAwait", "BM_Asio_Pipeline_Direct", "BM_Asio_Pipeline_Deadline",
+                 "BM_Asio_Pipeline_Hedged", "BM_Asio_Echo_Bare", "BM_Asio_Echo_Pipeline"):
+        if name in c and "allocs_per_call" in c[name]:
+            out.append((f"  allocations per call, {name[8:]}", c[name]["allocs_per_call"], None, None))
+    for name in ("BM_Asio_Echo_Bare", "BM_Asio_Echo_Pipeline"):
+        if name in c and "items_per_second" in c[name]:
+            out.append((f"  requests per second, {name[8:]}", c[name]["items_per_second"], None, None))
     mem = next((v for k, v in c.items() if k.startswith("BM_Registry_Memory_1M")), None)
     if mem and "bytes_per_key_over_breaker" in mem:
         out.append(("bytes per key over sizeof(breaker), 1M keys", mem["bytes_per_key_over_breaker"], "<=", 200.0))
@@ -109,12 +125,16 @@ def goals(t, c):
 def main():
     times, counters = load(sys.argv[1])
     print(f"{'goal':56} {'value':>9} {'target':>9}  result")
+    section = None  # printed before its first figure: a run of one binary has only some
     for what, value, op, target in goals(times, counters):
         if op == "section":
-            print(f"\n{what}")
+            section = what
             continue
         if value is None:
             continue
+        if section is not None:
+            print(f"\n{section}")
+            section = None
         if op is None:
             print(f"{what:56} {value:9.2f}")
             continue

@@ -9,7 +9,7 @@ packages=(
   # tests and benchmarks
   libgtest-dev libgmock-dev libbenchmark-dev
   # integrations and the command-line lab
-  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev
+  libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libasio-dev
   # the Prometheus exposition is checked by the real tools
   prometheus python3 python3-prometheus-client
 )

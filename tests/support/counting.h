@@ -6,14 +6,15 @@
 //   if (bulwark::testing::kCountsLocks) EXPECT_EQ(c.locks, 0u);
 //
 // Include it in exactly one file of a test executable: it replaces the global operator
-// new/delete and interposes pthread_mutex_lock and pthread_mutex_trylock (what
-// std::mutex's lock() and try_lock() use) and pthread_spin_lock / pthread_spin_trylock
-// for the whole binary. `locks` counts every one of them, successful or not: a try-lock
-// never waits, but it is still a lock on the path (a contended cache line, a syscall
-// when it is released to a waiter); `try_locks` says how many of them were try-locks.
-// Counting is per thread and only inside count(), so gtest's own allocations and other
-// threads don't disturb it. ThreadSanitizer owns the pthread lock functions, so under
-// TSan locks are not counted (kCountsLocks is false); allocations always are.
+// new/delete, interposes aligned_alloc (which Asio's recycling allocator calls for
+// coroutine frames and handlers, bypassing operator new), and pthread_mutex_lock and
+// pthread_mutex_trylock (what std::mutex's lock() and try_lock() use) and pthread_spin_lock /
+// pthread_spin_trylock for the whole binary. `locks` counts every one of them, successful or not: a
+// try-lock never waits, but it is still a lock on the path (a contended cache line, a syscall when
+// it is released to a waiter); `try_locks` says how many of them were try-locks. Counting is per
+// thread and only inside count(), so gtest's own allocations and other threads don't disturb it.
+// ThreadSanitizer owns the pthread lock functions, so under TSan locks are not counted
+// (kCountsLocks is false); allocations always are.
 
 #ifndef BULWARK_TESTS_SUPPORT_COUNTING_H_
 #define BULWARK_TESTS_SUPPORT_COUNTING_H_
@@ -56,10 +57,15 @@ inline void* counted(std::size_t n) {
   if (void* p = std::malloc(n == 0 ? 1 : n)) return p;
   throw std::bad_alloc();
 }
+// posix_memalign: not the interposed aligned_alloc below, which would count it again.
+inline void* raw_aligned(std::size_t align, std::size_t n) noexcept {
+  void* p = nullptr;
+  if (align < sizeof(void*)) align = sizeof(void*);
+  return posix_memalign(&p, align, n == 0 ? 1 : n) == 0 ? p : nullptr;
+}
 inline void* counted_aligned(std::size_t n, std::align_val_t a) {
   if (counting) ++counts.allocations;
-  const auto align = static_cast<std::size_t>(a);
-  if (void* p = std::aligned_alloc(align, (n + align - 1) / align * align)) return p;
+  if (void* p = raw_aligned(static_cast<std::size_t>(a), n)) return p;
   throw std::bad_alloc();
 }
 }  // namespace detail
@@ -74,8 +80,8 @@ Counts count(F&& f) {
   return detail::counts;
 }
 
-// True if the counting itself works in this binary (an allocation, a lock, a try-lock
-// and a spin lock are seen).
+// True if the counting itself works in this binary (an allocation, an aligned_alloc, a
+// lock, a try-lock and a spin lock are seen).
 inline bool counting_works() {
   std::mutex m;
   pthread_spinlock_t spin;
@@ -83,6 +89,8 @@ inline bool counting_works() {
   const Counts c = count([&] {
     int* volatile escaped = new int(1);  // volatile: the pair can't be elided
     delete escaped;
+    void* volatile aligned = std::aligned_alloc(64, 64);
+    std::free(aligned);
     m.lock();
     m.unlock();
     if (m.try_lock()) m.unlock();
@@ -90,7 +98,7 @@ inline bool counting_works() {
     pthread_spin_unlock(&spin);
   });
   pthread_spin_destroy(&spin);
-  return c.allocations == 1 && (!kCountsLocks || (c.locks == 3 && c.try_locks == 1));
+  return c.allocations == 2 && (!kCountsLocks || (c.locks == 3 && c.try_locks == 1));
 }
 
 }  // namespace bulwark::testing
@@ -109,6 +117,12 @@ void* operator new(std::size_t n, std::align_val_t a) {
 void* operator new[](std::size_t n, std::align_val_t a) {
   return bulwark::testing::detail::counted_aligned(n, a);
 }
+// Asio's frames and handlers come from here (std::aligned_alloc), not operator new.
+extern "C" void* aligned_alloc(std::size_t alignment, std::size_t size) noexcept {
+  if (bulwark::testing::detail::counting) ++bulwark::testing::detail::counts.allocations;
+  return bulwark::testing::detail::raw_aligned(alignment, size);
+}
+
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }

@@ -1,0 +1,374 @@
+// bulwark/asio/bulkhead.h — a cap on concurrent calls, whose waiters queue without a thread.
+//
+// The synchronous bulkhead (bulwark/bulkhead.h) blocks a thread on a condition variable
+// while it waits for a slot: in an event loop that stalls every connection the thread
+// serves. An AsyncBulkhead lets at most `max_concurrent` calls in, and queues up to
+// `max_queue` more as suspended operations — FIFO, no thread held — each resumed on
+// its own executor when a slot frees, and never past its deadline (the context's, or
+// `max_wait`, whichever is first). A waiter whose operation is cancelled (Asio's
+// per-operation cancellation: a parent coroutine cancelled, a connection closed)
+// leaves the queue at once and takes no slot with it; a slot granted to it in the
+// same instant is handed back.
+//
+//   bulwark::asio::AsyncBulkhead pool({.name = "reviews", .max_concurrent = 80,
+//                                      .max_queue = 1000, .max_wait = 500ms});
+//
+//   auto slot = co_await pool.acquire(ctx, asio::use_awaitable);
+//   if (!slot) co_return respond_503();        // full queue, deadline, max_wait, cancelled
+//   co_await call_reviews();                    // the slot goes back when `slot` dies
+//
+// Cost. The free-slot path (try_acquire(), and acquire() when a slot is free and
+// nobody queues) is lock-free: one load of the queue length and a CAS, no allocation.
+// Giving a slot back is one atomic subtract and one load, plus — only while waiters
+// queue — the queue's mutex, held to pop the head and arm nothing. Queueing is the
+// slow path: the mutex (held briefly, to link the waiter and arm its timer), one
+// allocation for the waiter (its handler, a timer), and a post to the waiter's
+// executor when it completes.
+//
+// Threading. Slots are taken and given back from any thread. A waiter's own events —
+// its timer, its cancellation — happen on its executor (on a multi-threaded
+// io_context, a strand: Asio requires cancellation to be emitted where the operation
+// runs); the grant comes from whichever thread gave a slot back and is posted to
+// the waiter's executor.
+//
+// Rejections reach an observer (observe_rejections(), the core's BulkheadObserver),
+// and snapshot() returns the core's BulkheadSnapshot, so metrics and the Prometheus
+// exposition read an AsyncBulkhead as they read a Bulkhead (metrics.h add_bulkhead).
+
+#ifndef BULWARK_ASIO_BULKHEAD_H_
+#define BULWARK_ASIO_BULKHEAD_H_
+
+#include <algorithm>
+#include <asio/any_io_executor.hpp>
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/cancellation_type.hpp>
+#include <asio/error.hpp>
+#include <asio/post.hpp>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+
+#include "bulwark/asio/timer.h"
+#include "bulwark/bulkhead.h"
+#include "bulwark/clock.h"
+#include "bulwark/config_error.h"
+#include "bulwark/context.h"
+#include "bulwark/expected.h"
+
+namespace bulwark::asio {
+
+struct AsyncBulkheadConfig {
+  // Identifies the bulkhead in errors and metrics.
+  std::string name = "default";
+  // Calls allowed in flight at once. >= 1.
+  std::uint32_t max_concurrent = 25;
+  // Waiters allowed in the queue at once; a caller finding the queue full is rejected
+  // (full). 0 rejects at once when no slot is free.
+  std::uint32_t max_queue = 100;
+  // How long a waiter may wait; its context's deadline may end the wait sooner.
+  // Positive when max_queue > 0.
+  Nanos max_wait = std::chrono::seconds(1);
+};
+
+// Checks every field; the error names the first one that is wrong.
+Expected<void, ConfigError> validate(const AsyncBulkheadConfig& config);
+
+template <Clock C = SteadyClock>
+class BasicAsyncBulkhead {
+ public:
+  using clock_type = C;
+
+  // One slot. Move-only; the slot goes back when the permit is destroyed or
+  // release()d, whichever comes first.
+  class [[nodiscard]] Permit {
+   public:
+    Permit(Permit&& o) noexcept : bulkhead_(std::exchange(o.bulkhead_, nullptr)) {}
+    Permit& operator=(Permit&& o) noexcept {
+      if (this != &o) {
+        release();
+        bulkhead_ = std::exchange(o.bulkhead_, nullptr);
+      }
+      return *this;
+    }
+    Permit(const Permit&) = delete;
+    Permit& operator=(const Permit&) = delete;
+    ~Permit() { release(); }
+
+    // Gives the slot back now (to the head of the queue, if anyone waits). Idempotent.
+    void release() noexcept {
+      if (bulkhead_ != nullptr) std::exchange(bulkhead_, nullptr)->give_back();
+    }
+    bool active() const noexcept { return bulkhead_ != nullptr; }
+
+   private:
+    friend class BasicAsyncBulkhead;
+    explicit Permit(BasicAsyncBulkhead* b) noexcept : bulkhead_(b) {}
+    BasicAsyncBulkhead* bulkhead_;
+  };
+
+  using Result = Expected<Permit, BulkheadRejection>;
+
+  // Validates `config` (throws InvalidConfig naming the field). A stateful clock must
+  // outlive the bulkhead, and a ManualClock must be the one bound to ManualTimerClock
+  // while anyone waits (timer.h).
+  explicit BasicAsyncBulkhead(AsyncBulkheadConfig config) requires std::is_empty_v<C>
+      : config_(checked(std::move(config))), clock_(), max_(config_.max_concurrent) {}
+  BasicAsyncBulkhead(AsyncBulkheadConfig config, const C& clock)
+      : config_(checked(std::move(config))), clock_(clock), max_(config_.max_concurrent) {}
+  BasicAsyncBulkhead(AsyncBulkheadConfig, const C&&) = delete;
+  BasicAsyncBulkhead(const BasicAsyncBulkhead&) = delete;
+  BasicAsyncBulkhead& operator=(const BasicAsyncBulkhead&) = delete;
+  // Destroying a bulkhead while permits are out or waiters queue is a precondition
+  // violation.
+  ~BasicAsyncBulkhead() = default;
+
+  // Takes a slot if one is free and nobody queues for one. Lock-free, no allocation.
+  Result try_acquire() noexcept {
+    if (queued_.load(std::memory_order_seq_cst) == 0 && take()) return Permit(this);
+    return reject(BulkheadRejectReason::full);
+  }
+
+  // try_acquire() for a caller that queues with acquire() when it fails: a refusal here
+  // is not counted as a rejection. Lock-free, no allocation.
+  std::optional<Permit> take_if_free() noexcept {
+    if (queued_.load(std::memory_order_seq_cst) == 0 && take()) return Permit(this);
+    return std::nullopt;
+  }
+
+  // Takes a slot, queueing for one if none is free: completes with a Permit, or with
+  // the rejection — full (the queue is full, or max_wait ran out), deadline_exceeded
+  // (the context's deadline came first) or cancelled (the operation was cancelled, or
+  // the context's stop_token was already stopped). Completes on the handler's
+  // executor (the handler's associated executor, which use_awaitable always has; bind
+  // one to a plain callback with asio::bind_executor), never inside this call.
+  // Signature: void(Expected<Permit, BulkheadRejection>).
+  template <class CompletionToken>
+  auto acquire(const BasicContext<C>& ctx, CompletionToken&& token) {
+    return ::asio::async_initiate<CompletionToken, void(Result)>(
+        [this](auto handler, Deadline deadline, bool stopped) {
+          start(std::move(handler), deadline, stopped);
+        },
+        token, ctx.deadline(), ctx.stop_requested());
+  }
+
+  BulkheadSnapshot snapshot() const noexcept {
+    return {in_use_.load(std::memory_order_relaxed), max_, queued_.load(std::memory_order_relaxed),
+            rejected_.load(std::memory_order_relaxed)};
+  }
+  std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+  // Waiters in the queue now.
+  std::uint32_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
+  const AsyncBulkheadConfig& config() const noexcept { return config_; }
+  const std::string& name() const noexcept { return config_.name; }
+
+  // Tells `observer` about every rejection from now on, on the rejecting thread. Set it
+  // before the bulkhead is shared.
+  void observe_rejections(BulkheadObserver observer) noexcept { observer_ = observer; }
+
+ private:
+  // A queued acquire(). Linked in the queue under mu_; alive while the pending
+  // completion or the timer's handler holds a reference.
+  struct Waiter {
+    Waiter* prev = nullptr;
+    Waiter* next = nullptr;
+    bool queued = false;       // under mu_
+    std::atomic<int> refs{2};  // the completion and the timer's handler
+    BulkheadRejectReason on_timeout = BulkheadRejectReason::full;
+    virtual void complete(Result r) = 0;  // posts the handler; called exactly once
+    virtual void cancel_timer() = 0;      // under mu_
+    virtual ~Waiter() = default;
+    void unref() noexcept {
+      if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+    }
+  };
+  // One reference, dropped when the handler holding it runs or is destroyed unrun (an
+  // io_context destroyed with the completion still queued).
+  class Ref {
+   public:
+    explicit Ref(Waiter* w) noexcept : w_(w) {}
+    Ref(Ref&& o) noexcept : w_(std::exchange(o.w_, nullptr)) {}
+    Ref& operator=(Ref&&) = delete;
+    ~Ref() { reset(); }
+    void reset() noexcept {
+      if (w_ != nullptr) std::exchange(w_, nullptr)->unref();
+    }
+    Waiter* get() const noexcept { return w_; }
+
+   private:
+    Waiter* w_;
+  };
+
+  template <class Handler>
+  struct WaiterFor final : Waiter {
+    using Executor = ::asio::associated_executor_t<Handler, ::asio::any_io_executor>;
+    explicit WaiterFor(Handler&& h)
+        : handler(std::move(h)),
+          executor(::asio::get_associated_executor(handler, ::asio::any_io_executor())),
+          timer(executor) {}
+    void complete(Result r) override {
+      ::asio::post(executor, [ref = Ref(this), r = std::move(r)]() mutable {
+        // On the waiter's executor, where its cancellation is emitted.
+        auto* self = static_cast<WaiterFor*>(ref.get());
+        auto slot = ::asio::get_associated_cancellation_slot(self->handler);
+        if (slot.is_connected()) slot.clear();
+        Handler h = std::move(self->handler);
+        ref.reset();
+        std::move(h)(std::move(r));
+      });
+    }
+    void cancel_timer() override { timer.cancel(); }
+    Handler handler;
+    Executor executor;
+    Timer<C> timer;
+  };
+
+  static AsyncBulkheadConfig checked(AsyncBulkheadConfig config) {
+    if (auto ok = validate(config); !ok) bulwark::detail::raise_config_error(std::move(ok).error());
+    return config;
+  }
+
+  bool take() noexcept {
+    std::uint32_t cur = in_use_.load(std::memory_order_seq_cst);
+    while (cur < max_) {
+      if (in_use_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
+    }
+    return false;
+  }
+
+  // seq_cst pairs with start(): a waiter publishes queued_ and then tries take(); a
+  // releaser lowers in_use_ and then reads queued_. One of them sees the other.
+  void give_back() noexcept {
+    in_use_.fetch_sub(1, std::memory_order_seq_cst);
+    if (queued_.load(std::memory_order_seq_cst) != 0) drain();
+  }
+
+  // Hands free slots to the head of the queue, in order. Completions are posted with
+  // the mutex released.
+  void drain() noexcept {
+    Waiter* granted = nullptr;  // a list through `next`, in queue order
+    Waiter** tail = &granted;
+    {
+      std::lock_guard lock(mu_);
+      while (head_ != nullptr && take()) {
+        Waiter* w = head_;
+        unlink(w);
+        w->cancel_timer();
+        *tail = w;
+        tail = &w->next;
+      }
+    }
+    while (granted != nullptr) {
+      Waiter* w = std::exchange(granted, granted->next);
+      w->complete(Permit(this));
+    }
+  }
+
+  void link(Waiter* w) noexcept {  // under mu_
+    w->queued = true;
+    w->prev = tail_;
+    w->next = nullptr;
+    (tail_ != nullptr ? tail_->next : head_) = w;
+    tail_ = w;
+    queued_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  void unlink(Waiter* w) noexcept {  // under mu_
+    w->queued = false;
+    (w->prev != nullptr ? w->prev->next : head_) = w->next;
+    (w->next != nullptr ? w->next->prev : tail_) = w->prev;
+    w->prev = w->next = nullptr;
+    queued_.fetch_sub(1, std::memory_order_seq_cst);
+  }
+
+  // Takes `w` out of the queue if it still is in it; true if this caller did.
+  bool leave(Waiter* w) noexcept {
+    std::lock_guard lock(mu_);
+    if (!w->queued) return false;
+    unlink(w);
+    w->cancel_timer();
+    return true;
+  }
+
+  template <class Handler>
+  void start(Handler handler, Deadline deadline, bool stopped) {
+    auto fail_now = [&](BulkheadRejectReason reason) {
+      auto ex = ::asio::get_associated_executor(handler);
+      ::asio::post(ex, [h = std::move(handler), r = Result(reject(reason))]() mutable {
+        std::move(h)(std::move(r));
+      });
+    };
+    if (stopped) return fail_now(BulkheadRejectReason::cancelled);
+    auto* w = new WaiterFor<Handler>(std::move(handler));
+    const Ticks now = now_ticks(clock_.get());
+    const Deadline limit = Deadline::at(saturating_add(now, to_ticks(config_.max_wait)));
+    w->on_timeout =
+        deadline < limit ? BulkheadRejectReason::deadline_exceeded : BulkheadRejectReason::full;
+    const Deadline until = earliest(deadline, limit);
+    bool granted = false;
+    {
+      std::lock_guard lock(mu_);
+      if (head_ == nullptr && take()) {
+        granted = true;
+      } else if (queued_.load(std::memory_order_relaxed) >= config_.max_queue) {
+        // falls through to the rejection below
+      } else if (until.passed(now)) {
+        // likewise
+      } else {
+        link(w);
+        // A slot freed between the failed take() and link() is seen here: either this
+        // take() gets it, or its releaser saw queued_ != 0 and drains after we unlock.
+        expire_at<C>(w->timer, until);
+        w->timer.async_wait([this, ref = Ref(w)](const std::error_code& ec) {
+          Waiter* self = ref.get();
+          if (!ec && leave(self)) self->complete(reject(self->on_timeout));
+        });
+        auto slot = ::asio::get_associated_cancellation_slot(w->handler);
+        if (slot.is_connected()) {
+          slot.assign([this, w](::asio::cancellation_type type) {
+            if (type == ::asio::cancellation_type::none) return;
+            if (leave(w)) w->complete(reject(BulkheadRejectReason::cancelled));
+          });
+        }
+        return;
+      }
+    }
+    // Not queued: the timer never ran, so its reference goes now.
+    w->unref();
+    if (granted) {
+      w->complete(Permit(this));
+    } else if (until.passed(now)) {
+      w->complete(reject(BulkheadRejectReason::deadline_exceeded));
+    } else {
+      w->complete(reject(BulkheadRejectReason::full));
+    }
+  }
+
+  Unexpected<BulkheadRejection> reject(BulkheadRejectReason reason) noexcept {
+    rejected_.fetch_add(1, std::memory_order_relaxed);
+    if (observer_) observer_(BulkheadRejectionEvent{this, config_.name, reason});
+    return Unexpected(BulkheadRejection{reason});
+  }
+
+  const AsyncBulkheadConfig config_;
+  [[no_unique_address]] const bulwark::detail::ClockRef<C> clock_;
+  const std::uint32_t max_;
+  BulkheadObserver observer_{};
+  alignas(64) std::atomic<std::uint32_t> in_use_{0};
+  std::atomic<std::uint32_t> queued_{0};
+  std::atomic<std::uint64_t> rejected_{0};
+  std::mutex mu_;
+  Waiter* head_ = nullptr;  // under mu_
+  Waiter* tail_ = nullptr;  // under mu_
+};
+
+using AsyncBulkhead = BasicAsyncBulkhead<SteadyClock>;
+
+}  // namespace bulwark::asio
+
+#endif  // BULWARK_ASIO_BULKHEAD_H_

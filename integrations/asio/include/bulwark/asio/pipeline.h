@@ -1,0 +1,730 @@
+// bulwark/asio/pipeline.h — the resilience pipeline as a C++20 coroutine over Asio.
+//
+// The synchronous pipeline (bulwark/pipeline.h) sleeps its thread through a retry's
+// backoff, blocks it on a full bulkhead, and can only tell a call how much time it
+// has. This one is an asio::awaitable: the backoff waits on a timer of the caller's
+// executor, the bulkhead queues suspended coroutines (AsyncBulkhead), and a
+// per-attempt timeout or the request deadline *cancels* the attempt through Asio's
+// per-operation cancellation — its socket operations are aborted. The stages, their
+// order and the Failure result are the synchronous pipeline's, plus hedging:
+//
+//   fallback ∘ breaker ∘ bulkhead ∘ retry ∘ hedge ∘ timeout ∘ call
+//
+//   auto call_reviews = bulwark::asio::pipeline(
+//       bulwark::fallback(Reviews::omitted(), Reasons::all().except(Reasons::breaker())),
+//       bulwark::breaker(reviews_breaker),          // a BreakerLike: one outcome per call
+//       bulwark::asio::bulkhead(reviews_pool),      // an AsyncBulkhead: waiters queue
+//       bulwark::retry(reviews_retry),              // backoff on a timer, budget
+//       bulwark::asio::hedge({.max_hedges = 1}),    // optional (hedge.h)
+//       bulwark::timeout(300ms));                   // cancels the attempt
+//
+//   bulwark::Context ctx(bulwark::SteadyClock{}, {}, bulwark::Deadline::after(clock, 1s));
+//   auto page = co_await call_reviews(ctx, [&](const bulwark::Context& c)
+//       -> asio::awaitable<bulwark::Expected<Reviews, HttpError>> {
+//     co_return co_await client.get("/reviews", c);     // honours asio cancellation
+//   });
+//
+// The call. `call(const BasicContext<C>&)` (or `call()`) returns
+// asio::awaitable<Expected<T, E>>: any awaitable call that honours Asio cancellation
+// (its operations use the coroutine's cancellation slot, as use_awaitable does). Errors
+// are classified by bulwark::ErrorTraits<E> as in the synchronous pipeline. An
+// exception from the call propagates as there (a failure for the breaker, not
+// retried), except from an attempt the pipeline itself cancelled, where it is what a
+// cancelled operation does: such an attempt timed out (or lost a hedge race).
+//
+// Timeouts and deadlines. An attempt runs with a child context whose deadline is the
+// earlier of the request's and `timeout` after the attempt started. When that passes
+// the pipeline emits a terminal cancellation to the attempt and waits for it to end;
+// a failure (an error, or an exception from an aborted operation) is then a timeout
+// — a failure for the breaker, retried within the deadline — and a success that made
+// it anyway is a success. When the request's deadline ended it, the call ends with
+// deadline_exceeded. Without a timeout stage, a deadline or hedging, the attempt is
+// awaited directly: no timer, no extra coroutine.
+//
+// Cancellation by the caller (the awaiting coroutine's cancellation slot: a parent
+// operation cancelled, a connection closed, asio's || operator) cancels the attempt,
+// a backoff or a bulkhead wait at once; the call ends with Reason::cancelled, every
+// permit is released as cancelled (a breaker permit unrecorded, a bulkhead slot
+// given back, a budget ticket refunded) and it never counts as a failure. The
+// context's std::stop_token is checked between stages, before each attempt; it does
+// not interrupt one (use Asio's cancellation for that).
+//
+// Threading. A call runs on the awaiting coroutine's executor: its attempts, hedges
+// and timers are started there, and their cancellation is emitted there. On a
+// multi-threaded io_context, give each coroutine a strand (co_spawn(make_strand(io),
+// ...)), as Asio's own awaitable operators require; the breaker, bulkhead, retry,
+// budget and latency tracker are shared by every call on every thread, and all are
+// thread-safe. The pipeline holds references to them (they must outlive it) and
+// copies of the fallback, timeout and hedge stages.
+//
+// Cost of a call that succeeds first time. Without a timeout, a deadline or hedging:
+// the synchronous pipeline's atomics and two coroutine frames (the pipeline's and the
+// call's), which Asio's per-thread frame cache serves — no allocation, no lock once
+// warm (tests/asio/asio_hot_path_test.cc). With a deadline or a timeout, also a
+// spawned attempt coroutine: six frames in all, more than the cache holds (two; a
+// program may raise ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE), so some are allocated, and
+// the attempt's empty completion is posted; a timer is armed only if the attempt
+// does not end at once. bench/asio/async_pipeline_bench.cc counts both.
+
+#ifndef BULWARK_ASIO_PIPELINE_H_
+#define BULWARK_ASIO_PIPELINE_H_
+
+#include <array>
+#include <asio/awaitable.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/cancellation_state.hpp>
+#include <asio/co_spawn.hpp>
+#include <asio/detached.hpp>
+#include <asio/experimental/as_tuple.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <cassert>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+#include "bulwark/asio/bulkhead.h"
+#include "bulwark/asio/hedge.h"
+#include "bulwark/asio/timer.h"
+#include "bulwark/context.h"
+#include "bulwark/expected.h"
+#include "bulwark/fallback.h"
+#include "bulwark/pipeline.h"
+
+namespace bulwark::asio {
+
+// The bulkhead stage: an AsyncBulkhead on the context's clock. A caller finding it
+// full queues (up to max_queue, max_wait, the deadline), suspended.
+template <class H>
+struct BulkheadStage {
+  static constexpr int kAsyncRank = 20;
+  using clock_type = typename H::clock_type;
+  H* bulkhead;
+};
+template <class C>
+constexpr BulkheadStage<BasicAsyncBulkhead<C>> bulkhead(BasicAsyncBulkhead<C>& b) noexcept {
+  return {&b};
+}
+
+namespace detail {
+
+template <class S>
+constexpr int rank() {
+  if constexpr (requires { S::kAsyncRank; }) {
+    return S::kAsyncRank;
+  } else {
+    return S::kOrder * 10;
+  }
+}
+
+template <class... S>
+constexpr bool strictly_ranked() {
+  constexpr int ranks[] = {rank<S>()..., 999};
+  for (int i = 0; i + 1 < static_cast<int>(sizeof...(S)); ++i) {
+    if (ranks[i] >= ranks[i + 1]) return false;
+  }
+  return true;
+}
+
+template <int R, class... S>
+constexpr int index_of_rank() {
+  constexpr int ranks[] = {rank<S>()..., -1};
+  for (int i = 0; i < static_cast<int>(sizeof...(S)); ++i) {
+    if (ranks[i] == R) return i;
+  }
+  return -1;
+}
+
+template <class S>
+struct IsCoreBulkheadStage : std::false_type {};
+template <class H>
+struct IsCoreBulkheadStage<bulwark::BulkheadStage<H>> : std::true_type {};
+
+template <class A>
+struct AwaitableTraits {
+  static constexpr bool kIsAwaitable = false;
+};
+template <class T, class Ex>
+struct AwaitableTraits<::asio::awaitable<T, Ex>> {
+  static constexpr bool kIsAwaitable = true;
+  using value_type = T;
+  using executor_type = Ex;
+};
+
+template <class F, class Ctx>
+using call_awaitable_t =
+    typename std::conditional_t<std::is_invocable_v<F&, const Ctx&>,
+                                std::invoke_result<F&, const Ctx&>, std::invoke_result<F&>>::type;
+
+template <int I, class C, class... S>
+constexpr bool runs_on() {
+  if constexpr (I < 0) {
+    return true;
+  } else {
+    using St = std::tuple_element_t<I, std::tuple<S...>>;
+    if constexpr (requires { typename St::clock_type; }) {
+      return std::is_void_v<typename St::clock_type> || std::is_same_v<typename St::clock_type, C>;
+    } else {
+      return true;
+    }
+  }
+}
+
+inline bool cancelled(const ::asio::cancellation_state& s) noexcept {
+  return s.cancelled() != ::asio::cancellation_type::none;
+}
+
+// How one attempt (a group of hedged attempts, or one) ended.
+template <class R>
+struct AttemptEnd {
+  std::optional<R> result;    // the call's own answer, if it gave one
+  std::exception_ptr error;   // an exception the call threw on its own
+  bool timed_out = false;     // it ran past its per-attempt deadline
+  bool deadline_cut = false;  // the request's deadline passed before it answered
+  bool caller_cancelled = false;
+  Nanos elapsed = Nanos::zero();  // of the winning (or last) attempt
+};
+
+}  // namespace detail
+
+template <class... S>
+class Pipeline {
+  static_assert(detail::strictly_ranked<S...>(),
+                "bulwark::asio::pipeline: stages go outermost first, each at most once: "
+                "fallback, breaker, bulkhead, retry, hedge, timeout");
+  static_assert((!detail::IsCoreBulkheadStage<S>::value && ...),
+                "bulwark::asio::pipeline: a bulwark::Bulkhead blocks its thread while it waits; "
+                "use a bulwark::asio::AsyncBulkhead with bulwark::asio::bulkhead()");
+
+  static constexpr int kFallback = detail::index_of_rank<0, S...>();
+  static constexpr int kBreaker = detail::index_of_rank<10, S...>();
+  static constexpr int kBulkhead = detail::index_of_rank<20, S...>();
+  static constexpr int kRetry = detail::index_of_rank<30, S...>();
+  static constexpr int kHedge = detail::index_of_rank<35, S...>();
+  static constexpr int kTimeout = detail::index_of_rank<40, S...>();
+  static constexpr bool kHasRetry = kRetry >= 0;
+  static constexpr bool kHasHedge = kHedge >= 0;
+  static constexpr bool kHasTimeout = kTimeout >= 0;
+  static constexpr std::size_t kChildren = kHasHedge ? kMaxHedges + 1 : 1;
+
+  template <class C, class F>
+  using Call = detail::AwaitableTraits<detail::call_awaitable_t<F, BasicContext<C>>>;
+
+ public:
+  constexpr explicit Pipeline(S... stages) : stages_(std::move(stages)...) {}
+
+  // Runs `call` through the stages on the awaiting coroutine's executor. `ctx` and
+  // `call` are copied into the coroutine frame. Every stage must run on the context's
+  // clock type (a compile-time error otherwise), and with a ManualClock that clock must
+  // be the one bound to ManualTimerClock (timer.h).
+  template <Clock C, class F>
+  auto execute(BasicContext<C> ctx, F call) const
+      -> ::asio::awaitable<Expected<typename Call<C, F>::value_type::value_type,
+                                    Failure<typename Call<C, F>::value_type::error_type>>,
+                           typename Call<C, F>::executor_type> {
+    static_assert(Call<C, F>::kIsAwaitable,
+                  "bulwark::asio::pipeline: the call must return asio::awaitable<Expected<T, E>>");
+    static_assert(bulwark::detail::IsExpected<typename Call<C, F>::value_type>::value,
+                  "bulwark::asio::pipeline: the call must return asio::awaitable<Expected<T, E>>");
+    static_assert(detail::runs_on<kBreaker, C, S...>() && detail::runs_on<kBulkhead, C, S...>() &&
+                      detail::runs_on<kRetry, C, S...>() && detail::runs_on<kHedge, C, S...>(),
+                  "bulwark::asio::pipeline: every stage's clock_type must be the context's clock");
+    using Ex = typename Call<C, F>::executor_type;
+    using R = typename Call<C, F>::value_type;
+    using T = typename R::value_type;
+    using E = typename R::error_type;
+    using Out = Expected<T, Failure<E>>;
+    assert(detail::timers_read(ctx.clock()) &&
+           "a ManualClock context needs its clock bound to ManualTimerClock (timer.h)");
+
+    const auto cs = co_await ::asio::this_coro::cancellation_state;
+    // The fallback, outside every other stage: it answers for what they refused.
+    auto fall = [this](Out&& o) -> Out {
+      if constexpr (kFallback >= 0) {
+        if (!o) return std::get<kFallback>(stages_).template apply<Out>(std::move(o).error());
+      }
+      return std::move(o);
+    };
+
+    // The breaker: one permit for the call, or one per attempt.
+    [[maybe_unused]] bool per_attempt = false;
+    auto permit = [&] {
+      if constexpr (kBreaker >= 0) {
+        using B = std::remove_pointer_t<decltype(std::get<kBreaker>(stages_).breaker)>;
+        return std::optional<typename B::Permit>();
+      } else {
+        return 0;
+      }
+    }();
+    if constexpr (kBreaker >= 0) {
+      const auto& stage = std::get<kBreaker>(stages_);
+      auto p = stage.breaker->try_acquire();
+      if (!p) {
+        co_return fall(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker, 0,
+                               std::nullopt, p.error().retry_after));
+      }
+      permit.emplace(std::move(*p));
+      per_attempt = stage.scope == BreakerScope::attempt;
+    }
+
+    // The bulkhead: a free slot at once, or a place in its queue.
+    auto slot = [&] {
+      if constexpr (kBulkhead >= 0) {
+        using H = std::remove_pointer_t<decltype(std::get<kBulkhead>(stages_).bulkhead)>;
+        return std::optional<typename H::Permit>();
+      } else {
+        return 0;
+      }
+    }();
+    if constexpr (kBulkhead >= 0) {
+      auto* bh = std::get<kBulkhead>(stages_).bulkhead;
+      slot = bh->take_if_free();
+      if (!slot) {
+        if (detail::cancelled(cs) || ctx.stop_requested())
+          co_return fall(fail<E>(Reason::cancelled, Stage::bulkhead, 0, std::nullopt));
+        auto got = co_await bh->acquire(ctx, ::asio::use_awaitable_t<Ex>());
+        if (!got) {
+          co_return fall(fail<E>(bulwark::detail::reason_of(got.error().reason), Stage::bulkhead, 0,
+                                 std::nullopt));
+        }
+        slot.emplace(std::move(*got));
+      }
+    }
+
+    // The retry loop (one attempt without a retry stage); retry.h lists its rules.
+    AttemptInfo info;
+    [[maybe_unused]] std::string key;
+    [[maybe_unused]] auto* retry = retry_ptr();
+    using Ticket = typename BasicRetryBudget<C>::Ticket;
+    std::optional<Ticket> ticket;
+    BasicRetryBudget<C>* budget = nullptr;
+    if constexpr (kHasRetry) {
+      if (retry->config().idempotency_key) {
+        key = retry->config().idempotency_key();
+        info.idempotency_key = key;
+      }
+      budget = retry->budget();
+    }
+    if constexpr (kHasHedge) {
+      if (budget == nullptr) budget = std::get<kHedge>(stages_).budget;
+    }
+    if (budget != nullptr) budget->deposit();
+
+    std::optional<E> last_error;
+    Nanos previous_delay = Nanos::zero();
+    std::uint32_t attempts = 0;
+    Outcome last_outcome = Outcome::success;
+    // Ends the call. A caller's cancellation drops the breaker permit unrecorded.
+    auto finish = [&](Out&& o, std::optional<Outcome> outcome) -> Out {
+      if constexpr (kBreaker >= 0) {
+        if (!per_attempt && outcome && attempts > 0) permit->record(*outcome, Nanos::zero());
+      }
+      return fall(std::move(o));
+    };
+    for (std::uint32_t n = 1;; ++n) {
+      const Stage checker = n == 1 ? Stage::call : Stage::retry;
+      if (detail::cancelled(cs) || ctx.stop_requested()) {
+        co_return finish(fail<E>(Reason::cancelled, checker, n - 1, std::move(last_error)),
+                         std::nullopt);
+      }
+      if (ctx.expired()) {
+        co_return finish(fail<E>(Reason::deadline_exceeded, checker, n - 1, std::move(last_error)),
+                         last_outcome);
+      }
+      if constexpr (kBreaker >= 0) {
+        if (per_attempt && n > 1) {
+          auto p = std::get<kBreaker>(stages_).breaker->try_acquire();
+          if (!p) {
+            co_return fall(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker,
+                                   n - 1, std::move(last_error), p.error().retry_after));
+          }
+          permit.emplace(std::move(*p));
+        }
+      }
+      if (ticket) ticket->commit();
+      if constexpr (kHasRetry) {
+        if (n > 1) retry->note_retry();
+      }
+      info.number = n;
+
+      detail::AttemptEnd<R> end;
+      if (kHasTimeout || kHasHedge || ctx.has_deadline()) {
+        end = co_await run_group<Ex, R>(ctx, call, info, budget);
+      } else {
+        // Awaited in place: the caller's cancellation reaches the call directly.
+        const BasicContext<C> actx = ctx.with_attempt(&info);
+        constexpr bool kTimed = kBreaker >= 0;
+        [[maybe_unused]] const Ticks started = kTimed ? coarse_now_ticks(ctx.clock()) : 0;
+        try {
+          end.result.emplace(co_await invoke_call(call, actx));
+        } catch (...) {
+          end.error = std::current_exception();
+        }
+        if constexpr (kTimed) {
+          end.elapsed = Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - started));
+        }
+        if (detail::cancelled(cs) && !(end.result && *end.result)) {
+          end.caller_cancelled = true;
+          end.error = nullptr;
+        }
+      }
+      attempts = n;
+
+      if (end.caller_cancelled || (!end.result && !end.error && detail::cancelled(cs))) {
+        // Neither a success nor a failure: every permit goes back unrecorded.
+        if constexpr (kHasRetry) retry->note_cancelled();
+        co_return finish(fail<E>(Reason::cancelled, Stage::call, n, std::move(last_error)),
+                         std::nullopt);
+      }
+      if (end.error) {
+        if constexpr (kBreaker >= 0) permit->record(Outcome::failure, end.elapsed);
+        std::rethrow_exception(end.error);
+      }
+      if (end.result && *end.result) {
+        if constexpr (kBreaker >= 0) {
+          if (per_attempt) permit->record(Outcome::success, end.elapsed);
+        }
+        if constexpr (kHasHedge) {
+          if (auto* t = std::get<kHedge>(stages_).config.record_to) t->record(end.elapsed);
+        }
+        if constexpr (std::is_void_v<T>) {
+          co_return finish(Out(), Outcome::success);
+        } else {
+          co_return finish(Out(std::move(**end.result)), Outcome::success);
+        }
+      }
+
+      // A failed attempt: its error (none when it was aborted and threw).
+      std::optional<E> error;
+      if (end.result) error.emplace(std::move(*end.result).error());
+      const Outcome outcome = error && !end.timed_out && !end.deadline_cut
+                                  ? ErrorTraits<E>::outcome(*error)
+                                  : Outcome::failure;
+      last_outcome = outcome;
+      if constexpr (kBreaker >= 0) {
+        if (per_attempt) permit->record(outcome, end.elapsed);
+      }
+      const std::optional<Nanos> hint =
+          error ? ErrorTraits<E>::retry_after(*error) : std::optional<Nanos>();
+      const Nanos hint_or_zero = hint ? *hint : Nanos::zero();
+      const bool timed_out = end.timed_out;
+      if (end.deadline_cut) {
+        if constexpr (kHasRetry) retry->note_deadline_stop();
+        co_return finish(fail<E>(Reason::deadline_exceeded, kHasRetry ? Stage::retry : Stage::call,
+                                 n, std::move(error), hint_or_zero, timed_out),
+                         outcome);
+      }
+      const Reason own = timed_out ? Reason::timeout : Reason::call_error;
+      const Stage own_stage = timed_out ? Stage::timeout : Stage::call;
+
+      if constexpr (!kHasRetry) {
+        co_return finish(fail<E>(own, own_stage, n, std::move(error), hint_or_zero, timed_out),
+                         outcome);
+      } else {
+        const auto& stage = std::get<kRetry>(stages_);
+        auto stop = [&](Reason reason) {
+          return finish(fail<E>(reason, Stage::retry, n, std::move(error), hint_or_zero, timed_out),
+                        outcome);
+        };
+        // A timed-out attempt is a failure of the dependency, retried; an error the
+        // call returned goes through the retry-on predicate.
+        const bool retryable = error && !timed_out
+                                   ? static_cast<bool>(stage.retry_on(std::as_const(*error)))
+                                   : outcome == Outcome::failure;
+        if (!retryable) {
+          co_return finish(fail<E>(own, own_stage, n, std::move(error), hint_or_zero, timed_out),
+                           outcome);
+        }
+        if (detail::cancelled(cs) || ctx.stop_requested()) {
+          retry->note_cancelled();
+          co_return finish(fail<E>(Reason::cancelled, Stage::retry, n, std::move(error),
+                                   hint_or_zero, timed_out),
+                           std::nullopt);
+        }
+        const RetryPolicy& policy = retry->policy();
+        const Ticks now = ctx.now();
+        if (ctx.deadline().passed(now)) {
+          retry->note_deadline_stop();
+          co_return stop(Reason::deadline_exceeded);
+        }
+        const bool use_hint = hint && policy.config().honor_retry_after;
+        const std::uint64_t bits = policy.needs_random() && !use_hint ? policy.random_bits() : 0;
+        const RetryDecision decision =
+            policy.decide(n, previous_delay, hint, now, ctx.deadline(), bits);
+        switch (decision.verdict) {
+          case RetryDecision::Verdict::exhausted:
+            retry->note_exhausted();
+            co_return stop(Reason::retries_exhausted);
+          case RetryDecision::Verdict::deadline_exceeded:
+            retry->note_deadline_stop();
+            co_return stop(Reason::deadline_exceeded);
+          case RetryDecision::Verdict::retry:
+            break;
+        }
+        if (auto* b = retry->budget()) {
+          auto granted = b->try_withdraw();
+          if (!granted) {
+            retry->note_budget_stop();
+            co_return stop(Reason::budget_exhausted);
+          }
+          ticket.emplace(std::move(*granted));  // spent while we wait; refunded if no retry
+        }
+        if (error) {
+          last_error.emplace(std::move(*error));
+        } else {
+          last_error.reset();
+        }
+        if (decision.delay > Nanos::zero()) {
+          const std::error_code ec =
+              co_await wait_until<Ex, C>(saturating_add(now, decision.delay.count()));
+          if (ec || detail::cancelled(cs)) {
+            retry->note_cancelled();
+            co_return finish(fail<E>(Reason::cancelled, Stage::retry, n, std::move(last_error),
+                                     hint_or_zero, timed_out),
+                             std::nullopt);
+          }
+        }
+        previous_delay = decision.delay;
+      }
+    }
+  }
+
+  // execute(), so a pipeline reads as the function it wraps.
+  template <Clock C, class F>
+  auto operator()(BasicContext<C> ctx, F call) const {
+    return execute(std::move(ctx), std::move(call));
+  }
+
+ private:
+  template <class E>
+  static Unexpected<Failure<E>> fail(Reason reason, Stage stage, std::uint32_t attempts,
+                                     std::optional<E>&& error, Nanos retry_after = Nanos::zero(),
+                                     bool timed_out = false) {
+    Failure<E> f;
+    f.reason = reason;
+    f.stage = stage;
+    f.attempts = attempts;
+    f.retry_after = retry_after;
+    f.error = std::move(error);
+    f.timed_out = timed_out;
+    return Unexpected(std::move(f));
+  }
+
+  template <class Ctx, class F>
+  static decltype(auto) invoke_call(F& call, const Ctx& ctx) {
+    if constexpr (std::is_invocable_v<F&, const Ctx&>) {
+      return call(ctx);
+    } else {
+      return call();
+    }
+  }
+
+  auto* retry_ptr() const noexcept {
+    if constexpr (kHasRetry) {
+      return std::get<kRetry>(stages_).retry;
+    } else {
+      return static_cast<void*>(nullptr);
+    }
+  }
+
+  // A backoff: a timer of its own coroutine, so that the call's frame stays small
+  // enough for Asio's frame cache (and pays for the timer only when it retries).
+  template <class Ex, class C>
+  static ::asio::awaitable<std::error_code, Ex> wait_until(Ticks until) {
+    Timer<C> t(co_await ::asio::this_coro::executor);
+    t.expires_at(timer_time<C>(until));
+    auto [ec] =
+        co_await t.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
+    co_return ec;
+  }
+
+  // One attempt and its hedges, each a coroutine of its own on this executor, so that
+  // each can be cancelled alone; a timer wakes this one for timeouts and hedges, and
+  // each attempt's end cancels the timer.
+  template <class Ex, class R, class C, class F>
+  ::asio::awaitable<detail::AttemptEnd<R>, Ex> run_group(const BasicContext<C>& ctx, F& call,
+                                                         const AttemptInfo& info,
+                                                         BasicRetryBudget<C>* budget) const {
+    using Ctx = BasicContext<C>;
+    struct Child {
+      std::optional<Ctx> ctx;
+      ::asio::cancellation_signal signal;
+      std::optional<R> result;
+      std::exception_ptr error;
+      Ticks started = 0;
+      Ticks ended = 0;
+      Deadline own;
+      bool running = false;
+      bool seen = false;
+      bool cancel_sent = false;
+    };
+    const Ex ex = co_await ::asio::this_coro::executor;
+    const auto cs = co_await ::asio::this_coro::cancellation_state;
+    // After a caller's cancellation the group still awaits its attempts' ends: Asio
+    // would throw at each such co_await. The caller's setting is restored below.
+    const bool throws = co_await ::asio::this_coro::throw_if_cancelled();
+    co_await ::asio::this_coro::throw_if_cancelled(false);
+    std::array<Child, kChildren> kids;
+    Timer<C> wake(ex);
+    std::size_t launched = 0;
+    std::size_t running = 0;
+
+    auto start = [&](std::size_t i) {
+      Child& c = kids[i];
+      c.started = ctx.now();
+      c.own = ctx.deadline();
+      if constexpr (kHasTimeout) {
+        const Nanos t = std::get<kTimeout>(stages_).timeout;
+        c.own = earliest(c.own, Deadline::at(saturating_add(c.started, t.count())));
+      }
+      c.ctx.emplace(ctx.with_deadline(c.own).with_attempt(&info));
+      c.running = true;
+      ++running;
+      ++launched;
+      // The attempt tells its own end (run_child): when it ends at once, nothing is
+      // scheduled to say so. The completion handler itself refers to nothing here.
+      ::asio::co_spawn(ex, run_child<Ex, R>(c, running, wake, ctx, call),
+                       ::asio::bind_cancellation_slot(c.signal.slot(), ::asio::detached));
+    };
+    auto cancel_all = [&] {
+      for (std::size_t i = 0; i < launched; ++i) {
+        if (kids[i].running && !kids[i].cancel_sent) {
+          kids[i].cancel_sent = true;
+          kids[i].signal.emit(::asio::cancellation_type::terminal);
+        }
+      }
+    };
+
+    start(0);
+    [[maybe_unused]] std::size_t max_children = 1;
+    [[maybe_unused]] Ticks next_hedge = kTicksMax;
+    if constexpr (kHasHedge) {
+      const auto& h = std::get<kHedge>(stages_);
+      max_children = 1 + h.config.max_hedges;
+      next_hedge = saturating_add(kids[0].started, h.config.delay.now().count());
+    }
+    std::optional<std::size_t> winner;
+    std::optional<std::size_t> last_failed;
+    bool thrown = false;  // an attempt threw on its own: the group ends, the exception goes on
+    bool caller_cancelled = false;
+    for (;;) {
+      for (std::size_t i = 0; i < launched; ++i) {
+        Child& c = kids[i];
+        if (c.running || c.seen) continue;
+        c.seen = true;
+        if (c.result && *c.result) {
+          if (!winner) winner = i;
+        } else if (c.error && !c.cancel_sent && !thrown && !winner) {
+          thrown = true;
+          last_failed = i;
+        } else {
+          last_failed = i;
+        }
+      }
+      if (winner || thrown || caller_cancelled) cancel_all();
+      if (running == 0) break;  // every attempt started so far has ended
+      const Ticks now = ctx.now();
+      Ticks wake_at = kTicksMax;
+      for (std::size_t i = 0; i < launched; ++i) {
+        Child& c = kids[i];
+        if (!c.running || c.cancel_sent) continue;
+        if (c.own.passed(now)) {
+          c.cancel_sent = true;
+          c.signal.emit(::asio::cancellation_type::terminal);
+        } else if (!c.own.is_never()) {
+          wake_at = std::min(wake_at, c.own.ticks());
+        }
+      }
+      if constexpr (kHasHedge) {
+        if (!winner && !thrown && !caller_cancelled && launched < max_children) {
+          if (now >= next_hedge && !ctx.deadline().passed(now)) {
+            bool paid = true;
+            if (budget != nullptr) {
+              auto granted = budget->try_withdraw();
+              if (granted) {
+                granted->commit();
+              } else {
+                paid = false;
+              }
+            }
+            if (paid) {
+              start(launched);
+              next_hedge =
+                  saturating_add(now, std::get<kHedge>(stages_).config.delay.now().count());
+            } else {
+              max_children = launched;  // the budget said no: no more hedges in this group
+            }
+          }
+          if (launched < max_children) wake_at = std::min(wake_at, next_hedge);
+        }
+      }
+      if (running == 0) continue;  // a hedge that ended at once is looked at first
+      expire_at<C>(wake, Deadline::at(wake_at));
+      auto [ec] =
+          co_await wake.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
+      if (ec && detail::cancelled(cs)) caller_cancelled = true;
+    }
+
+    co_await ::asio::this_coro::throw_if_cancelled(throws);
+    detail::AttemptEnd<R> end;
+    if (caller_cancelled && !winner) {
+      end.caller_cancelled = true;
+      co_return end;
+    }
+    const std::size_t pick = winner ? *winner : *last_failed;
+    Child& c = kids[pick];
+    end.elapsed = Nanos(std::max<Ticks>(0, c.ended - c.started));
+    if (winner) {
+      end.result = std::move(c.result);
+      co_return end;
+    }
+    if (thrown) {
+      end.error = c.error;
+      co_return end;
+    }
+    end.result = std::move(c.result);  // an error, or nothing if the aborted call threw
+    end.timed_out = c.own < ctx.deadline() && c.own.passed(c.ended);
+    end.deadline_cut = ctx.deadline().passed(c.ended);
+    co_return end;
+  }
+
+  // The body of one attempt's coroutine: the call, its answer or its exception kept,
+  // and its end told to the group (the last thing it does: what is left of the
+  // coroutine after this touches nothing of the group's).
+  template <class Ex, class R, class Child, class Ctx, class F>
+  static ::asio::awaitable<void, Ex> run_child(Child& c, std::size_t& running,
+                                               Timer<typename Ctx::clock_type>& wake,
+                                               const Ctx& group_ctx, F& call) {
+    try {
+      c.result.emplace(co_await invoke_call(call, *c.ctx));
+    } catch (...) {
+      c.error = std::current_exception();
+    }
+    c.running = false;
+    c.ended = group_ctx.now();
+    --running;
+    wake.cancel();
+  }
+
+  std::tuple<S...> stages_;
+};
+
+// Composes stages, outermost first: fallback, breaker, bulkhead, retry, hedge,
+// timeout (any subset, in that order). The breaker, retry, timeout and fallback
+// stages are the synchronous pipeline's (bulwark::breaker(), bulwark::retry(),
+// bulwark::timeout(), bulwark::fallback()); the bulkhead and hedge are these.
+template <class... S>
+constexpr Pipeline<std::decay_t<S>...> pipeline(S&&... stages) {
+  return Pipeline<std::decay_t<S>...>(std::forward<S>(stages)...);
+}
+
+}  // namespace bulwark::asio
+
+#endif  // BULWARK_ASIO_PIPELINE_H_
