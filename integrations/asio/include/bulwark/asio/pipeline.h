@@ -231,7 +231,7 @@ class Pipeline {
                            typename Call<C, F>::executor_type> {
     static_assert(Call<C, F>::kIsAwaitable,
                   "bulwark::asio::pipeline: the call must return asio::awaitable<Expected<T, E>>");
-    static_assert(bulwark::detail::IsExpected<typename Call<C, F>::value_type>::value,
+    static_assert(bulwark::detail::IsBulwarkExpected<typename Call<C, F>::value_type>::value,
                   "bulwark::asio::pipeline: the call must return asio::awaitable<Expected<T, E>>");
     static_assert(detail::runs_on<kBreaker, C, S...>() && detail::runs_on<kBulkhead, C, S...>() &&
                       detail::runs_on<kRetry, C, S...>() && detail::runs_on<kHedge, C, S...>(),
