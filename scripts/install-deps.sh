@@ -7,9 +7,10 @@ packages=(
   # toolchain
   cmake ninja-build g++ clang-14 libclang-rt-14-dev clang-format git ca-certificates pkgconf
   # tests and benchmarks
-  libgtest-dev libgmock-dev libbenchmark-dev
+  libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   # integrations and the command-line lab
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libasio-dev
+  libhiredis-dev redis-server libcurl4-openssl-dev
   # the Prometheus exposition is checked by the real tools
   prometheus python3 python3-prometheus-client
 )
