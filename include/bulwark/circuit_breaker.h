@@ -264,6 +264,9 @@ class alignas(64) BasicCircuitBreaker {
  public:
   using clock_type = C;
   using window_type = Window;
+  // What this breaker type is configured with, and its shareable validated form.
+  using Config = BreakerConfig;
+  using Policy = BreakerPolicy<C>;
 
   // The right to make one call. Move-only. Report its outcome once with record();
   // destroying it without an outcome (an exception, a cancelled call) counts as
