@@ -549,8 +549,12 @@ class CountWindow : public detail::HeadBase {
         const std::uint32_t older = (lap - ELap::get(cur)) & ELap::max;
         if (older == 0 || older > ELap::max / 2) return;  // overwritten by a newer lap already
         evicted = static_cast<detail::Sample>(cur_sample);
-      } else if (cur_sample != 0 && detail::gen_after(cur_gen, g, kEntryGenBits)) {
-        return;  // a later phase writes here: this call is stale
+      } else if (cur_sample != 0 && detail::gen_after(cur_gen, g, kEntryGenBits) &&
+                 !detail::HeadWord(head_.load(std::memory_order_acquire)).of(gen)) {
+        // A later phase writes here: this call is stale. Entries are not rewritten at
+        // transitions, so one left many phases ago can look "after" ours in 10 bits; it
+        // only is if the head (rewritten at every transition) has moved on from ours.
+        return;
       }
       if (slot.compare_exchange_weak(cur, mine, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
