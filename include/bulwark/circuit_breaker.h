@@ -328,6 +328,7 @@ class alignas(64) BasicCircuitBreaker {
         window_(policy.data_->window) {
     policy_->refs.fetch_add(1, std::memory_order_relaxed);
     since_.store(now(), std::memory_order_relaxed);
+    if constexpr (Window::kind == WindowKind::time) window_.start(policy_->window, coarse_now());
   }
 
   BasicCircuitBreaker(const BasicCircuitBreaker&) = delete;

@@ -645,6 +645,14 @@ class TimeWindow : public detail::HeadBase {
 
   explicit TimeWindow(const WindowParams&) noexcept {}
 
+  // Places the first phase's newest bucket at the breaker's creation, `now`, so that a
+  // clock stepping back before it is no time passing, as in every later phase. Only
+  // while the breaker is being built (no other thread can see the window yet).
+  void start(const WindowParams& p, Ticks now) noexcept {
+    head_.store(detail::HeadWord::recording(0, 0, false, index_of(p, now)).raw(),
+                std::memory_order_relaxed);
+  }
+
   // Records a completed call of generation `gen` at `now`. `dropped` is set if this
   // call rotated the window, so that buckets left it.
   detail::Recorded record(const WindowParams& p, std::uint32_t gen, Ticks now,

@@ -231,5 +231,24 @@ TEST(Regressions, AManualOpeningIsNeverAFlappingEvent) {
   EXPECT_FALSE(event_flapping.back());
 }
 
+// "A clock stepping backwards is treated as no time passing" also before the breaker's
+// first transition: an outcome recorded after the clock stepped back to before the
+// breaker was built lands in the bucket of its creation, not in an older one.
+TEST(Regressions, ATimeWindowTreatsAClockSteppingBackBeforeItsCreationAsNoTimePassing) {
+  ManualClock clock{ManualClock::time_point(Nanos(186'212'728'280'677))};
+  auto b = make<TimeBreaker>({.window = Window::time,
+                              .consecutive_failures = 0,
+                              .minimum_calls = 1,
+                              .window_length = 1'000'000,
+                              .window_buckets = 1},
+                             clock);
+  clock.set(Nanos(186'212'727'999'999));  // back into the previous 1 ms bucket
+  b.try_acquire()->record_success();
+  clock.advance(1ns);  // back where the breaker was built
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, 1u);
+}
+
 }  // namespace
 }  // namespace bulwark::model
