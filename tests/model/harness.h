@@ -269,8 +269,10 @@ inline std::string event_text(const Event& e) {
 // What one run observed: per step, the decision or result, plus every event. Used by
 // the metamorphic tests to compare two runs of the real breaker.
 struct Observation {
-  std::vector<std::string> steps;
+  std::vector<std::string> steps;  // each step and its decision, without times
+  std::vector<Ticks> retry_after;  // each rejection's retry_after, in order
   std::vector<Event> events;
+  std::optional<Snapshot> last;  // the snapshot after the last step
 };
 
 // Plays `ops` on a real breaker of type B with the clock starting at `start`, in
@@ -315,8 +317,9 @@ std::string run_lockstep(const Config& c, const std::vector<Op>& ops, Ticks star
           if (r->is_probe()) step << " (probe)";
           held.push_back(Held{std::move(*r), d.permit});
         } else {
-          step << " -> rejected " << to_string(r.error().reason)
-               << " retry_after=" << r.error().retry_after.count();
+          step << " -> rejected " << to_string(r.error().reason);
+          if (seen) seen->retry_after.push_back(r.error().retry_after.count());
+          if (!seen) step << " retry_after=" << r.error().retry_after.count();
         }
         if (check_model) {
           if (d.admitted != static_cast<bool>(r)) {
@@ -378,10 +381,14 @@ std::string run_lockstep(const Config& c, const std::vector<Op>& ops, Ticks star
         break;
       }
     }
-    const std::size_t before = seen ? seen->events.size() : 0;
-    (void)before;
     log << "  " << i << ": " << step.str() << '\n';
-    if (seen) seen->steps.push_back(step.str());
+    if (seen) {
+      // Without the op's own times, so that time-transformed runs compare equal.
+      const std::string text = step.str();
+      const std::size_t arrow = text.find(" -> ");
+      seen->steps.push_back(std::to_string(static_cast<int>(op.kind)) +
+                            (arrow == std::string::npos ? "" : text.substr(arrow)));
+    }
     if (!check_model) continue;
     if (mismatch.empty()) {
       const std::string d = diff(model.snapshot(now()), from_real(breaker.snapshot()));
@@ -397,7 +404,10 @@ std::string run_lockstep(const Config& c, const std::vector<Op>& ops, Ticks star
     }
     if (!mismatch.empty()) return log.str() + "after step " + std::to_string(i) + ": " + mismatch;
   }
-  if (seen) seen->events = real_events;
+  if (seen) {
+    seen->events = real_events;
+    seen->last = from_real(breaker.snapshot());
+  }
   return {};
 }
 
