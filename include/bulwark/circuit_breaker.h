@@ -793,9 +793,8 @@ class alignas(64) BasicCircuitBreaker {
       v.counts = window_.counts(p.window, gen, t);
       if (p.window.track_in_flight) {
         const unsigned shift = p.window.epoch_shift;
-        v.counts.in_flight_slow = window_.in_flight().slow_calls(
-            gen, t, p.slow_call_duration, shift,
-            [this, shift] { return detail::InFlight::epoch_of(coarse_now(), shift); });
+        v.counts.in_flight_slow =
+            window_.in_flight().slow_calls(gen, t, p.slow_call_duration, shift);
       }
       const std::uint64_t total = v.counts.calls + v.counts.in_flight_slow;
       const std::uint64_t minimum = Window::kind == WindowKind::count
@@ -1085,10 +1084,9 @@ class alignas(64) BasicCircuitBreaker {
         const Nanos open_for =
             to == State::open ? Nanos(policy_->open_period(w.reopens())) : Nanos::zero();
         // Only an automatic opening is flapping (a manual one starts no growth).
-        policy_->listeners.emit(TransitionEvent{name(), this, from, to, reason, at, w.gen(),
-                                                opened && flapping &&
-                                                    reason != TransitionReason::manual,
-                                                open_for});
+        policy_->listeners.emit(
+            TransitionEvent{name(), this, from, to, reason, at, w.gen(),
+                            opened && flapping && reason != TransitionReason::manual, open_for});
       }
       // Clear pending, or take the next requested transition.
       Word cur(word_.load(std::memory_order_acquire));

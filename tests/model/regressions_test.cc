@@ -250,5 +250,33 @@ TEST(Regressions, ATimeWindowTreatsAClockSteppingBackBeforeItsCreationAsNoTimePa
   EXPECT_EQ(s.window->calls, 1u);
 }
 
+// Calls in flight count as slow only once they are older than slow_call_duration, and a
+// clock stepping back is no time passing: a call admitted after a 30 ms step back (with
+// another call 0 ms old still out) made the earlier call "ancient", hence slow, and
+// tripped the breaker although no call was older than 10 ms.
+TEST(Regressions, AClockSteppingBackNeverMakesCallsInFlightSlow) {
+  ManualClock clock{ManualClock::time_point(Nanos(1'000'000'000))};
+  BreakerConfig c;  // in-flight counting is not in the model's configuration
+  c.consecutive_failures = 0;
+  c.slow_call_rate = 0.5;
+  c.slow_call_duration = 10ms;
+  c.minimum_calls = 1;
+  c.window_size = 10;
+  c.count_in_flight_slow_calls = true;
+  CountBreaker b(c, clock);
+  auto first = b.try_acquire();
+  ASSERT_TRUE(first);
+  clock.set(Nanos(970'000'000));
+  auto second = b.try_acquire();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(b.state(), State::closed);
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->in_flight_slow, 0u);
+  // Once time really passes, both count as slow.
+  clock.set(Nanos(1'100'000'000));
+  EXPECT_EQ(b.snapshot().window->in_flight_slow, 2u);
+}
+
 }  // namespace
 }  // namespace bulwark::model
