@@ -488,8 +488,7 @@ TEST(InFlightSlowCalls, ALateAdmissionNeverMakesFreshCallsSlow) {
     EXPECT_EQ(a.epoch, kNow) << late << " epochs late";
     EXPECT_FALSE(a.new_epoch);
   }
-  EXPECT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift), 0u)
-      << "fresh calls counted as slow";
+  EXPECT_EQ(in_flight.slow_calls(7, now, 1'000'000, kShift), 0u) << "fresh calls counted as slow";
 }
 
 TEST(InFlightSlowCalls, CanBeSwitchedOff) {
