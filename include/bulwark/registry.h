@@ -82,6 +82,7 @@
 #include "bulwark/config_error.h"
 #include "bulwark/context.h"
 #include "bulwark/detail/registry_arena.h"
+#include "bulwark/detail/registry_entry.h"
 #include "bulwark/detail/registry_eviction.h"
 #include "bulwark/detail/registry_hash.h"
 #include "bulwark/detail/registry_ref.h"
@@ -94,9 +95,6 @@
 #include "bulwark/pipeline.h"
 
 namespace bulwark {
-
-// The default per-key extra: nothing.
-struct NoExtra {};
 
 // The policy type a breaker is built from (its shareable, validated configuration).
 template <class Breaker>
@@ -153,43 +151,6 @@ Expected<void, ConfigError> validate_breaker_config(const typename Breaker::Conf
 Expected<void, ConfigError> validate_registry(const std::string& name, std::uint32_t shards,
                                               Nanos idle_ttl, std::uint32_t evict_batch);
 
-// The bulkhead and fallback stage an Extra offers to execute(), if any.
-template <class T>
-struct IsFallbackStage : std::false_type {};
-template <class F>
-struct IsFallbackStage<FallbackStage<F>> : std::true_type {};
-template <class T>
-struct IsBulkhead : std::false_type {};
-template <class C>
-struct IsBulkhead<BasicBulkhead<C>> : std::true_type {};
-
-template <class Extra>
-constexpr bool extra_has_bulkhead() {
-  if constexpr (IsBulkhead<Extra>::value) {
-    return true;
-  } else if constexpr (requires(Extra & x) { x.bulkhead; }) {
-    return IsBulkhead<std::remove_cvref_t<decltype(std::declval<Extra&>().bulkhead)>>::value;
-  } else {
-    return false;
-  }
-}
-template <class Extra>
-auto& bulkhead_of(Extra& x) noexcept {
-  if constexpr (IsBulkhead<Extra>::value) {
-    return x;
-  } else {
-    return x.bulkhead;
-  }
-}
-template <class Extra>
-constexpr bool extra_has_fallback() {
-  if constexpr (requires(Extra & x) { x.fallback; }) {
-    return IsFallbackStage<std::remove_cvref_t<decltype(std::declval<Extra&>().fallback)>>::value;
-  } else {
-    return false;
-  }
-}
-
 }  // namespace detail
 
 // Checks every field; the error names the first one that is wrong.
@@ -233,7 +194,7 @@ class BasicRegistry {
   using Rejection = typename decltype(std::declval<Breaker&>().try_acquire())::error_type;
 
  private:
-  struct Entry;
+  using Entry = detail::RegistryEntry<Key, Breaker, Extra>;
 
  public:
   class Call;
@@ -372,7 +333,7 @@ class BasicRegistry {
       const std::uint32_t n = s.allocated.load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i) {
         Entry* e = s.entries.at(i);
-        if (!e->ref.dead()) destroy_payload(e);
+        if (!e->ref.dead()) e->destroy();
         if (e->metrics != nullptr) std::destroy_at(e->metrics);
       }
     }
@@ -544,15 +505,15 @@ class BasicRegistry {
           total.latency.add(v.metrics->latency.read());
           v.metrics->components.read_into(total.components);
         }
-        if constexpr (kExtraReports) {
+        if constexpr (detail::kExtraReports<Extra>) {
           if (v.extra != nullptr) v.extra->read_metrics(total.components);
         }
         key_heap += detail::key_heap_bytes(v.key);
         per_entry(v, b);
       }
-      total.add(s.gone);
-      total.latency.add(s.gone_latency);
-      total.components.merge(s.gone_components);
+      total.add(s.gone.breaker);
+      total.latency.add(s.gone.latency);
+      total.components.merge(s.gone.components);
       total.created += s.created.load(std::memory_order_relaxed);
       total.evicted += s.evicted.load(std::memory_order_relaxed);
     }
@@ -600,44 +561,7 @@ class BasicRegistry {
  private:
   using Ref = detail::RegistryRef;
 
-  // The per-key Extra reports its components' counters (read_metrics).
-  static constexpr bool kExtraReports = requires(Extra & x, ComponentReading& r) {
-    x.read_metrics(r);
-  };
-
-  struct NoStorage {};
-  template <class T>
-  struct alignas(alignof(T) > 8 ? alignof(T) : 8) Storage {
-    unsigned char bytes[(sizeof(T) + 7) / 8 * 8];
-  };
-  using ExtraStorage =
-      std::conditional_t<std::is_same_v<Extra, NoExtra>, NoStorage, Storage<Extra>>;
-
-  // The breaker comes first: its address is the entry's, which is how a transition
-  // event finds its entry (owner_of). The header (ref .. incarnation) lives as long as
-  // the registry; the payload (breaker, key, extra) only while the entry is live, and
-  // is poisoned for AddressSanitizer while it is not.
-  struct alignas(64) Entry {
-    alignas(Breaker) unsigned char breaker_bytes[sizeof(Breaker)];
-    Ref ref;
-    std::atomic<Ticks> outage_since{detail::kNoOutage};
-    BreakerMetrics* metrics = nullptr;
-    std::uint64_t incarnation = 0;
-    Storage<Key> key_bytes;
-    [[no_unique_address]] ExtraStorage extra_bytes;
-
-    Breaker& breaker() noexcept { return *std::launder(reinterpret_cast<Breaker*>(breaker_bytes)); }
-    const Key& key() noexcept { return *std::launder(reinterpret_cast<Key*>(key_bytes.bytes)); }
-    Extra& extra() noexcept requires(!std::is_same_v<Extra, NoExtra>) {
-      return *std::launder(reinterpret_cast<Extra*>(extra_bytes.bytes));
-    }
-  };
-
-  struct Evicted {
-    std::string name;
-    std::string key;
-    Nanos idle;
-  };
+  using Evicted = detail::EvictedKey;
 
   struct alignas(64) Shard {
     // Read by every lookup; written under mu.
@@ -655,10 +579,7 @@ class BasicRegistry {
     std::size_t cursor = 0;  // where the next eviction step looks
     std::vector<std::uint32_t> free;
     std::size_t metrics_blocks = 0;
-    // Counters of evicted entries, so registry totals never go down.
-    BreakerReading gone;
-    HistogramReading gone_latency;
-    ComponentReading gone_components;
+    detail::RetiredTotals gone;  // counters of evicted and removed entries
   };
 
   // Forwards the breakers' transitions to the registry while it lives. Listeners hold
@@ -831,7 +752,7 @@ class BasicRegistry {
       std::lock_guard lock(s.mu);
       if (Entry* found = find_pinned(s, h, key); found != nullptr) {
         // Another thread created the key while we built ours: theirs wins.
-        destroy_payload(e);
+        e->destroy();
         s.free.push_back(index);
         result = found;
       } else {
@@ -864,7 +785,7 @@ class BasicRegistry {
       directory_.add(base, bytes, k);
     });
     ::new (static_cast<void*>(e)) Entry;
-    poison(e);
+    e->poison();
     if (detailed_) {
       e->metrics = ::new (static_cast<void*>(s.metrics.reserve(index))) BreakerMetrics;
       ++s.metrics_blocks;
@@ -880,66 +801,41 @@ class BasicRegistry {
 #endif
   }
 
-  // Builds the entry's payload (breaker, key, extra: the extra runs user code, and a
-  // breaker may refuse its policy). If anything throws, what was built is destroyed
-  // and the entry goes back to the free list.
+  // Builds the entry's payload (the Extra runs user code, and a breaker may refuse its
+  // policy). If anything throws, the entry goes back to the free list.
   void construct_payload(Shard& s, Entry* e, Key&& key, const Policy& policy, std::uint32_t index) {
-    unpoison(e);
-    int built = 0;  // breaker, key
 #if defined(__cpp_exceptions)
     try {
 #endif
-      ::new (static_cast<void*>(e->breaker_bytes)) Breaker(policy);
-      built = 1;
-      ::new (static_cast<void*>(e->key_bytes.bytes)) Key(std::move(key));
-      built = 2;
-      if constexpr (!std::is_same_v<Extra, NoExtra>) {
-        if (extra_for_) {
-          ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra(extra_for_(e->key()));
-        } else if constexpr (std::is_constructible_v<Extra, const Key&>) {
-          ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra(e->key());
-        } else if constexpr (std::is_default_constructible_v<Extra>) {
-          ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra();
-        }
-        attach_bulkheads(e);
-      }
+      e->construct(policy, std::move(key), [this](const Key& k) { return make_extra(k); });
 #if defined(__cpp_exceptions)
     } catch (...) {
-      if (built == 2) std::destroy_at(&e->key());
-      if (built >= 1) e->breaker().~Breaker();
-      poison(e);
       std::lock_guard lock(s.mu);
       s.free.push_back(index);
       throw;
     }
 #endif
-    e->outage_since.store(detail::kNoOutage, std::memory_order_relaxed);
-    if (e->metrics != nullptr) e->metrics->reset();
     (void)s;
     (void)index;
-    (void)built;
+    if constexpr (Entry::kHasExtra) {
+      // Before the entry is published, so the bulkhead is not shared yet.
+      detail::observe_extra_bulkheads(e->extra(),
+                                      BulkheadObserver(&BasicRegistry::bulkhead_rejected, e, this));
+    }
   }
 
-  void destroy_payload(Entry* e) noexcept {
-    if constexpr (!std::is_same_v<Extra, NoExtra>) std::destroy_at(&e->extra());
-    std::destroy_at(&e->key());
-    e->breaker().~Breaker();
-    poison(e);
-  }
-
-  // A Handle that outlived its reference would touch a dead payload: under
-  // AddressSanitizer that is a report instead of a silent read of a reused entry.
-  static void poison(Entry* e) noexcept {
-    detail::poison(e->breaker_bytes, sizeof(e->breaker_bytes));
-    detail::poison(&e->key_bytes, sizeof(e->key_bytes));
-    if constexpr (!std::is_same_v<Extra, NoExtra>)
-      detail::poison(&e->extra_bytes, sizeof(e->extra_bytes));
-  }
-  static void unpoison(Entry* e) noexcept {
-    detail::unpoison(e->breaker_bytes, sizeof(e->breaker_bytes));
-    detail::unpoison(&e->key_bytes, sizeof(e->key_bytes));
-    if constexpr (!std::is_same_v<Extra, NoExtra>)
-      detail::unpoison(&e->extra_bytes, sizeof(e->extra_bytes));
+  Extra make_extra(const Key& key) const {
+    if constexpr (std::is_same_v<Extra, NoExtra>) {
+      return Extra{};
+    } else if constexpr (std::is_constructible_v<Extra, const Key&>) {
+      if (extra_for_) return extra_for_(key);
+      return Extra(key);
+    } else if constexpr (std::is_default_constructible_v<Extra>) {
+      if (extra_for_) return extra_for_(key);
+      return Extra();
+    } else {
+      return extra_for_(key);  // validate() made sure it is set
+    }
   }
 
   // ---- eviction (registry_eviction.h) ------------------------------------------------
@@ -993,18 +889,7 @@ class BasicRegistry {
     s.table.erase(pos);
     // Every counter a scrape reads from a live entry goes to the shard's totals, in this
     // critical section: collect() reads those under the same mutex.
-    fold(s.gone, read_breaker(e->breaker()));
-    if (e->metrics != nullptr) {
-      s.gone_latency.add(e->metrics->latency.read());
-      ComponentReading c;
-      e->metrics->components.read_into(c);
-      s.gone_components.merge_counters(c);
-    }
-    if constexpr (kExtraReports) {
-      ComponentReading c;
-      e->extra().read_metrics(c);
-      s.gone_components.merge_counters(c);
-    }
+    s.gone.absorb(*e);
     if (events_.wants(EventKind::key_evicted)) {
       const std::uint64_t idle_units = Ref::elapsed(e->ref.idle_since(), now_u);
       Evicted ev{std::string(e->breaker().name()), std::string(),
@@ -1012,7 +897,7 @@ class BasicRegistry {
       append_key_text(ev.key, e->key());
       gone.push_back(std::move(ev));
     }
-    destroy_payload(e);
+    e->destroy();
     s.free.push_back(index);
     s.live.fetch_sub(1, std::memory_order_relaxed);
     s.evicted.fetch_add(1, std::memory_order_relaxed);
@@ -1058,20 +943,6 @@ class BasicRegistry {
     });
   }
 
-  // Routes the rejections of the bulkheads in a new entry's Extra to events() (see
-  // "Per-key components and events" above). Before the entry is published, so the
-  // bulkhead is not shared yet.
-  void attach_bulkheads(Entry* e) noexcept {
-    const BulkheadObserver observer(&BasicRegistry::bulkhead_rejected, e, this);
-    if constexpr (requires(Extra & x) { x.observe_rejections(observer); }) {
-      e->extra().observe_rejections(observer);
-    } else if constexpr (requires(Extra & x) { x.bulkhead.observe_rejections(observer); }) {
-      e->extra().bulkhead.observe_rejections(observer);
-    } else {
-      (void)observer;
-    }
-  }
-
   // A per-key bulkhead refused a call. Its caller reached the bulkhead through a Handle,
   // which keeps the entry alive.
   static void bulkhead_rejected(void* entry, void* registry,
@@ -1110,18 +981,6 @@ class BasicRegistry {
     for (const Evicted& ev : gone) {
       events_.emit(Event{EventKind::key_evicted, ev.name, ev.key, nullptr, at, KeyInfo{ev.idle}});
     }
-  }
-
-  static void fold(BreakerReading& into, const BreakerReading& b) noexcept {
-    into.successes += b.successes;
-    into.failures += b.failures;
-    into.ignored += b.ignored;
-    into.cancelled += b.cancelled;
-    into.rejected += b.rejected;
-    into.opens += b.opens;
-    into.has_slow = into.has_slow || b.has_slow;
-    into.slow_successes += b.slow_successes;
-    into.slow_failures += b.slow_failures;
   }
 
   // ---- memory ------------------------------------------------------------------------

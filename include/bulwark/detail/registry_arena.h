@@ -13,7 +13,7 @@
 // (page number -> segment), so a breaker's address, as its transition event reports
 // it, leads to its entry with one hash and usually one probe, whatever the number of
 // keys; an address outside every segment (a breaker that is not the registry's) is
-// recognised as such. About 16 bytes of table per 4 KiB page of entries.
+// recognised as such. At most ~21 bytes of table per 4 KiB page of entries (load <= 3/4).
 //
 // poison/unpoison mark memory that must not be touched for AddressSanitizer (no-ops
 // without it), so a Handle used after its entry was evicted is reported.
@@ -152,7 +152,7 @@ class SegmentDirectory {
     const std::uint64_t value = b | k;  // k < 29 fits in the page offset
     std::lock_guard lock(mu_);
     for (std::uintptr_t p = b; p < b + bytes; p += kArenaPage) {
-      if ((used_ + 1) * 2 > current_->mask + 1) grow();
+      if ((used_ + 1) * 4 > (current_->mask + 1) * 3) grow();
       put(*current_, p / kArenaPage + 1, value);
       ++used_;
     }
