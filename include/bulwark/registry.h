@@ -478,6 +478,7 @@ class BasicRegistry {
   // totals, so no key is counted twice or not at all and successive totals never
   // decrease. Lookups go on meanwhile; creation and eviction in the shard being walked
   // wait. per_entry must not create, remove or evict keys of this registry.
+  // Cost: O(keys + shards); allocates only the reading's name and histogram.
   template <class F>
   RegistryReading collect(F&& per_entry) const {
     RegistryReading total;
@@ -523,6 +524,7 @@ class BasicRegistry {
     total.memory_bytes = m.total();
     return total;
   }
+  // The totals alone: collect() without a per-entry callback.
   RegistryReading read() const {
     return collect([](const EntryView&, const BreakerReading&) {});
   }
@@ -547,6 +549,7 @@ class BasicRegistry {
   // registry, with the key (observe.h). A transition reaches its entry in O(1).
   EventHub& events() noexcept { return events_; }
 
+  // The configuration as given. Constant, free, any thread.
   const std::string& name() const noexcept { return name_; }
   clock_type clock() const noexcept requires std::is_empty_v<clock_type> { return clock_.get(); }
   const clock_type& clock() const noexcept requires(!std::is_empty_v<clock_type>) {
