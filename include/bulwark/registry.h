@@ -83,6 +83,7 @@
 #include "bulwark/context.h"
 #include "bulwark/detail/registry_arena.h"
 #include "bulwark/detail/registry_entry.h"
+#include "bulwark/detail/registry_events.h"
 #include "bulwark/detail/registry_eviction.h"
 #include "bulwark/detail/registry_hash.h"
 #include "bulwark/detail/registry_ref.h"
@@ -518,7 +519,7 @@ class BasicRegistry {
       total.created += s.created.load(std::memory_order_relaxed);
       total.evicted += s.evicted.load(std::memory_order_relaxed);
     }
-    total.transitions = transitions_.read();
+    total.transitions = events_.transitions.read();
     RegistryMemory m = memory_without_keys();
     m.key_heap = key_heap;
     total.memory_bytes = m.total();
@@ -547,7 +548,7 @@ class BasicRegistry {
 
   // Transitions, rejections, key creation and eviction of every breaker in the
   // registry, with the key (observe.h). A transition reaches its entry in O(1).
-  EventHub& events() noexcept { return events_; }
+  EventHub& events() noexcept { return events_.hub; }
 
   // The configuration as given. Constant, free, any thread.
   const std::string& name() const noexcept { return name_; }
@@ -702,7 +703,7 @@ class BasicRegistry {
   Expected<Call, Rejection> acquire_on(Handle h) {
     auto permit = h.breaker().try_acquire();
     if (!permit) {
-      if (events_.wants(EventKind::rejection)) emit_rejection(h, permit.error());
+      events_.rejected(*h.entry_, permit.error(), clock_.get());
       return Unexpected(permit.error());
     }
     return Call(std::move(h), std::move(*permit));
@@ -747,7 +748,7 @@ class BasicRegistry {
                       index);
     // Read after the user's callbacks ran, so a slow config_for can't make the key look
     // idle from birth; also the time of its key_created event.
-    const bool announced = events_.wants(EventKind::key_created);
+    const bool announced = events_.hub.wants(EventKind::key_created);
     const Ticks now = idle_.enabled() || announced ? coarse_now_ticks(clock_.get()) : 0;
     std::vector<Evicted> gone;
     Entry* result = e;
@@ -771,7 +772,7 @@ class BasicRegistry {
       }
     }
     announce_evicted(gone);
-    if (result == e && announced) emit_key(EventKind::key_created, e, now, Nanos::zero());
+    if (result == e && announced) events_.key_event(EventKind::key_created, *e, now, Nanos::zero());
     return result;
   }
 
@@ -785,7 +786,7 @@ class BasicRegistry {
     const std::uint32_t index = s.allocated.load(std::memory_order_relaxed);
     if (index == std::numeric_limits<std::uint32_t>::max() - 1) throw_length();
     Entry* e = s.entries.reserve(index, [&](void* base, std::size_t bytes, std::size_t k) {
-      directory_.add(base, bytes, k);
+      events_.directory.add(base, bytes, k);
     });
     ::new (static_cast<void*>(e)) Entry;
     e->poison();
@@ -893,7 +894,7 @@ class BasicRegistry {
     // Every counter a scrape reads from a live entry goes to the shard's totals, in this
     // critical section: collect() reads those under the same mutex.
     s.gone.absorb(*e);
-    if (events_.wants(EventKind::key_evicted)) {
+    if (events_.hub.wants(EventKind::key_evicted)) {
       const std::uint64_t idle_units = Ref::elapsed(e->ref.idle_since(), now_u);
       Evicted ev{std::string(e->breaker().name()), std::string(),
                  Nanos(static_cast<Ticks>(idle_units << Ref::kUnitShift))};
@@ -906,91 +907,31 @@ class BasicRegistry {
     s.evicted.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // ---- events ------------------------------------------------------------------------
+  // ---- events (registry_events.h) ---------------------------------------------------
 
-  // The entry a breaker address belongs to, or nullptr for a breaker that is not one
-  // of ours (a policy copied out of the registry may be shared with other breakers).
-  // O(1): one directory probe (registry_arena.h), whatever the number of keys.
-  Entry* owner_of(const void* breaker) const noexcept {
-    const auto found = directory_.find(breaker);
-    if (found.base == nullptr) return nullptr;
-    const auto offset =
-        reinterpret_cast<std::uintptr_t>(breaker) - reinterpret_cast<std::uintptr_t>(found.base);
-    if (offset >= detail::Segments::size(found.k) * sizeof(Entry) || offset % sizeof(Entry) != 0)
-      return nullptr;
-    return reinterpret_cast<Entry*>(const_cast<unsigned char*>(found.base)) +
-           offset / sizeof(Entry);
-  }
+  void on_transition(const TransitionEvent& ev) { events_.on_transition(ev); }
 
-  // Runs on the thread that made the transition, which holds a reference to the entry
-  // (every path to a breaker goes through a Handle or a Call).
-  void on_transition(const TransitionEvent& ev) {
-    Entry* e = owner_of(ev.breaker);
-    if (e == nullptr) return;
-    detail::note_outage(e->outage_since, ev.from, ev.to, ev.at);
-    if (e->metrics != nullptr) e->metrics->transitions.count(ev.from, ev.to);
-    transitions_.count(ev.from, ev.to);
-    if (events_.wants(EventKind::transition) || events_.wants(EventKind::flapping)) {
-      const Nanos period = detail::flapping_period(e->breaker());
-      detail::with_key_text(e->key(), [&](std::string_view key) {
-        detail::emit_transition(events_, ev, key, period);
-      });
-    }
-  }
-
-  void emit_rejection(const Handle& h, const Rejection& r) {
-    const Ticks at = now_ticks(clock_.get());
-    detail::with_key_text(h.key(), [&](std::string_view key) {
-      events_.emit(Event{EventKind::rejection, h.breaker().name(), key, &h.breaker(), at,
-                         RejectionInfo{r.reason, r.retry_after}});
-    });
-  }
-
-  // A per-key bulkhead refused a call. Its caller reached the bulkhead through a Handle,
-  // which keeps the entry alive.
+  // A per-key bulkhead refused a call (the observer attached in construct_payload).
   static void bulkhead_rejected(void* entry, void* registry,
                                 const BulkheadRejectionEvent& ev) noexcept {
     auto* self = static_cast<BasicRegistry*>(registry);
-    if (!self->events_.wants(EventKind::rejection)) return;
-    Entry* e = static_cast<Entry*>(entry);
-    const Ticks at = now_ticks(self->clock_.get());
-    detail::with_key_text(e->key(), [&](std::string_view key) {
-      self->events_.emit(Event{EventKind::rejection, ev.name, key, ev.bulkhead, at,
-                               BulkheadRejectionInfo{ev.reason}});
-    });
+    self->events_.bulkhead_rejected(*static_cast<Entry*>(entry), ev, self->clock_.get());
   }
 
   // A fallback stage observed through a Handle answered (Handle::on_fallback).
   void fallback_answered(Entry* e, bool rejected, Reason reason) noexcept {
-    const FallbackKind kind = rejected ? FallbackKind::rejected : FallbackKind::failed;
-    if (e->metrics != nullptr) e->metrics->components.record_fallback(kind);
-    if (!events_.wants(EventKind::fallback)) return;
-    const Ticks at = now_ticks(clock_.get());
-    detail::with_key_text(e->key(), [&](std::string_view key) {
-      events_.emit(Event{EventKind::fallback, e->breaker().name(), key, &e->breaker(), at,
-                         FallbackInfo{kind, to_string(reason)}});
-    });
-  }
-
-  void emit_key(EventKind kind, Entry* e, Ticks at, Nanos idle) {
-    detail::with_key_text(e->key(), [&](std::string_view key) {
-      events_.emit(Event{kind, e->breaker().name(), key, &e->breaker(), at, KeyInfo{idle}});
-    });
+    events_.fallback_answered(*e, rejected, reason, clock_.get());
   }
 
   void announce_evicted(const std::vector<Evicted>& gone) {
-    if (gone.empty()) return;
-    const Ticks at = now_ticks(clock_.get());
-    for (const Evicted& ev : gone) {
-      events_.emit(Event{EventKind::key_evicted, ev.name, ev.key, nullptr, at, KeyInfo{ev.idle}});
-    }
+    events_.announce_evicted(gone, clock_.get());
   }
 
   // ---- memory ------------------------------------------------------------------------
 
   RegistryMemory memory_without_keys() const {
     RegistryMemory m;
-    m.bookkeeping = sizeof(*this) + (shard_mask_ + 1) * sizeof(Shard) + directory_.bytes();
+    m.bookkeeping = sizeof(*this) + (shard_mask_ + 1) * sizeof(Shard) + events_.directory.bytes();
     for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
       const Shard& s = shards_[si];
       std::lock_guard lock(s.mu);
@@ -1009,7 +950,6 @@ class BasicRegistry {
   Policy shared_policy_;
   std::shared_ptr<Router> router_;
   ListenerId shared_listener_ = 0;
-  detail::SegmentDirectory directory_;  // breaker address -> entry, for events
   std::unique_ptr<Shard[]> shards_;
   const std::uint32_t shard_mask_;
   const detail::IdlePolicy idle_;
@@ -1018,8 +958,7 @@ class BasicRegistry {
   const bool counted_;  // entries count their references (they can be evicted or removed)
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
-  EventHub events_;
-  TransitionCounts transitions_;  // every breaker's, evicted or not
+  detail::KeyedEvents<Entry> events_;  // the hub, transition counts, address directory
 };
 
 // A registry of the default breaker type, keyed by Key.
