@@ -204,7 +204,8 @@ class BasicRegistry {
   // evicted, removed nor reused. Copying takes another reference (one atomic add);
   // moving is free. An empty Handle (default, moved-from, a find() that missed) tests
   // false. A Handle is also a pipeline breaker stage (`bulwark::breaker(handle)`): its
-  // permits are Calls, which pin the entry. Not thread-safe itself (copy it per thread).
+  // permits are Calls, which pin the entry. Const members may run concurrently; assigning
+  // or resetting one Handle may not.
   class Handle {
    public:
     using clock_type = typename Breaker::clock_type;
