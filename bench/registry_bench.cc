@@ -14,6 +14,8 @@
 //   BM_Prometheus_Scrape_10k              gather + write 10,000 breakers; compare with
 //   BM_Baseline_Format_10k                writing the very same lines, precomputed, to
 //                                         the same kind of stream. Goal: <= 2x.
+//   BM_Registry_TransitionEvent/<keys>   a transition event reaching its key, with
+//                                         1,024 and 1,000,000 keys. Goal: ratio ~1.
 //   BM_Registry_Memory_1M                 resident memory of 1,000,000 keys like
 //                                         "host-123456:443", from /proc/self/statm
 //                                         before and after: counter bytes_per_key (and
@@ -27,6 +29,7 @@
 #include <cstdio>
 #include <fstream>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <streambuf>
@@ -201,6 +204,40 @@ void BM_Registry_Create(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Registry_Create);
+
+// A transition event reaching its key: the registry finds the entry from the breaker's
+// address with one directory probe, so the cost is the same with 1,024 keys as with
+// 1,000,000. Each iteration forces one of 1,024 keys (spread over all of them) open
+// and closes it again: two transitions, two events carrying the key.
+struct EventFixture {
+  explicit EventFixture(int n) : reg({.name = "hosts", .breaker = {.name = "upstream"}}) {
+    char buf[32];
+    for (int i = 0; i < n; ++i) {
+      auto h = reg.get(host_key(buf, i));
+      if (i % (n / 1024) == 0) handles.push_back(std::move(h));
+    }
+    sub.emplace(reg.events().subscribe(bulwark::EventKind::transition,
+                                       [this](const bulwark::Event& e) { bytes += e.key.size(); }));
+  }
+  Hosts reg;
+  std::vector<Hosts::Handle> handles;
+  std::size_t bytes = 0;
+  std::optional<bulwark::Subscription> sub;
+};
+
+void BM_Registry_TransitionEvent(benchmark::State& state) {
+  static EventFixture small(1024);
+  static EventFixture large(1'000'000);
+  EventFixture& f = state.range(0) == 1024 ? small : large;
+  std::size_t i = 0;
+  for (auto _ : state) {
+    auto& h = f.handles[i++ & 1023];
+    benchmark::DoNotOptimize(h->transition_to(bulwark::State::open));
+    benchmark::DoNotOptimize(h->transition_to(bulwark::State::closed));
+  }
+  state.SetItemsProcessed(static_cast<std::int64_t>(state.iterations()) * 2);
+}
+BENCHMARK(BM_Registry_TransitionEvent)->Arg(1024)->Arg(1'000'000);
 
 // ---------------------------------------------------------------------------
 // Scrape

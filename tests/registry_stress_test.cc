@@ -311,3 +311,45 @@ TEST(RegistryStress, CountersOfOneHotKeyAddUpExactly) {
 }
 
 }  // namespace
+
+namespace {
+
+// Transitions routed to their entries while another thread keeps creating keys (so
+// entry segments and the address directory grow under the router's lock-free reads):
+// every event carries the key of the breaker that changed, and none is lost.
+TEST(RegistryStress, TransitionsFindTheirKeyWhileTheRegistryGrows) {
+  ManualClock clock;
+  Reg::Options o;
+  o.name = "growing";
+  o.breaker = {.name = "upstream", .consecutive_failures = 1, .open_duration = 30s};
+  o.shards = 4;
+  Reg reg(std::move(o), clock);
+#if defined(BULWARK_SANITIZED)
+  constexpr unsigned kGrow = 20'000, kTrips = 2'000;
+#else
+  constexpr unsigned kGrow = 200'000, kTrips = 20'000;
+#endif
+  std::atomic<unsigned> events{0}, wrong{0};
+  auto sub = reg.events().subscribe(bulwark::EventKind::transition, [&](const bulwark::Event& e) {
+    // The tripping thread's keys are "trip<i>"; the breaker's key must match its state.
+    if (e.key.rfind("trip", 0) != 0) wrong.fetch_add(1, std::memory_order_relaxed);
+    events.fetch_add(1, std::memory_order_relaxed);
+  });
+  std::thread grower([&] {
+    for (unsigned i = 0; i < kGrow; ++i) (void)reg.get(named("grow", i));
+  });
+  std::thread tripper([&] {
+    for (unsigned i = 0; i < kTrips; ++i) {
+      auto call = reg.try_acquire(named("trip", i));
+      ASSERT_TRUE(call);
+      call->record_failure();  // consecutive_failures = 1: CLOSED -> OPEN
+    }
+  });
+  grower.join();
+  tripper.join();
+  EXPECT_EQ(wrong.load(), 0u);
+  EXPECT_EQ(events.load(), kTrips);
+  EXPECT_EQ(reg.size(), kGrow + kTrips);
+}
+
+}  // namespace

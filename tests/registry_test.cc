@@ -834,3 +834,24 @@ TEST(RegistryConfig, ValidatedForTheBreakersWindow) {
 }
 
 }  // namespace
+
+namespace {
+
+// A transition reaches its own entry among many keys in many segments and shards
+// (the entry is found from the breaker's address, not by a scan).
+TEST(RegistryEvents, TransitionsFindTheirEntryAmongManyKeys) {
+  ManualClock clock;
+  Reg reg(options(), clock);
+  for (int i = 0; i < 20000; ++i) (void)reg.get(key("host-", i));
+  std::vector<std::string> keys;
+  auto sub = reg.events().subscribe(EventKind::transition,
+                                    [&](const bulwark::Event& e) { keys.emplace_back(e.key); });
+  const std::vector<std::string> tripped = {key("host-", 0), key("host-", 9), key("host-", 777),
+                                            key("host-", 19999)};
+  for (const auto& k : tripped) fail_times(reg, k, 2);
+  EXPECT_EQ(keys, tripped);
+  for (const auto& k : tripped) EXPECT_EQ(reg.find(k)->state(), State::open);
+  EXPECT_EQ(reg.read().transitions[bulwark::transition_index(State::closed, State::open)], 4u);
+}
+
+}  // namespace

@@ -1,11 +1,10 @@
 // bulwark/registry.h — breakers by the million: get-or-create by key, lock-free lookups.
 //
-// One breaker per downstream host, per operation or per partition (seeds 000 and 002)
-// means thousands to millions of breakers, created on first use. A registry maps any
-// hashable key to its breaker (and, optionally, per-key extras such as a bulkhead and a
-// retry budget), from one shared configuration or a per-key configuration function.
-// No thread, no timer: idle keys are evicted lazily, in bounded steps, by the requests
-// themselves.
+// A registry maps any hashable key (a downstream host, an operation, a partition) to
+// its breaker and, optionally, a per-key Extra (say, a struct holding the key's
+// Bulkhead and RetryBudget), built on first use from one shared configuration or a
+// per-key configuration function. No thread, no timer: idle keys are evicted lazily,
+// in bounded steps, by the requests themselves.
 //
 //   bulwark::Registry<std::string> hosts({
 //       .name = "upstreams",
@@ -21,81 +20,48 @@
 //     respond_503(call.error().retry_after);
 //   }
 //
+//   auto r = hosts.execute(host, ctx, [&](const bulwark::Context& c) { return fetch(host, c); });
+//
 //   bulwark::prometheus::write(std::cout, hosts);   // prometheus.h: one scrape
 //
-// Handles. get() returns a Handle: a reference to the key's entry that keeps the
-// breaker alive and un-evictable while it exists (counted when entries can be evicted
-// or removed; a plain pointer otherwise, as entries then live as long as the registry). A Call
-// (try_acquire) holds the handle and the breaker's permit together, so a call in flight always pins
-// its entry. If you take a permit from the breaker yourself (`handle->try_acquire()`), keep the
-// handle until the permit is resolved: a permit points at the breaker.
+// References. A Handle (get, find) and a Call (try_acquire, execute) pin their key's
+// entry: while one exists the entry is neither evicted, removed nor reused. A Call pins
+// it on its own, so it may outlive the Handle it came from. A permit taken from the
+// breaker directly (`handle->try_acquire()`) does not pin: keep the handle until it is
+// resolved, or use `handle.try_acquire()`, which returns a Call.
 //
-// Eviction (idle_ttl > 0). A key is evicted when it has been idle — not looked up, and
-// no handle held — for at least idle_ttl, and its breaker is CLOSED. A breaker that is
-// OPEN, HALF_OPEN, FORCED_OPEN, DISABLED or METRICS_ONLY is never evicted (that state
-// is information, or an operator's decision), nor is an entry with a handle or call
-// alive. Eviction runs in bounded steps (`evict_batch` table slots) when a key is
-// created, when a lookup notices a step is due (it looks once every 64 lookups of its
-// thread), and in evict_idle(). Idle time is observed by the steps, as the CLOCK
-// algorithm of page replacement does: a lookup only sets a "used" bit in the entry's
-// reference word, in the CAS that pins it, and a step that finds the bit set (or the
-// entry referenced) clears it and starts the key's idle time again. Lookups therefore
-// never read the clock; a key goes at the first step that finds it idle for idle_ttl —
-// later than idle_ttl, never sooner. An evicted key's counters — its breaker's, its
-// BreakerMetrics block's, and those its Extra reports (read_metrics: bulkhead
-// rejections, retry-budget exhaustion) — are folded into the shard's totals under the
-// lock that unlinks it, and a scrape reads each shard's entries and evicted totals under
-// that same lock, so registry counters never decrease. Memory is bounded by the peak
-// number of live keys, not by the keys ever seen: freed entries are reused; the index
-// and entry storage keep their peak size.
+// Eviction (idle_ttl > 0). A key goes when it has been idle — no lookup, no Handle or
+// Call alive — for at least idle_ttl and its breaker is CLOSED; never sooner, possibly
+// later (eviction runs when keys are created, on one lookup in 64 per thread when a
+// shard's step is due, and in evict_idle()). OPEN, HALF_OPEN, FORCED_OPEN, DISABLED and
+// METRICS_ONLY breakers are never evicted. An evicted key's counters are folded into
+// the registry's totals, so registry counters never decrease. Memory is bounded by the
+// peak number of live keys.
 //
-// How lookups stay lock-free. Keys are spread over `shards` shards; each shard has an
-// open-addressing table of 8-byte slots (32-bit hash tag + 32-bit entry index) that
-// readers probe with atomic loads, and an arena of entries that is never freed while
-// the registry lives (type-stable memory). When entries can be evicted, a reader pins
-// an entry with one CAS on its reference word — which fails if the entry is being
-// evicted — and only then compares the key. Creation, eviction and table growth take the shard's
-// mutex; a lookup that misses takes it to create the key. Replaced tables are kept until the
-// registry is destroyed (a reader may still be probing one); they total less than the live table.
+// Cost. Lookup of an existing key: one hash, one probe (usually one cache line); with
+// idle_ttl or `removable`, one CAS to pin and one atomic subtract to let go. No clock
+// read, no allocation, no lock, no wait. Creating a key takes its shard's mutex twice
+// and allocates only when the storage grows, the key owns heap memory, or a per-key
+// policy is built. Memory: kEntryBytes per key (128 for std::string keys) plus ~8-20
+// bytes of index; see memory(). docs/architecture.md ("The registry") has the design.
 //
-// Cost. Lookup of an existing key: one hash and one probe (usually one cache line).
-// If entries can go away (idle_ttl, or `removable` for remove()), also one CAS to pin
-// the entry and one atomic subtract to let it go. No clock read, no allocation, no lock.
-// With idle_ttl, one lookup in 64 (per thread) reads the coarse clock to see whether the
-// shard's next eviction step is due; when it is, that lookup try-locks the shard's mutex
-// (never waits: if another thread holds it, the step is left to a later lookup) and runs
-// one bounded step. So a lookup never blocks on a lock, but about one lookup per shard
-// per idle_ttl/8 takes one. Creating a key takes the shard mutex twice and allocates only
-// when the arena grows, the key owns heap memory, or a per-key policy is built. Memory:
-// sizeof(Entry) (128 bytes for std::string keys: the 64-byte breaker, the reference
-// word, outage start, metrics pointer, and the key) plus ~8-20 bytes of index per key;
-// see memory().
+// Per-key components and events. An Extra reports its counters with a member
+// `void read_metrics(ComponentReading&)` (metrics.h). Its bulkhead's rejections reach
+// events() with the key when the Extra is a BasicBulkhead, has a BasicBulkhead member
+// named `bulkhead`, or has a member `observe_rejections(BulkheadObserver)`. execute()
+// runs that bulkhead, and a FallbackStage member named `fallback`, around the call.
 //
-// Per-key components and events. An Extra (say, a struct holding the key's Bulkhead and
-// RetryBudget) reports its counters with a member `void read_metrics(ComponentReading&)`
-// (metrics.h). Its bulkhead's rejections reach events() as `rejection` events with the
-// key (BulkheadRejectionInfo) when the Extra is a BasicBulkhead, has a BasicBulkhead
-// member named `bulkhead`, or has a member `observe_rejections(BulkheadObserver)` that
-// hands the observer on to its bulkheads: the registry attaches it when it builds the
-// Extra. A pipeline's fallback stage given a Handle (`fallback(f).counted_by(handle)`)
-// counts each answer in the key's metrics block and emits a `fallback` event.
-//
-// Thread-safety: every member function may be called concurrently, except that the
-// registry must outlive every Handle and Call.
+// Thread-safety: every member function may be called concurrently; the registry must
+// outlive every Handle and Call.
 
 #ifndef BULWARK_REGISTRY_H_
 #define BULWARK_REGISTRY_H_
 
 #include <algorithm>
-#include <array>
 #include <atomic>
-#include <bit>
-#include <charconv>
-#include <concepts>
 #include <cstddef>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -114,182 +80,64 @@
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
+#include "bulwark/context.h"
+#include "bulwark/detail/registry_arena.h"
+#include "bulwark/detail/registry_entry.h"
+#include "bulwark/detail/registry_events.h"
+#include "bulwark/detail/registry_eviction.h"
+#include "bulwark/detail/registry_hash.h"
+#include "bulwark/detail/registry_ref.h"
+#include "bulwark/detail/registry_table.h"
 #include "bulwark/expected.h"
 #include "bulwark/fallback.h"
 #include "bulwark/metrics.h"
 #include "bulwark/observe.h"
 #include "bulwark/outcome.h"
-
-#if defined(__SANITIZE_ADDRESS__)
-#define BULWARK_REGISTRY_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define BULWARK_REGISTRY_ASAN 1
-#endif
-#endif
-#if defined(BULWARK_REGISTRY_ASAN)
-#include <sanitizer/asan_interface.h>
-#endif
+#include "bulwark/pipeline.h"
 
 namespace bulwark {
 
-// The default per-key extra: nothing.
-struct NoExtra {};
-
-namespace detail {
-
-inline std::uint64_t load_u64(const char* p) noexcept {
-  std::uint64_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline std::uint64_t load_u32(const char* p) noexcept {
-  std::uint32_t v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-// 64x64 -> 128-bit multiply, halves folded: the mixing step of wyhash.
-inline std::uint64_t mul_fold(std::uint64_t a, std::uint64_t b) noexcept {
-  __extension__ using u128 = unsigned __int128;
-  const u128 r = static_cast<u128>(a) * b;
-  return static_cast<std::uint64_t>(r) ^ static_cast<std::uint64_t>(r >> 64);
-}
-
-// A wyhash-style hash of a byte string, inline: keys like "host-123456:443" (<= 16
-// bytes) take two overlapping loads and two multiplies, where std::hash's out-of-line
-// MurmurHash2 costs a library call and a loop. Not seeded, like std::hash: for keys an
-// adversary chooses, give the registry a keyed hash of your own.
-inline std::uint64_t hash_bytes(const char* p, std::size_t n) noexcept {
-  constexpr std::uint64_t k0 = 0xa0761d6478bd642fULL, k1 = 0xe7037ed1a0b428dbULL,
-                          k2 = 0x8ebc6af09c88c6e3ULL;
-  std::uint64_t seed = k0, a = 0, b = 0;
-  if (n <= 16) {
-    if (n >= 4) {
-      const std::size_t mid = (n >> 3) << 2;  // 0 for n < 8, 4 for n >= 8
-      a = (load_u32(p) << 32) | load_u32(p + mid);
-      b = (load_u32(p + n - 4) << 32) | load_u32(p + n - 4 - mid);
-    } else if (n > 0) {
-      const auto u = [&](std::size_t i) {
-        return static_cast<std::uint64_t>(static_cast<unsigned char>(p[i]));
-      };
-      a = (u(0) << 16) | (u(n >> 1) << 8) | u(n - 1);
-    }
-  } else {
-    std::size_t i = n;
-    for (; i > 16; i -= 16, p += 16) seed = mul_fold(load_u64(p) ^ k1, load_u64(p + 8) ^ seed);
-    a = load_u64(p + i - 16);
-    b = load_u64(p + i - 8);
-  }
-  return mul_fold(k1 ^ n, mul_fold(a ^ k1, b ^ seed ^ k2));
-}
-
-// Equality of two byte strings of the same length, inline for short ones (the call to
-// memcmp is a good part of a lookup otherwise).
-inline bool bytes_equal(const char* a, const char* b, std::size_t n) noexcept {
-  if (n <= 16) {
-    if (n >= 8)
-      return (load_u64(a) ^ load_u64(b)) == 0 && (load_u64(a + n - 8) ^ load_u64(b + n - 8)) == 0;
-    if (n >= 4)
-      return (load_u32(a) ^ load_u32(b)) == 0 && (load_u32(a + n - 4) ^ load_u32(b + n - 4)) == 0;
-    for (std::size_t i = 0; i < n; ++i) {
-      if (a[i] != b[i]) return false;
-    }
-    return true;
-  }
-  return std::memcmp(a, b, n) == 0;
-}
-
-}  // namespace detail
-
-// The registry's hash: std::hash for most keys; for std::string keys an inline
-// wyhash-style hash (detail::hash_bytes), transparent, so that a lookup by
-// std::string_view or const char* builds no string.
-template <class Key>
-struct KeyHash {
-  std::size_t operator()(const Key& key) const noexcept(noexcept(std::hash<Key>{}(key))) {
-    return std::hash<Key>{}(key);
-  }
-};
-template <>
-struct KeyHash<std::string> {
-  using is_transparent = void;
-  std::size_t operator()(std::string_view key) const noexcept {
-    return static_cast<std::size_t>(detail::hash_bytes(key.data(), key.size()));
-  }
-};
-
-// How a key appears as text (the Prometheus `key` label, events). Customise it for
-// your own key type with an ADL-found `void bulwark_key_text(const K&, std::string&)`;
-// strings, integers and types with a to_string() work as they are.
-template <class Key>
-void append_key_text(std::string& out, const Key& key) {
-  if constexpr (requires { bulwark_key_text(key, out); }) {
-    bulwark_key_text(key, out);
-  } else if constexpr (std::is_convertible_v<const Key&, std::string_view>) {
-    out.append(std::string_view(key));
-  } else if constexpr (std::is_integral_v<Key>) {
-    char buf[24];
-    const auto r = std::to_chars(buf, buf + sizeof buf, key);
-    out.append(buf, r.ptr);
-  } else if constexpr (requires { to_string(key); }) {
-    out.append(to_string(key));
-  } else if constexpr (requires { std::to_string(key); }) {
-    out.append(std::to_string(key));
-  } else {
-    static_assert(
-        sizeof(Key) == 0,
-        "bulwark: define `void bulwark_key_text(const Key&, std::string&)` next to your key type");
-  }
-}
-
-// The policy type a breaker is built from (BreakerPolicy<C> today), read from the
-// breaker itself so the registry follows the breaker's template parameters.
+// The policy type a breaker is built from (its shareable, validated configuration).
 template <class Breaker>
-using policy_of = std::remove_cvref_t<decltype(std::declval<const Breaker&>().policy())>;
+using policy_of = typename Breaker::Policy;
 
 template <class Key, class Breaker = CircuitBreaker, class Extra = NoExtra>
 struct RegistryOptions {
   // Identifies the registry in metrics (the `registry` label) and errors. Non-empty.
   std::string name = "default";
   // The configuration every key's breaker shares (one policy for all: no per-key cost).
-  BreakerConfig breaker{};
-  // Optional: a configuration for keys that need their own. Return std::nullopt for
-  // keys that use `breaker`. Each returned configuration is validated (an invalid one
-  // makes get() throw InvalidConfig naming the field) and becomes a policy of its own,
-  // which costs a few hundred bytes per key: return nullopt whenever you can.
-  // Called without any registry lock held, before the key is created; may run more
-  // than once for one key when threads race to create it.
-  std::function<std::optional<BreakerConfig>(const Key&)> config_for{};
-  // Builds a key's Extra (say, a struct holding its Bulkhead and RetryBudget). Required
-  // unless Extra is NoExtra, constructible from the key, or default-constructible.
-  // Called without any registry lock held.
+  typename Breaker::Config breaker{};
+  // Optional: a configuration for keys that need their own; std::nullopt means
+  // `breaker`. Each one is validated (an invalid one makes get() throw InvalidConfig
+  // naming the field) and becomes a policy of its own, a few hundred bytes per key.
+  // Called with no registry lock held, before the key exists; may run more than once
+  // for one key when threads race to create it.
+  std::function<std::optional<typename Breaker::Config>(const Key&)> config_for{};
+  // Builds a key's Extra. Required unless Extra is NoExtra, constructible from the
+  // key, or default-constructible. Called with no registry lock held.
   std::function<Extra(const Key&)> extra_for{};
-  // Evict keys idle at least this long (see the header comment). Zero: never evict.
-  // Otherwise at least 1 ms (idle time is kept in ~1 ms units).
+  // Evict keys idle at least this long. Zero: never evict. Otherwise >= 1 ms.
   Nanos idle_ttl = Nanos::zero();
-  // Allow remove(key) in a registry without idle_ttl. Entries that can go away must
-  // count the handles that reference them: each lookup then costs two more atomic
-  // operations (a CAS to pin the entry, a subtraction to let it go). idle_ttl > 0
-  // implies it. Without either, entries live as long as the registry, and handles are
-  // plain pointers.
+  // Allow remove(key) without idle_ttl. Entries that can go away count their
+  // references: each lookup then costs a CAS and a subtract more. idle_ttl implies it.
   bool removable = false;
-  // Table slots one eviction step examines (bounds the work a request may do). >= 1.
+  // Table slots one eviction step examines (bounds a request's extra work). >= 1.
   std::uint32_t evict_batch = 32;
   // Shards, a power of two in [1, 1024]: creation and eviction in different shards
   // don't contend. Lookups never wait on a lock, whatever the number.
   std::uint32_t shards = 16;
   // Keep a BreakerMetrics block per key (latency histogram, transitions by from/to,
-  // component counters): sizeof(BreakerMetrics) bytes per key. Without it, per-key
-  // metrics are what the breaker counts itself (state, calls by outcome, openings).
+  // component counters): sizeof(BreakerMetrics) bytes per key.
   bool detailed_metrics = false;
 };
 
 namespace detail {
 
-// Checks a breaker configuration for the breaker type it will build: the checks
-// depend on its sliding window (a failure_rate needs one).
+// Every check of a breaker configuration the registry makes goes through here: the
+// shared one (validate(options)) and each per-key one (config_for). The checks depend
+// on the breaker's sliding window (a failure_rate needs one).
 template <class Breaker>
-Expected<void, ConfigError> validate_for(const BreakerConfig& config) {
+Expected<void, ConfigError> validate_breaker_config(const typename Breaker::Config& config) {
   if constexpr (requires { Breaker::window_type::kind; }) {
     using W = typename Breaker::window_type;
     std::uint32_t capacity = 0;
@@ -303,10 +151,10 @@ Expected<void, ConfigError> validate_for(const BreakerConfig& config) {
 // The checks that don't depend on the template parameters.
 Expected<void, ConfigError> validate_registry(const std::string& name, std::uint32_t shards,
                                               Nanos idle_ttl, std::uint32_t evict_batch);
+
 }  // namespace detail
 
-// Checks every field; the error names the first one that is wrong (breaker fields are
-// checked by bulwark::validate(BreakerConfig)).
+// Checks every field; the error names the first one that is wrong.
 template <class Key, class Breaker, class Extra>
 Expected<void, ConfigError> validate(const RegistryOptions<Key, Breaker, Extra>& o) {
   if (auto ok = detail::validate_registry(o.name, o.shards, o.idle_ttl, o.evict_batch); !ok)
@@ -319,7 +167,7 @@ Expected<void, ConfigError> validate(const RegistryOptions<Key, Breaker, Extra>&
                       "must be set: the per-key Extra type can't be built from the key alone"});
     }
   }
-  return detail::validate_for<Breaker>(o.breaker);
+  return detail::validate_breaker_config<Breaker>(o.breaker);
 }
 
 // Memory a registry uses, by part. Bytes.
@@ -328,7 +176,7 @@ struct RegistryMemory {
   std::size_t index = 0;        // hash tables, including replaced ones kept for readers
   std::size_t metrics = 0;      // BreakerMetrics blocks (detailed_metrics)
   std::size_t key_heap = 0;     // heap memory owned by keys (long strings)
-  std::size_t bookkeeping = 0;  // shards, free lists
+  std::size_t bookkeeping = 0;  // shards, free lists, the address directory
   std::size_t total() const noexcept { return entries + index + metrics + key_heap + bookkeeping; }
 };
 
@@ -340,23 +188,29 @@ class BasicRegistry {
   using breaker_type = Breaker;
   using extra_type = Extra;
   using clock_type = typename Breaker::clock_type;
-  using Policy = policy_of<Breaker>;
+  using Config = typename Breaker::Config;
+  using Policy = typename Breaker::Policy;
   using Options = RegistryOptions<Key, Breaker, Extra>;
   using Permit = typename decltype(std::declval<Breaker&>().try_acquire())::value_type;
   using Rejection = typename decltype(std::declval<Breaker&>().try_acquire())::error_type;
 
  private:
-  struct Entry;
+  using Entry = detail::RegistryEntry<Key, Breaker, Extra>;
 
  public:
   class Call;
 
   // A counted reference to one key's entry: while it exists, the entry is neither
-  // evicted nor reused. Copying takes another reference (one atomic add); moving is
-  // free. An empty Handle (default-constructed, moved-from, or a find() that missed)
-  // tests false.
+  // evicted, removed nor reused. Copying takes another reference (one atomic add);
+  // moving is free. An empty Handle (default, moved-from, a find() that missed) tests
+  // false. A Handle is also a pipeline breaker stage (`bulwark::breaker(handle)`): its
+  // permits are Calls, which pin the entry. Const members may run concurrently; assigning
+  // or resetting one Handle may not.
   class Handle {
    public:
+    using clock_type = typename Breaker::clock_type;
+    using Permit = Call;  // what try_acquire() admits, as a pipeline stage sees it
+
     Handle() noexcept = default;
     Handle(const Handle& o) noexcept : registry_(o.registry_), entry_(o.entry_) {
       if (entry_ != nullptr) registry_->retain(entry_);
@@ -383,22 +237,22 @@ class BasicRegistry {
     Extra& extra() const noexcept requires(!std::is_same_v<Extra, NoExtra>) {
       return entry_->extra();
     }
-    // The key's BreakerMetrics block, or nullptr without detailed_metrics. Pipelines
-    // and integrations count fallbacks, retries and bulkhead use here.
+    // The key's BreakerMetrics block, or nullptr without detailed_metrics.
     BreakerMetrics* metrics() const noexcept { return entry_->metrics; }
-    // A number unique to this entry's life in this registry: if a later lookup of the
-    // same key returns another one, the key was evicted and created again.
+    // Unique to this entry's life in this registry: a later lookup of the same key
+    // returning another number means the key was evicted and created again.
     std::uint64_t incarnation() const noexcept { return entry_->incarnation; }
 
-    // A pipeline fallback stage's observer (fallback.h): `fallback(f).counted_by(handle)`
-    // counts each answer in the key's metrics block (with detailed_metrics) and emits a
-    // `fallback` event with the key to events(). The handle must outlive the stage's use.
+    // A fallback stage's observer (fallback.h): `fallback(f).counted_by(handle)` counts
+    // each answer in the key's metrics block and emits a `fallback` event with the key.
+    // The handle must outlive the stage's use.
     void on_fallback(bool rejected, Reason reason) const noexcept {
       registry_->fallback_answered(entry_, rejected, reason);
     }
 
-    // Asks the breaker for a permit. The Call holds its own reference (one more
-    // atomic add); `std::move(handle).try_acquire()` hands this one over instead.
+    // Asks the breaker for a permit: a Call, which pins the entry on its own (one atomic
+    // add; `std::move(handle).try_acquire()` hands this reference over instead). A
+    // rejection is emitted to events(). No allocation, no lock.
     Expected<Call, Rejection> try_acquire() const& { return registry_->acquire_on(Handle(*this)); }
     Expected<Call, Rejection> try_acquire() && { return registry_->acquire_on(std::move(*this)); }
 
@@ -409,12 +263,11 @@ class BasicRegistry {
     Entry* entry_ = nullptr;
   };
 
-  // One admitted call: the breaker's permit and a reference to its entry, released in
-  // that order. Report the outcome with record(); a duration feeds the latency
-  // histogram (detailed_metrics) and the breaker's slow-call rules. Only calls reported
-  // with a non-zero duration reach the histogram: a breaker that judges slowness
-  // measures calls reported without one for its own rules, but that measurement is not
-  // seen here. Destroyed without an outcome, the permit counts as cancelled. Move-only.
+  // One admitted call: the breaker's permit and a reference to its entry (released in
+  // that order), so the entry stays valid for as long as the Call lives, whatever
+  // happens to the Handle it came from. Report the outcome with record(); a non-zero
+  // duration feeds the latency histogram (detailed_metrics) and the breaker's slow-call
+  // rules. Destroyed without an outcome, it counts as cancelled. Move-only.
   class [[nodiscard]] Call {
    public:
     Call(Call&&) noexcept = default;
@@ -425,8 +278,7 @@ class BasicRegistry {
     }
 
     // Reports the outcome; only the first report counts. No allocation, no lock.
-    // `duration` (how long the call took) feeds the latency histogram; zero means "not
-    // timed": the histogram skips the call.
+    // `duration` zero means "not timed": the histogram skips the call.
     void record(Outcome outcome, Nanos duration = Nanos::zero()) noexcept {
       if (!permit_.active()) return;
       if (BreakerMetrics* m = handle_.metrics(); m != nullptr) m->record_call(duration);
@@ -452,21 +304,20 @@ class BasicRegistry {
     Permit permit_;
   };
 
-  // What for_each() shows of one entry. Valid during the callback only.
+  // What for_each() and collect() show of one entry. Valid during the callback only.
   struct EntryView {
     const Key& key;
     const Breaker& breaker;
     const BreakerMetrics* metrics;  // nullptr without detailed_metrics
     // nullptr when Extra is NoExtra. Not const: reading a component may update lazily
-    // kept state (RetryBudget::snapshot() accrues its floor), which components allow
-    // from any thread.
+    // kept state (RetryBudget::snapshot()), which components allow from any thread.
     Extra* extra;
     Ticks outage_since;  // when it left CLOSED, or detail::kNoOutage
     std::uint64_t incarnation;
   };
 
   // Validates `options` (throws InvalidConfig naming the field). A stateful clock
-  // (ManualClock) must be passed and must outlive the registry.
+  // (ManualClock) must be passed and must outlive the registry. Allocates the shards.
   explicit BasicRegistry(Options options) requires std::is_empty_v<clock_type>
       : BasicRegistry(std::move(options), detail::ClockRef<clock_type>()) {}
   BasicRegistry(Options options, const clock_type& clock)
@@ -483,27 +334,16 @@ class BasicRegistry {
       Shard& s = shards_[si];
       const std::uint32_t n = s.allocated.load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i) {
-        Entry* e = entry_at(s, i);
-        if ((e->refs.load(std::memory_order_acquire) & kDead) == 0) destroy_payload(e);
+        Entry* e = s.entries.at(i);
+        if (!e->ref.dead()) e->destroy();
         if (e->metrics != nullptr) std::destroy_at(e->metrics);
-      }
-      for (std::size_t k = 0; k < kMaxSegments; ++k) {
-        if (Entry* seg = s.segments[k].load(std::memory_order_relaxed); seg != nullptr) {
-#if defined(BULWARK_REGISTRY_ASAN)
-          ASAN_UNPOISON_MEMORY_REGION(seg, segment_size(k) * sizeof(Entry));
-#endif
-          ::operator delete (seg, std::align_val_t{alignof(Entry)});
-        }
-        if (BreakerMetrics* m = s.metric_segments[k]; m != nullptr) {
-          ::operator delete (m, std::align_val_t{alignof(BreakerMetrics)});
-        }
       }
     }
   }
 
-  // Returns the key's entry, creating it if needed. `key` may be any type Hash and Eq
-  // accept (a std::string_view for std::string keys); Key is built from it only when
-  // the key is created. Lock-free when the key exists (see Cost above); on a miss,
+  // The key's entry, created if needed. `key` may be any type Hash and Eq accept (a
+  // std::string_view for std::string keys); a Key is built only on creation.
+  // Existing key: one hash + one probe (+ pin), no allocation, no lock. Missing key:
   // creates it under the shard's mutex. Throws what config_for / extra_for throw, or
   // InvalidConfig for an invalid per-key configuration.
   template <class K>
@@ -517,36 +357,58 @@ class BasicRegistry {
     return Handle(this, create(s, h, key));
   }
 
-  // Returns the key's entry if it exists, else an empty Handle. Never creates; counts
-  // as a use of the key. Lock-free, like get().
+  // The key's entry if it exists, else an empty Handle. Never creates; counts as a use.
+  // Lock-free like get(); a miss that raced with an eviction moving slots retries once
+  // and then looks under the shard's mutex.
   template <class K>
   Handle find(const K& key) {
     const std::uint64_t h = hash_of(key);
     Shard& s = shard_for(h);
     for (int attempt = 0; attempt < 2; ++attempt) {
-      const std::uint64_t seq = s.seq.load(std::memory_order_acquire);
+      const std::uint64_t seq = s.table.seq();
       if (Entry* e = find_pinned(s, h, key); e != nullptr) return Handle(this, e);
-      // No eviction moved table slots while we probed: the miss is real. (If the probe
-      // saw a slot an eviction moved or cleared, its acquire load synchronised with
-      // that release store, which the odd `seq` store precedes: we read seq != seq.)
-      if ((seq & 1) == 0 && s.seq.load(std::memory_order_acquire) == seq) return Handle();
+      // No erase moved slots while we probed: the miss is real. (A probe that saw a slot
+      // an erase moved or cleared synchronised with that release store, which the odd
+      // `seq` store precedes: we then read seq != seq.)
+      if ((seq & 1) == 0 && s.table.seq() == seq) return Handle();
     }
     std::lock_guard lock(s.mu);
     Entry* e = find_pinned(s, h, key);
     return e != nullptr ? Handle(this, e) : Handle();
   }
 
-  // get(key) and the breaker's try_acquire() in one step: the Call keeps the entry
-  // alive until the call is resolved. No allocation or lock when the key exists.
+  // get(key) and the breaker's try_acquire() in one step; the Call pins the entry until
+  // it is destroyed. No allocation or lock when the key exists.
   template <class K>
   Expected<Call, Rejection> try_acquire(const K& key) {
     return acquire_on(get(key));
   }
 
-  // Removes the key now, whatever its breaker's state, unless a Handle or Call for it
-  // is alive. Returns true if it was removed. Its counters are folded into the
-  // registry's totals. (Resilience4j's registry.remove(name).) Needs a registry whose
-  // entries count references (idle_ttl or `removable`); returns false otherwise.
+  // Runs `call` (pipeline.h's call contract) for `key` through the key's pipeline:
+  // its fallback (the explicit `fallback` argument, else the Extra's `fallback` member
+  // if it is a FallbackStage), its breaker, its bulkhead (the Extra, or its `bulkhead`
+  // member, if a BasicBulkhead), then the call. Returns Expected<T, Failure<E>> like
+  // Pipeline::execute. The key's entry stays pinned throughout; fallback answers are
+  // counted on the key (Handle::on_fallback). Costs get(key) plus the stages.
+  template <class K, Clock C, class F>
+  auto execute(const K& key, const BasicContext<C>& ctx, F&& call) {
+    Handle h = get(key);
+    if constexpr (detail::extra_has_fallback<Extra>()) {
+      return keyed_pipeline(h, h.extra().fallback.counted_by(h)).execute(ctx, call);
+    } else {
+      return keyed_pipeline(h).execute(ctx, call);
+    }
+  }
+  template <class K, Clock C, class Fb, class F>
+  auto execute(const K& key, const BasicContext<C>& ctx, const FallbackStage<Fb>& fallback,
+               F&& call) {
+    Handle h = get(key);
+    return keyed_pipeline(h, fallback.counted_by(h)).execute(ctx, call);
+  }
+
+  // Removes the key now, whatever its breaker's state, unless a Handle or Call pins it.
+  // Returns true if it was removed; its counters are folded into the totals. Needs
+  // idle_ttl or `removable` (returns false otherwise). Takes the shard's mutex.
   template <class K>
   bool remove(const K& key) {
     if (!counted_) return false;  // see RegistryOptions::removable
@@ -556,34 +418,29 @@ class BasicRegistry {
     bool removed = false;
     {
       std::lock_guard lock(s.mu);
-      Table& t = *s.current;
-      const std::uint32_t tag = static_cast<std::uint32_t>(h >> 32);
-      for (std::size_t i = tag & t.mask, n = 0; n <= t.mask; ++n, i = (i + 1) & t.mask) {
-        const std::uint64_t v = t.slots[i].load(std::memory_order_relaxed);
-        if (v == 0) break;
-        if (static_cast<std::uint32_t>(v >> 32) != tag) continue;
-        Entry* e = entry_at(s, static_cast<std::uint32_t>(v) - 1);
-        if (!key_equal(e->key(), key)) continue;
-        std::uint64_t w = e->refs.load(std::memory_order_relaxed);
-        if ((w >> kRefShift) != 0 ||
-            !e->refs.compare_exchange_strong(w, w | kDead, std::memory_order_acquire))
-          break;
-        retire(s, t, i, static_cast<std::uint32_t>(v) - 1,
-               now_units(coarse_now_ticks(clock_.get())), gone);
-        removed = true;
-        break;
+      std::size_t pos = 0;
+      const bool found = s.table.locate(
+          tag_of(h), [&](std::uint32_t i) { return key_equal(s.entries.at(i)->key(), key); }, pos);
+      if (found) {
+        const std::uint32_t index = detail::SlotTable::index_of(s.table.at(pos));
+        Entry* e = s.entries.at(index);
+        const std::uint64_t w = e->ref.word.load(std::memory_order_relaxed);
+        if (e->ref.kill(w)) {
+          retire(s, pos, index, detail::RegistryRef::units(coarse_now_ticks(clock_.get())), gone);
+          removed = true;
+        }
       }
     }
     announce_evicted(gone);
     return removed;
   }
 
-  // Runs eviction steps on every shard, examining about `max_slots` table slots in all
-  // (split evenly, at least one per shard; 0: every slot once). Returns how many keys
-  // were evicted. For callers that want memory back without waiting for traffic (say,
-  // after a scrape). No-op without idle_ttl.
+  // Runs eviction steps on every shard, about `max_slots` table slots in all (split
+  // evenly, at least one per shard; 0: every slot once). Returns the keys evicted. For
+  // callers that want memory back without waiting for traffic. No-op without idle_ttl.
+  // Takes each shard's mutex in turn.
   std::size_t evict_idle(std::size_t max_slots = 0) {
-    if (ttl_units_ == 0) return 0;
+    if (!idle_.enabled()) return 0;
     const Ticks now = coarse_now_ticks(clock_.get());
     std::size_t evicted = 0;
     const std::size_t per_shard =
@@ -593,44 +450,37 @@ class BasicRegistry {
       std::vector<Evicted> gone;
       {
         std::lock_guard lock(s.mu);
-        const std::size_t budget = per_shard == 0 ? s.current->mask + 1 : per_shard;
-        evicted += sweep(s, now, budget, gone);
+        evicted += sweep(s, now, per_shard == 0 ? s.table.capacity() : per_shard, gone);
       }
       announce_evicted(gone);
     }
     return evicted;
   }
 
-  // Calls f(const EntryView&) for every live entry, each pinned (so it can't be
-  // evicted) during its call; no lock is held while f runs. Entries created or
-  // evicted during the walk may or may not be visited. Does not reset idle times.
-  // Cost: one CAS and one atomic subtract per entry.
+  // Calls f(const EntryView&) for every live entry, each pinned during its call; no
+  // lock is held while f runs. Entries created or evicted meanwhile may or may not be
+  // visited. Does not count as use. Cost: one CAS and one subtract per entry.
   template <class F>
   void for_each(F&& f) const {
     for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
       Shard& s = shards_[si];
       const std::uint32_t n = s.allocated.load(std::memory_order_acquire);
       for (std::uint32_t i = 0; i < n; ++i) {
-        Entry* e = entry_at(s, i);
+        Entry* e = s.entries.at(i);
         if (!pin(e, /*use=*/false)) continue;
-        Extra* extra = nullptr;
-        if constexpr (!std::is_same_v<Extra, NoExtra>) extra = &e->extra();
-        f(EntryView{e->key(), e->breaker(), e->metrics, extra,
-                    e->outage_since.load(std::memory_order_relaxed), e->incarnation});
+        f(view_of(e));
         unpin(e);
       }
     }
   }
 
-  // Walks every entry once, calling per_entry(view, breaker_reading) for each, and
-  // returns the registry's totals: live entries plus the folded counters of evicted
-  // ones. What a scrape uses. Each shard is walked under its mutex, and its evicted
-  // totals are read in the same critical section: eviction folds and unlinks under that
-  // mutex too, so no key is counted twice (live and evicted) or not at all, and the
-  // totals of successive reads never decrease. Lookups go on meanwhile (they take no
-  // lock); creation and eviction in the shard being walked wait for it. per_entry
-  // therefore runs with a shard mutex held: it must not create, remove or evict keys of
-  // this registry (reading the view's breaker, metrics and extra is what it is for).
+  // Walks every entry once, calling per_entry(view, breaker_reading), and returns the
+  // registry's totals: live entries plus the folded counters of evicted ones (what a
+  // scrape uses). Each shard is walked under its mutex together with its evicted
+  // totals, so no key is counted twice or not at all and successive totals never
+  // decrease. Lookups go on meanwhile; creation and eviction in the shard being walked
+  // wait. per_entry must not create, remove or evict keys of this registry.
+  // Cost: O(keys + shards); allocates only the reading's name and histogram.
   template <class F>
   RegistryReading collect(F&& per_entry) const {
     RegistryReading total;
@@ -643,18 +493,11 @@ class BasicRegistry {
       std::lock_guard lock(s.mu);
       const std::uint32_t n = s.allocated.load(std::memory_order_relaxed);
       for (std::uint32_t i = 0; i < n; ++i) {
-        Entry* e = entry_at(s, i);
+        Entry* e = s.entries.at(i);
         // Under s.mu an entry is live exactly when it is not dead: publication and
         // eviction both happen under it. No pin needed (and none that would look like use).
-        if ((e->refs.load(std::memory_order_acquire) & kDead) != 0) continue;
-        Extra* extra = nullptr;
-        if constexpr (!std::is_same_v<Extra, NoExtra>) extra = &e->extra();
-        const EntryView v{e->key(),
-                          e->breaker(),
-                          e->metrics,
-                          extra,
-                          e->outage_since.load(std::memory_order_relaxed),
-                          e->incarnation};
+        if (e->ref.dead()) continue;
+        const EntryView v = view_of(e);
         const BreakerReading b = read_breaker(v.breaker);
         total.add(b);
         ++total.keys;
@@ -665,24 +508,25 @@ class BasicRegistry {
           total.latency.add(v.metrics->latency.read());
           v.metrics->components.read_into(total.components);
         }
-        if constexpr (kExtraReports) {
+        if constexpr (detail::kExtraReports<Extra>) {
           if (v.extra != nullptr) v.extra->read_metrics(total.components);
         }
-        key_heap += key_heap_bytes(v.key);
+        key_heap += detail::key_heap_bytes(v.key);
         per_entry(v, b);
       }
-      total.add(s.gone);
-      total.latency.add(s.gone_latency);
-      total.components.merge(s.gone_components);
+      total.add(s.gone.breaker);
+      total.latency.add(s.gone.latency);
+      total.components.merge(s.gone.components);
       total.created += s.created.load(std::memory_order_relaxed);
       total.evicted += s.evicted.load(std::memory_order_relaxed);
     }
-    total.transitions = transitions_.read();
+    total.transitions = events_.transitions.read();
     RegistryMemory m = memory_without_keys();
     m.key_heap = key_heap;
     total.memory_bytes = m.total();
     return total;
   }
+  // The totals alone: collect() without a per-entry callback.
   RegistryReading read() const {
     return collect([](const EntryView&, const BreakerReading&) {});
   }
@@ -695,136 +539,56 @@ class BasicRegistry {
     return n;
   }
 
-  // What the registry occupies, by part (key heap memory needs a walk over the keys).
+  // What the registry occupies, by part. Walks the keys (for their heap memory) and
+  // takes each shard's mutex briefly.
   RegistryMemory memory() const {
     RegistryMemory m = memory_without_keys();
-    for_each([&](const EntryView& v) { m.key_heap += key_heap_bytes(v.key); });
+    for_each([&](const EntryView& v) { m.key_heap += detail::key_heap_bytes(v.key); });
     return m;
   }
 
   // Transitions, rejections, key creation and eviction of every breaker in the
-  // registry, with the key. See observe.h.
-  EventHub& events() noexcept { return events_; }
+  // registry, with the key (observe.h). A transition reaches its entry in O(1).
+  EventHub& events() noexcept { return events_.hub; }
 
+  // The configuration as given. Constant, free, any thread.
   const std::string& name() const noexcept { return name_; }
   clock_type clock() const noexcept requires std::is_empty_v<clock_type> { return clock_.get(); }
   const clock_type& clock() const noexcept requires(!std::is_empty_v<clock_type>) {
     return clock_.get();
   }
   bool detailed_metrics() const noexcept { return detailed_; }
-  Nanos idle_ttl() const noexcept { return idle_ttl_; }
+  Nanos idle_ttl() const noexcept { return idle_.ttl; }
 
   // Bytes of one entry, for capacity planning (128 for std::string keys).
   static constexpr std::size_t kEntryBytes = sizeof(Entry);
 
  private:
-  // The per-key Extra reports its components' counters (read_metrics).
-  static constexpr bool kExtraReports = requires(Extra & x, ComponentReading& r) {
-    x.read_metrics(r);
-  };
+  using Ref = detail::RegistryRef;
 
-  // ---- entries -----------------------------------------------------------------
-
-  static constexpr std::size_t round8(std::size_t n) { return (n + 7) / 8 * 8; }
-
-  struct NoStorage {};
-  template <class T>
-  struct alignas(alignof(T) > 8 ? alignof(T) : 8) Storage {
-    unsigned char bytes[round8(sizeof(T))];
-  };
-  using ExtraStorage =
-      std::conditional_t<std::is_same_v<Extra, NoExtra>, NoStorage, Storage<Extra>>;
-
-  // refs: [ count : 23 | dead : 1 | used : 1 | idle since : 39 ]. `used` is set by every
-  // lookup (in the CAS that pins) and cleared by eviction steps, which then restart
-  // `idle since` (~1 ms units: ticks >> 20); see the header comment.
-  static constexpr unsigned kUnitShift = 20;
-  static constexpr unsigned kRefShift = 41;
-  static constexpr std::uint64_t kTimeMask = (std::uint64_t{1} << 39) - 1;
-  static constexpr std::uint64_t kUsed = std::uint64_t{1} << 39;
-  static constexpr std::uint64_t kDead = std::uint64_t{1} << 40;
-  // A lookup checks whether an eviction step is due once every this many lookups (per
-  // thread): the clock is read there, not on every lookup.
-  static constexpr std::uint32_t kLookupsPerStepCheck = 64;
-  static constexpr std::uint64_t kOneRef = std::uint64_t{1} << kRefShift;
-  static constexpr std::uint64_t kMaxRefs = (std::uint64_t{1} << (64 - kRefShift)) - 1;
-
-  // The breaker comes first: its address is the entry's. The header (refs .. incarnation)
-  // lives as long as the registry; the payload (breaker, key, extra) only while the
-  // entry is live, and is poisoned for AddressSanitizer while it is not.
-  struct alignas(64) Entry {
-    alignas(Breaker) unsigned char breaker_bytes[sizeof(Breaker)];
-    std::atomic<std::uint64_t> refs{kDead};
-    std::atomic<Ticks> outage_since{detail::kNoOutage};
-    BreakerMetrics* metrics = nullptr;
-    std::uint64_t incarnation = 0;
-    Storage<Key> key_bytes;
-    [[no_unique_address]] ExtraStorage extra_bytes;
-
-    Breaker& breaker() noexcept { return *std::launder(reinterpret_cast<Breaker*>(breaker_bytes)); }
-    const Key& key() noexcept { return *std::launder(reinterpret_cast<Key*>(key_bytes.bytes)); }
-    Extra& extra() noexcept requires(!std::is_same_v<Extra, NoExtra>) {
-      return *std::launder(reinterpret_cast<Extra*>(extra_bytes.bytes));
-    }
-  };
-
-  // ---- shards --------------------------------------------------------------------
-
-  struct Table {
-    explicit Table(std::size_t capacity)
-        : mask(capacity - 1), slots(new std::atomic<std::uint64_t>[capacity]()) {}
-    std::size_t mask;
-    std::unique_ptr<std::atomic<std::uint64_t>[]> slots;  // 0: empty; else tag << 32 | (index + 1)
-  };
-
-  static constexpr std::size_t kFirstSegmentBits = 3;  // segment k holds 8 << k entries
-  static constexpr std::size_t kMaxSegments = 29;      // 8 * (2^29 - 1) > 2^32 entries
-  static constexpr std::size_t kInitialSlots = 8;
-  static constexpr std::size_t segment_size(std::size_t k) {
-    return std::size_t{1} << (k + kFirstSegmentBits);
-  }
-  static constexpr std::size_t segment_base(std::size_t k) {
-    return ((std::size_t{1} << k) - 1) << kFirstSegmentBits;
-  }
-
-  struct Evicted {
-    std::string name;
-    std::string key;
-    Nanos idle;
-  };
+  using Evicted = detail::EvictedKey;
 
   struct alignas(64) Shard {
-    // Read by every lookup; written only when the table grows or a segment is added.
-    std::atomic<Table*> table{nullptr};
-    std::array<std::atomic<Entry*>, kMaxSegments> segments{};
-    // BreakerMetrics blocks (detailed_metrics), in segments parallel to the entries':
-    // no allocation (and no allocator overhead) per key. Written under mu.
-    std::array<BreakerMetrics*, kMaxSegments> metric_segments{};
-    std::atomic<Ticks> next_sweep{kTicksMin};
-    std::atomic<std::uint64_t> seq{0};  // odd while an eviction moves slots (find())
+    // Read by every lookup; written under mu.
+    detail::SlotTable table;
+    detail::SegmentedArray<Entry, detail::kArenaPage> entries;  // page-aligned: owner_of
+    detail::SegmentedArray<BreakerMetrics> metrics;  // parallel to entries (detailed_metrics)
+    detail::StepGate gate;
 
     // Written under mu (atomics where readers look without it).
     alignas(64) mutable std::mutex mu;
-    std::atomic<std::uint32_t> allocated{0};  // entries handed out: for_each's bound
+    std::atomic<std::uint32_t> allocated{0};  // entries handed out: the walks' bound
     std::atomic<std::uint64_t> live{0};
     std::atomic<std::uint64_t> created{0};
     std::atomic<std::uint64_t> evicted{0};
-    std::unique_ptr<Table> current;
-    std::vector<std::unique_ptr<Table>> retired;  // replaced tables a reader may still probe
-    std::size_t retired_slots = 0;
-    std::size_t used = 0;    // occupied slots of `current`
     std::size_t cursor = 0;  // where the next eviction step looks
     std::vector<std::uint32_t> free;
     std::size_t metrics_blocks = 0;
-    // Counters of evicted entries, so registry totals never go down.
-    BreakerReading gone;
-    HistogramReading gone_latency;
-    ComponentReading gone_components;
+    detail::RetiredTotals gone;  // counters of evicted and removed entries
   };
 
   // Forwards the breakers' transitions to the registry while it lives. Listeners hold
-  // it by shared_ptr: a policy copied out of the registry (breaker.policy()) may
-  // outlive it, and its listener then finds nullptr here.
+  // it by shared_ptr: a policy copied out of the registry may outlive it.
   struct Router {
     std::atomic<BasicRegistry*> target{nullptr};
   };
@@ -838,22 +602,12 @@ class BasicRegistry {
         router_(std::make_shared<Router>()),
         shards_(std::make_unique<Shard[]>(o.shards)),
         shard_mask_(o.shards - 1),
-        idle_ttl_(o.idle_ttl),
-        ttl_units_(o.idle_ttl > Nanos::zero() ? (static_cast<std::uint64_t>(o.idle_ttl.count()) +
-                                                 (1u << kUnitShift) - 1) >>
-                                                    kUnitShift
-                                              : 0),
-        sweep_interval_(std::max<Ticks>(o.idle_ttl.count() / 8, Ticks{1} << kUnitShift)),
+        idle_(o.idle_ttl),
         evict_batch_(o.evict_batch),
         detailed_(o.detailed_metrics),
         counted_(o.idle_ttl > Nanos::zero() || o.removable) {
     router_->target.store(this, std::memory_order_release);
     shared_listener_ = hook(shared_policy_);
-    for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
-      Shard& s = shards_[si];
-      s.current = std::make_unique<Table>(kInitialSlots);
-      s.table.store(s.current.get(), std::memory_order_release);
-    }
   }
 
   static std::string checked(const Options& o) {
@@ -861,7 +615,7 @@ class BasicRegistry {
     return o.name;
   }
 
-  Policy make_policy(BreakerConfig config) const {
+  Policy make_policy(Config config) const {
     if constexpr (std::is_empty_v<clock_type>) {
       return Policy(std::move(config));
     } else {
@@ -878,82 +632,62 @@ class BasicRegistry {
 
   template <class K>
   std::uint64_t hash_of(const K& key) const noexcept {
-    // fmix64 (MurmurHash3's finaliser): std::hash is the identity for integers, and
-    // the shard, the slot and the tag all need well-mixed bits.
-    std::uint64_t h = static_cast<std::uint64_t>(hash_(key));
-    h ^= h >> 33;
-    h *= 0xff51afd7ed558ccdULL;
-    h ^= h >> 33;
-    h *= 0xc4ceb9fe1a85ec53ULL;
-    h ^= h >> 33;
-    return h;
+    return detail::mix64(static_cast<std::uint64_t>(hash_(key)));
+  }
+  static std::uint32_t tag_of(std::uint64_t h) noexcept {
+    return static_cast<std::uint32_t>(h >> 32);
   }
   Shard& shard_for(std::uint64_t h) const noexcept { return shards_[h & shard_mask_]; }
 
-  static Entry* entry_at(const Shard& s, std::uint32_t index) noexcept {
-    const std::size_t k = static_cast<std::size_t>(std::bit_width(
-                              (static_cast<std::size_t>(index) >> kFirstSegmentBits) + 1)) -
-                          1;
-    return s.segments[k].load(std::memory_order_acquire) + (index - segment_base(k));
+  EntryView view_of(Entry* e) const noexcept {
+    Extra* extra = nullptr;
+    if constexpr (!std::is_same_v<Extra, NoExtra>) extra = &e->extra();
+    return EntryView{e->key(),
+                     e->breaker(),
+                     e->metrics,
+                     extra,
+                     e->outage_since.load(std::memory_order_relaxed),
+                     e->incarnation};
   }
 
-  static std::uint64_t now_units(Ticks t) noexcept {
-    return (static_cast<std::uint64_t>(t) >> kUnitShift) & kTimeMask;
-  }
+  // ---- references ------------------------------------------------------------------
 
-  // ---- pinning ---------------------------------------------------------------------
-
-  // Takes a reference unless the entry is dead (being evicted, free, or not yet made).
-  // Without reference counting, entries only die before they are published (a lost
-  // creation race), so a live-looking entry is simply used.
-  // `use` marks the entry used (a lookup); walks (for_each, scrapes) don't.
+  // Takes a reference unless the entry is dead. Without counting, entries die only
+  // before they are published (a lost creation race): a live-looking one is used.
   bool pin(Entry* e, bool use = true) const noexcept {
-    if (!counted_) return (e->refs.load(std::memory_order_acquire) & kDead) == 0;
-    std::uint64_t w = e->refs.load(std::memory_order_relaxed);
-    for (;;) {
-      if ((w & kDead) != 0) return false;
-      if ((w >> kRefShift) == kMaxRefs) overflow();
-      if (e->refs.compare_exchange_weak(w, (w + kOneRef) | (use ? kUsed : 0),
-                                        std::memory_order_acquire, std::memory_order_relaxed)) {
-        return true;
-      }
-    }
-  }
-  [[noreturn]] static void overflow() noexcept {
-    // 8 million live handles to one key is a leak, not a workload.
-    std::abort();
+    if (!counted_) return !e->ref.dead();
+    return e->ref.pin(use);
   }
   void retain(Entry* e) const noexcept {
-    if (counted_) e->refs.fetch_add(kOneRef, std::memory_order_relaxed);
+    if (counted_) e->ref.retain();
   }
   void unpin(Entry* e) const noexcept {
-    if (counted_) e->refs.fetch_sub(kOneRef, std::memory_order_release);
+    if (counted_) e->ref.release();
   }
 
   // ---- lookup ----------------------------------------------------------------------
 
   template <class K>
   Entry* find_pinned(const Shard& s, std::uint64_t h, const K& key) const noexcept {
-    const Table* t = s.table.load(std::memory_order_acquire);
-    const std::uint32_t tag = static_cast<std::uint32_t>(h >> 32);
-    std::size_t i = tag & t->mask;
-    for (std::size_t n = 0; n <= t->mask; ++n, i = (i + 1) & t->mask) {
-      const std::uint64_t v = t->slots[i].load(std::memory_order_acquire);
-      if (v == 0) return nullptr;
-      if (static_cast<std::uint32_t>(v >> 32) != tag) continue;
-      Entry* e = entry_at(s, static_cast<std::uint32_t>(v) - 1);
+    Entry* found = nullptr;
+    s.table.probe(tag_of(h), [&](std::uint32_t index) {
+      Entry* e = s.entries.at(index);
       // The breaker's line is needed next: fetch it while the key is compared.
       __builtin_prefetch(e->breaker_bytes);
       if (!counted_) {
         // Entries never die once published: the slot's acquire load made it visible.
-        if (key_equal(e->key(), key)) return e;
-        continue;
+        if (!key_equal(e->key(), key)) return false;
+      } else {
+        if (!e->ref.pin(true)) return false;  // being evicted, or a stale slot of a reused entry
+        if (!key_equal(e->key(), key)) {
+          e->ref.release();
+          return false;
+        }
       }
-      if (!pin(e)) continue;  // being evicted, or a stale slot of a reused entry
-      if (key_equal(e->key(), key)) return e;
-      unpin(e);
-    }
-    return nullptr;
+      found = e;
+      return true;
+    });
+    return found;
   }
 
   template <class K>
@@ -970,10 +704,21 @@ class BasicRegistry {
   Expected<Call, Rejection> acquire_on(Handle h) {
     auto permit = h.breaker().try_acquire();
     if (!permit) {
-      if (events_.wants(EventKind::rejection)) emit_rejection(h, permit.error());
+      events_.rejected(*h.entry_, permit.error(), clock_.get());
       return Unexpected(permit.error());
     }
     return Call(std::move(h), std::move(*permit));
+  }
+
+  // The key's stages, outermost first: `outer` (a fallback), the Handle as the breaker
+  // stage (its permits are Calls: the entry stays pinned), the Extra's bulkhead.
+  template <class... Outer>
+  auto keyed_pipeline(Handle& h, Outer... outer) {
+    if constexpr (detail::extra_has_bulkhead<Extra>()) {
+      return pipeline(std::move(outer)..., breaker(h), bulkhead(detail::bulkhead_of(h.extra())));
+    } else {
+      return pipeline(std::move(outer)..., breaker(h));
+    }
   }
 
   // ---- creation --------------------------------------------------------------------
@@ -984,8 +729,8 @@ class BasicRegistry {
     // User code first, with no lock held: it may even call back into the registry.
     std::optional<Policy> own_policy;
     if (config_for_) {
-      if (std::optional<BreakerConfig> cfg = config_for_(owned); cfg.has_value()) {
-        if (auto ok = detail::validate_for<Breaker>(*cfg); !ok) {
+      if (std::optional<Config> cfg = config_for_(owned); cfg.has_value()) {
+        if (auto ok = detail::validate_breaker_config<Breaker>(*cfg); !ok) {
           detail::raise_config_error(std::move(ok).error());
         }
         own_policy.emplace(make_policy(std::move(*cfg)));
@@ -996,25 +741,23 @@ class BasicRegistry {
     Entry* e = nullptr;
     {
       std::lock_guard lock(s.mu);
-      if (Entry* found = find_pinned(s, h, owned); found != nullptr) {
-        return found;
-      }
+      if (Entry* found = find_pinned(s, h, owned); found != nullptr) return found;
       index = allocate(s);
-      e = entry_at(s, index);
+      e = s.entries.at(index);
     }
     construct_payload(s, e, std::move(owned), own_policy.has_value() ? *own_policy : shared_policy_,
                       index);
     // Read after the user's callbacks ran, so a slow config_for can't make the key look
     // idle from birth; also the time of its key_created event.
-    const bool announced = events_.wants(EventKind::key_created);
-    const Ticks now = ttl_units_ != 0 || announced ? coarse_now_ticks(clock_.get()) : 0;
+    const bool announced = events_.hub.wants(EventKind::key_created);
+    const Ticks now = idle_.enabled() || announced ? coarse_now_ticks(clock_.get()) : 0;
     std::vector<Evicted> gone;
     Entry* result = e;
     {
       std::lock_guard lock(s.mu);
       if (Entry* found = find_pinned(s, h, key); found != nullptr) {
         // Another thread created the key while we built ours: theirs wins.
-        destroy_payload(e);
+        e->destroy();
         s.free.push_back(index);
         result = found;
       } else {
@@ -1023,14 +766,14 @@ class BasicRegistry {
             static_cast<std::uint64_t>(&s - &shards_[0]);
         // Published with one reference (the caller's): the payload above is visible to
         // any thread whose pin reads this value.
-        e->refs.store((counted_ ? kOneRef : 0) | now_units(now), std::memory_order_release);
-        insert(s, static_cast<std::uint32_t>(h >> 32), index);
+        e->ref.publish(counted_ ? 1 : 0, Ref::units(now));
+        s.table.insert(tag_of(h), index);
         s.live.fetch_add(1, std::memory_order_relaxed);
-        if (ttl_units_ != 0) sweep(s, now, evict_batch_, gone);
+        if (idle_.enabled()) sweep(s, now, evict_batch_, gone);
       }
     }
     announce_evicted(gone);
-    if (result == e && announced) emit_key(EventKind::key_created, e, now, Nanos::zero());
+    if (result == e && announced) events_.key_event(EventKind::key_created, *e, now, Nanos::zero());
     return result;
   }
 
@@ -1043,26 +786,13 @@ class BasicRegistry {
     }
     const std::uint32_t index = s.allocated.load(std::memory_order_relaxed);
     if (index == std::numeric_limits<std::uint32_t>::max() - 1) throw_length();
-    const std::size_t k = static_cast<std::size_t>(std::bit_width(
-                              (static_cast<std::size_t>(index) >> kFirstSegmentBits) + 1)) -
-                          1;
-    if (s.segments[k].load(std::memory_order_relaxed) == nullptr) {
-      void* raw =
-          ::operator new (segment_size(k) * sizeof(Entry), std::align_val_t{alignof(Entry)});
-      s.segments[k].store(static_cast<Entry*>(raw), std::memory_order_release);
-    }
-    Entry* e = entry_at(s, index);
+    Entry* e = s.entries.reserve(index, [&](void* base, std::size_t bytes, std::size_t k) {
+      events_.directory.add(base, bytes, k);
+    });
     ::new (static_cast<void*>(e)) Entry;
-#if defined(BULWARK_REGISTRY_ASAN)
-    poison(e);
-#endif
+    e->poison();
     if (detailed_) {
-      if (s.metric_segments[k] == nullptr) {
-        s.metric_segments[k] = static_cast<BreakerMetrics*>(::operator new (
-            segment_size(k) * sizeof(BreakerMetrics), std::align_val_t{alignof(BreakerMetrics)}));
-      }
-      e->metrics = ::new (static_cast<void*>(s.metric_segments[k] + (index - segment_base(k))))
-          BreakerMetrics;
+      e->metrics = ::new (static_cast<void*>(s.metrics.reserve(index))) BreakerMetrics;
       ++s.metrics_blocks;
     }
     s.allocated.store(index + 1, std::memory_order_release);
@@ -1076,408 +806,160 @@ class BasicRegistry {
 #endif
   }
 
-  // Builds the entry's payload (breaker, key, extra: the extra runs user code, and a
-  // breaker may refuse its policy). If anything throws, what was built is destroyed
-  // and the entry goes back to the free list.
+  // Builds the entry's payload (the Extra runs user code, and a breaker may refuse its
+  // policy). If anything throws, the entry goes back to the free list.
   void construct_payload(Shard& s, Entry* e, Key&& key, const Policy& policy, std::uint32_t index) {
-#if defined(BULWARK_REGISTRY_ASAN)
-    unpoison(e);
-#endif
-    int built = 0;  // breaker, key
 #if defined(__cpp_exceptions)
     try {
 #endif
-      ::new (static_cast<void*>(e->breaker_bytes)) Breaker(policy);
-      built = 1;
-      ::new (static_cast<void*>(e->key_bytes.bytes)) Key(std::move(key));
-      built = 2;
-      if constexpr (!std::is_same_v<Extra, NoExtra>) {
-        if (extra_for_) {
-          ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra(extra_for_(e->key()));
-        } else if constexpr (std::is_constructible_v<Extra, const Key&>) {
-          ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra(e->key());
-        } else if constexpr (std::is_default_constructible_v<Extra>) {
-          ::new (static_cast<void*>(e->extra_bytes.bytes)) Extra();
-        }
-        attach_bulkheads(e);
-      }
+      e->construct(policy, std::move(key), [this](const Key& k) { return make_extra(k); });
 #if defined(__cpp_exceptions)
     } catch (...) {
-      if (built == 2) std::destroy_at(&e->key());
-      if (built >= 1) e->breaker().~Breaker();
-#if defined(BULWARK_REGISTRY_ASAN)
-      poison(e);
-#endif
       std::lock_guard lock(s.mu);
       s.free.push_back(index);
       throw;
     }
 #endif
-    e->outage_since.store(detail::kNoOutage, std::memory_order_relaxed);
-    if (e->metrics != nullptr) e->metrics->reset();
     (void)s;
     (void)index;
-    (void)built;
-  }
-
-  void destroy_payload(Entry* e) noexcept {
-    if constexpr (!std::is_same_v<Extra, NoExtra>) std::destroy_at(&e->extra());
-    std::destroy_at(&e->key());
-    e->breaker().~Breaker();
-#if defined(BULWARK_REGISTRY_ASAN)
-    poison(e);
-#endif
-  }
-
-#if defined(BULWARK_REGISTRY_ASAN)
-  // A Handle that outlived its reference would touch a dead payload: make that an
-  // AddressSanitizer report instead of a silent read of a reused entry.
-  static void poison(Entry* e) noexcept {
-    ASAN_POISON_MEMORY_REGION(e->breaker_bytes, sizeof(e->breaker_bytes));
-    ASAN_POISON_MEMORY_REGION(&e->key_bytes, sizeof(e->key_bytes));
-    if constexpr (!std::is_same_v<Extra, NoExtra>)
-      ASAN_POISON_MEMORY_REGION(&e->extra_bytes, sizeof(e->extra_bytes));
-  }
-  static void unpoison(Entry* e) noexcept {
-    ASAN_UNPOISON_MEMORY_REGION(e->breaker_bytes, sizeof(e->breaker_bytes));
-    ASAN_UNPOISON_MEMORY_REGION(&e->key_bytes, sizeof(e->key_bytes));
-    if constexpr (!std::is_same_v<Extra, NoExtra>)
-      ASAN_UNPOISON_MEMORY_REGION(&e->extra_bytes, sizeof(e->extra_bytes));
-  }
-#endif
-
-  // ---- the table (under s.mu) --------------------------------------------------------
-
-  void insert(Shard& s, std::uint32_t tag, std::uint32_t index) {
-    if ((s.used + 1) * 4 > (s.current->mask + 1) * 3) grow(s);
-    Table& t = *s.current;
-    std::size_t i = tag & t.mask;
-    while (t.slots[i].load(std::memory_order_relaxed) != 0) i = (i + 1) & t.mask;
-    t.slots[i].store((std::uint64_t{tag} << 32) | (std::uint64_t{index} + 1),
-                     std::memory_order_release);
-    ++s.used;
-  }
-
-  void grow(Shard& s) {
-    auto next = std::make_unique<Table>((s.current->mask + 1) * 2);
-    const Table& old = *s.current;
-    for (std::size_t j = 0; j <= old.mask; ++j) {
-      const std::uint64_t v = old.slots[j].load(std::memory_order_relaxed);
-      if (v == 0) continue;
-      std::size_t i = (v >> 32) & next->mask;
-      while (next->slots[i].load(std::memory_order_relaxed) != 0) i = (i + 1) & next->mask;
-      next->slots[i].store(v, std::memory_order_relaxed);
+    if constexpr (Entry::kHasExtra) {
+      // Before the entry is published, so the bulkhead is not shared yet.
+      detail::observe_extra_bulkheads(e->extra(),
+                                      BulkheadObserver(&BasicRegistry::bulkhead_rejected, e, this));
     }
-    // Readers that load the new table see every slot written above.
-    s.table.store(next.get(), std::memory_order_release);
-    s.retired_slots += s.current->mask + 1;
-    s.retired.push_back(std::move(s.current));
-    s.current = std::move(next);
   }
 
-  // Empties slot i, moving later members of its cluster back (linear probing needs no
-  // tombstones this way). A concurrent reader may miss a moved key for an instant:
-  // get() then creates under the mutex (and finds it there); find() retries (seq).
-  static void erase_slot(Table& t, std::size_t i) noexcept {
-    std::size_t hole = i;
-    for (std::size_t j = (i + 1) & t.mask;; j = (j + 1) & t.mask) {
-      const std::uint64_t v = t.slots[j].load(std::memory_order_relaxed);
-      if (v == 0) break;
-      const std::size_t home = (v >> 32) & t.mask;
-      const bool stays = hole <= j ? (hole < home && home <= j) : (hole < home || home <= j);
-      if (!stays) {
-        t.slots[hole].store(v, std::memory_order_release);
-        hole = j;
-      }
+  Extra make_extra(const Key& key) const {
+    if constexpr (std::is_same_v<Extra, NoExtra>) {
+      return Extra{};
+    } else if constexpr (std::is_constructible_v<Extra, const Key&>) {
+      if (extra_for_) return extra_for_(key);
+      return Extra(key);
+    } else if constexpr (std::is_default_constructible_v<Extra>) {
+      if (extra_for_) return extra_for_(key);
+      return Extra();
+    } else {
+      return extra_for_(key);  // validate() made sure it is set
     }
-    t.slots[hole].store(0, std::memory_order_release);
   }
 
-  // ---- eviction ----------------------------------------------------------------------
+  // ---- eviction (registry_eviction.h) ------------------------------------------------
 
-  // On the lookup path: every kLookupsPerStepCheck lookups of this thread, read the
-  // clock and, if this shard's next step is due and nobody is at it, take one.
+  // On the lookup path: one lookup in IdlePolicy::kLookupsPerCheck (per thread) reads
+  // the clock and, if the shard's step is due and nobody holds its mutex, takes it.
   void maybe_sweep(Shard& s) {
-    if (ttl_units_ == 0) return;
-    static thread_local std::uint32_t lookups = 0;
-    if (++lookups % kLookupsPerStepCheck != 0) return;
+    if (!idle_.enabled() || !detail::IdlePolicy::check_now()) return;
     const Ticks now = coarse_now_ticks(clock_.get());
-    if (now < s.next_sweep.load(std::memory_order_relaxed)) return;
+    if (!s.gate.due(now)) return;
     std::vector<Evicted> gone;
     {
       std::unique_lock lock(s.mu, std::try_to_lock);
       if (!lock.owns_lock()) return;  // someone else is at it: never wait on the request path
-      s.next_sweep.store(saturating_add(now, sweep_interval_), std::memory_order_relaxed);
+      s.gate.schedule(now, idle_.interval);
       sweep(s, now, evict_batch_, gone);
     }
     announce_evicted(gone);
   }
 
-  // One bounded eviction step: moves the shard's cursor over up to `budget` slots and
-  // evicts at most `budget` entries, so a step costs at most 2 x budget slot visits.
-  // Under s.mu.
+  // One bounded step (detail::sweep_step). Under s.mu.
   std::size_t sweep(Shard& s, Ticks now, std::size_t budget, std::vector<Evicted>& gone) {
-    Table& t = *s.current;
-    const std::uint64_t u = now_units(now);
-    std::size_t evicted = 0;
-    for (std::size_t advanced = 0; advanced < budget && s.used > 0;) {
-      const std::size_t i = s.cursor & t.mask;
-      const std::uint64_t v = t.slots[i].load(std::memory_order_relaxed);
-      if (v != 0 && evicted < budget) {
-        const std::uint32_t index = static_cast<std::uint32_t>(v) - 1;
-        if (try_mark_evicted(entry_at(s, index), u)) {
-          retire(s, t, i, index, u, gone);
-          ++evicted;
-          continue;  // slot i may now hold a moved entry: look at it again
-        }
-      }
-      s.cursor = i + 1;
-      ++advanced;
-    }
-    return evicted;
+    const std::uint64_t u = Ref::units(now);
+    return detail::sweep_step(s.table, s.cursor, budget, [&](std::uint32_t index, std::size_t pos) {
+      if (!try_mark_evicted(s.entries.at(index), u)) return false;
+      retire(s, pos, index, u, gone);
+      return true;
+    });
   }
 
-  // Marks an idle, unreferenced, CLOSED entry dead so no lookup can pin it again. An
-  // entry used since the last step, or referenced now, is not idle: its idle time
-  // starts again now (the second chance of the CLOCK algorithm).
+  // Kills an idle, unreferenced, CLOSED entry so no lookup can pin it again.
   bool try_mark_evicted(Entry* e, std::uint64_t now_u) noexcept {
-    std::uint64_t w = e->refs.load(std::memory_order_relaxed);
-    if ((w & kDead) != 0) return false;
-    if ((w & kUsed) != 0 || (w >> kRefShift) != 0) {
-      // If the CAS loses to a lookup, the entry was just used anyway: next step.
-      e->refs.compare_exchange_strong(w, (w & ~(kUsed | kTimeMask)) | now_u,
-                                      std::memory_order_relaxed);
-      return false;
-    }
-    // Idle units since then (mod 2^39, ~17 years). "+1" because both ends are rounded
-    // down to a unit: we never evict a key idle for less than idle_ttl.
-    const std::uint64_t idle = (now_u - (w & kTimeMask)) & kTimeMask;
-    if (idle < ttl_units_ + 1) return false;
+    std::uint64_t w = 0;
+    if (e->ref.examine(now_u, idle_.ttl_units, w) != Ref::Verdict::idle) return false;
     if (e->breaker().state() != State::closed) return false;
-    if (!e->refs.compare_exchange_strong(w, w | kDead, std::memory_order_acquire,
-                                         std::memory_order_relaxed)) {
-      return false;  // someone pinned it just now
-    }
+    if (!e->ref.kill(w)) return false;  // someone pinned it just now
     // Nobody holds it, so nobody can change its state now; look once more in case a
     // holder changed it just before letting go.
     if (e->breaker().state() != State::closed) {
-      e->refs.store(w, std::memory_order_release);
+      e->ref.revive(w);
       return false;
     }
     return true;
   }
 
-  // Takes a dead entry out of slot i, folds its counters into the shard's totals,
+  // Takes a dead entry out of slot `pos`, folds its counters into the shard's totals,
   // destroys its payload and frees it for reuse. Under s.mu.
-  void retire(Shard& s, Table& t, std::size_t i, std::uint32_t index, std::uint64_t now_u,
+  void retire(Shard& s, std::size_t pos, std::uint32_t index, std::uint64_t now_u,
               std::vector<Evicted>& gone) {
-    Entry* e = entry_at(s, index);
-    const std::uint64_t seq = s.seq.load(std::memory_order_relaxed);
-    s.seq.store(seq + 1, std::memory_order_relaxed);  // ordered by erase_slot's release stores
-    erase_slot(t, i);
-    s.seq.store(seq + 2, std::memory_order_release);
-    --s.used;
-
+    Entry* e = s.entries.at(index);
+    s.table.erase(pos);
     // Every counter a scrape reads from a live entry goes to the shard's totals, in this
     // critical section: collect() reads those under the same mutex.
-    fold(s.gone, read_breaker(e->breaker()));
-    if (e->metrics != nullptr) {
-      s.gone_latency.add(e->metrics->latency.read());
-      ComponentReading c;
-      e->metrics->components.read_into(c);
-      s.gone_components.merge_counters(c);
-    }
-    if constexpr (kExtraReports) {
-      ComponentReading c;
-      e->extra().read_metrics(c);
-      s.gone_components.merge_counters(c);
-    }
-    if (events_.wants(EventKind::key_evicted)) {
-      const std::uint64_t last = e->refs.load(std::memory_order_relaxed) & kTimeMask;
+    s.gone.absorb(*e);
+    if (events_.hub.wants(EventKind::key_evicted)) {
+      const std::uint64_t idle_units = Ref::elapsed(e->ref.idle_since(), now_u);
       Evicted ev{std::string(e->breaker().name()), std::string(),
-                 Nanos(static_cast<Ticks>(((now_u - last) & kTimeMask) << kUnitShift))};
+                 Nanos(static_cast<Ticks>(idle_units << Ref::kUnitShift))};
       append_key_text(ev.key, e->key());
       gone.push_back(std::move(ev));
     }
-    destroy_payload(e);
+    e->destroy();
     s.free.push_back(index);
     s.live.fetch_sub(1, std::memory_order_relaxed);
     s.evicted.fetch_add(1, std::memory_order_relaxed);
   }
 
-  // ---- events ------------------------------------------------------------------------
+  // ---- events (registry_events.h) ---------------------------------------------------
 
-  // The entry a breaker address belongs to, or nullptr for a breaker that is not one
-  // of ours (a policy copied out of the registry may be shared with other breakers).
-  Entry* owner_of(const void* breaker) const noexcept {
-    const auto addr = reinterpret_cast<std::uintptr_t>(breaker);
-    for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
-      const Shard& s = shards_[si];
-      for (std::size_t k = 0; k < kMaxSegments; ++k) {
-        Entry* seg = s.segments[k].load(std::memory_order_acquire);
-        if (seg == nullptr) break;
-        const auto lo = reinterpret_cast<std::uintptr_t>(seg);
-        const auto hi = lo + segment_size(k) * sizeof(Entry);
-        if (addr >= lo && addr < hi && (addr - lo) % sizeof(Entry) == 0)
-          return seg + (addr - lo) / sizeof(Entry);
-      }
-    }
-    return nullptr;
-  }
+  void on_transition(const TransitionEvent& ev) { events_.on_transition(ev); }
 
-  // Runs on the thread that made the transition, which holds a reference to the entry
-  // (every path to a breaker goes through a Handle or a Call).
-  void on_transition(const TransitionEvent& ev) {
-    Entry* e = owner_of(ev.breaker);
-    if (e == nullptr) return;
-    detail::note_outage(e->outage_since, ev.from, ev.to, ev.at);
-    if (e->metrics != nullptr) e->metrics->transitions.count(ev.from, ev.to);
-    transitions_.count(ev.from, ev.to);
-    if (events_.wants(EventKind::transition) || events_.wants(EventKind::flapping)) {
-      const Nanos period = detail::flapping_period(e->breaker());
-      with_key_text(e->key(), [&](std::string_view key) {
-        detail::emit_transition(events_, ev, key, period);
-      });
-    }
-  }
-
-  template <class F>
-  static void with_key_text(const Key& key, F&& f) {
-    if constexpr (std::is_convertible_v<const Key&, std::string_view> &&
-                  !requires(std::string & out) { bulwark_key_text(key, out); }) {
-      f(std::string_view(key));
-    } else {
-      std::string text;
-      append_key_text(text, key);
-      f(std::string_view(text));
-    }
-  }
-
-  void emit_rejection(const Handle& h, const Rejection& r) {
-    const Ticks at = now_ticks(clock_.get());
-    with_key_text(h.key(), [&](std::string_view key) {
-      events_.emit(Event{EventKind::rejection, h.breaker().name(), key, &h.breaker(), at,
-                         RejectionInfo{r.reason, r.retry_after}});
-    });
-  }
-
-  // Routes the rejections of the bulkheads in a new entry's Extra to events() (see
-  // "Per-key components and events" above). Before the entry is published, so the
-  // bulkhead is not shared yet.
-  void attach_bulkheads(Entry* e) noexcept {
-    const BulkheadObserver observer(&BasicRegistry::bulkhead_rejected, e, this);
-    if constexpr (requires(Extra & x) { x.observe_rejections(observer); }) {
-      e->extra().observe_rejections(observer);
-    } else if constexpr (requires(Extra & x) { x.bulkhead.observe_rejections(observer); }) {
-      e->extra().bulkhead.observe_rejections(observer);
-    } else {
-      (void)observer;
-    }
-  }
-
-  // A per-key bulkhead refused a call. Its caller reached the bulkhead through a Handle,
-  // which keeps the entry alive.
+  // A per-key bulkhead refused a call (the observer attached in construct_payload).
   static void bulkhead_rejected(void* entry, void* registry,
                                 const BulkheadRejectionEvent& ev) noexcept {
     auto* self = static_cast<BasicRegistry*>(registry);
-    if (!self->events_.wants(EventKind::rejection)) return;
-    Entry* e = static_cast<Entry*>(entry);
-    const Ticks at = now_ticks(self->clock_.get());
-    with_key_text(e->key(), [&](std::string_view key) {
-      self->events_.emit(Event{EventKind::rejection, ev.name, key, ev.bulkhead, at,
-                               BulkheadRejectionInfo{ev.reason}});
-    });
+    self->events_.bulkhead_rejected(*static_cast<Entry*>(entry), ev, self->clock_.get());
   }
 
   // A fallback stage observed through a Handle answered (Handle::on_fallback).
   void fallback_answered(Entry* e, bool rejected, Reason reason) noexcept {
-    const FallbackKind kind = rejected ? FallbackKind::rejected : FallbackKind::failed;
-    if (e->metrics != nullptr) e->metrics->components.record_fallback(kind);
-    if (!events_.wants(EventKind::fallback)) return;
-    const Ticks at = now_ticks(clock_.get());
-    with_key_text(e->key(), [&](std::string_view key) {
-      events_.emit(Event{EventKind::fallback, e->breaker().name(), key, &e->breaker(), at,
-                         FallbackInfo{kind, to_string(reason)}});
-    });
-  }
-
-  void emit_key(EventKind kind, Entry* e, Ticks at, Nanos idle) {
-    with_key_text(e->key(), [&](std::string_view key) {
-      events_.emit(Event{kind, e->breaker().name(), key, &e->breaker(), at, KeyInfo{idle}});
-    });
+    events_.fallback_answered(*e, rejected, reason, clock_.get());
   }
 
   void announce_evicted(const std::vector<Evicted>& gone) {
-    if (gone.empty()) return;
-    const Ticks at = now_ticks(clock_.get());
-    for (const Evicted& ev : gone) {
-      events_.emit(Event{EventKind::key_evicted, ev.name, ev.key, nullptr, at, KeyInfo{ev.idle}});
-    }
-  }
-
-  static void fold(BreakerReading& into, const BreakerReading& b) noexcept {
-    into.successes += b.successes;
-    into.failures += b.failures;
-    into.ignored += b.ignored;
-    into.cancelled += b.cancelled;
-    into.rejected += b.rejected;
-    into.opens += b.opens;
-    into.has_slow = into.has_slow || b.has_slow;
-    into.slow_successes += b.slow_successes;
-    into.slow_failures += b.slow_failures;
+    events_.announce_evicted(gone, clock_.get());
   }
 
   // ---- memory ------------------------------------------------------------------------
 
-  static std::size_t key_heap_bytes(const Key& key) noexcept {
-    if constexpr (requires {
-                    key.capacity();
-                    key.data();
-                  }) {
-      // Heap memory of a string-like key: none while it fits its inline buffer.
-      const auto* data = reinterpret_cast<const unsigned char*>(key.data());
-      const auto* self = reinterpret_cast<const unsigned char*>(&key);
-      const bool inline_buffer = data >= self && data < self + sizeof(Key);
-      return inline_buffer ? 0 : (key.capacity() + 1) * sizeof(*key.data());
-    } else {
-      return 0;
-    }
-  }
-
   RegistryMemory memory_without_keys() const {
     RegistryMemory m;
-    m.bookkeeping = sizeof(*this) + (shard_mask_ + 1) * sizeof(Shard);
+    m.bookkeeping = sizeof(*this) + (shard_mask_ + 1) * sizeof(Shard) + events_.directory.bytes();
     for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
       const Shard& s = shards_[si];
       std::lock_guard lock(s.mu);
       m.entries += s.allocated.load(std::memory_order_relaxed) * sizeof(Entry);
-      m.index += (s.current->mask + 1 + s.retired_slots) * sizeof(std::uint64_t);
+      m.index += s.table.bytes();
       m.metrics += s.metrics_blocks * sizeof(BreakerMetrics);
-      m.bookkeeping +=
-          s.free.capacity() * sizeof(std::uint32_t) + s.retired.capacity() * sizeof(void*);
+      m.bookkeeping += s.free.capacity() * sizeof(std::uint32_t) + s.table.bookkeeping_bytes();
     }
     return m;
   }
 
   const detail::ClockRef<clock_type> clock_;
   const std::string name_;
-  const std::function<std::optional<BreakerConfig>(const Key&)> config_for_;
+  const std::function<std::optional<Config>(const Key&)> config_for_;
   const std::function<Extra(const Key&)> extra_for_;
   Policy shared_policy_;
   std::shared_ptr<Router> router_;
   ListenerId shared_listener_ = 0;
   std::unique_ptr<Shard[]> shards_;
   const std::uint32_t shard_mask_;
-  const Nanos idle_ttl_;
-  const std::uint64_t ttl_units_;
-  const Ticks sweep_interval_;
+  const detail::IdlePolicy idle_;
   const std::uint32_t evict_batch_;
   const bool detailed_;
-  const bool counted_;  // entries count their handles (they can be evicted or removed)
+  const bool counted_;  // entries count their references (they can be evicted or removed)
   [[no_unique_address]] Hash hash_;
   [[no_unique_address]] Eq eq_;
-  EventHub events_;
-  TransitionCounts transitions_;  // every breaker's, evicted or not
+  detail::KeyedEvents<Entry> events_;  // the hub, transition counts, address directory
 };
 
 // A registry of the default breaker type, keyed by Key.
