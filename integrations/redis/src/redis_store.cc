@@ -1,6 +1,8 @@
 #include "bulwark/redis/redis_store.h"
 
 #include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
 #include <sys/time.h>
 
 #include <cerrno>
@@ -77,6 +79,41 @@ for _, key in ipairs(redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf')) do
 end
 return out
 )lua";
+
+// hiredis writes with write(2): to a server that went away that raises SIGPIPE, whose
+// default action ends the process. While alive, this blocks SIGPIPE on this thread and
+// discards one that the writes raised, leaving the application's handling untouched.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+  bool blocked_ = false;
+};
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
@@ -220,6 +257,7 @@ Expected<void, StoreError> RedisFleetStore::connect() {
 }
 
 Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req) {
+  const SigpipeGuard no_sigpipe;
   if (ctx_ == nullptr) {
     const auto now = std::chrono::steady_clock::now();
     if (now < next_attempt_) {
