@@ -134,13 +134,23 @@ void MemoryFleetStore::restart() {
   sequence_ = 0;
   records_.clear();
   changed_.clear();
+  by_sequence_.clear();
   votes_.clear();
   leases_.clear();
 }
 void MemoryFleetStore::put_raw(const std::string& key, std::string value) {
   std::lock_guard lock(mu_);
   records_[key] = std::move(value);
-  changed_[key] = ++sequence_;
+  touch(key, ++sequence_);
+}
+
+void MemoryFleetStore::touch(const std::string& key, std::uint64_t sequence) {
+  auto [it, fresh] = changed_.try_emplace(key, sequence);
+  if (!fresh) {
+    by_sequence_.erase(it->second);
+    it->second = sequence;
+  }
+  by_sequence_.emplace(sequence, key);
 }
 std::optional<std::string> MemoryFleetStore::get_raw(const std::string& key) const {
   std::lock_guard lock(mu_);
@@ -157,7 +167,7 @@ void MemoryFleetStore::record(const std::string& key, SharedState state, Transit
                               std::int64_t until_ms, const std::string& instance) {
   FleetRecord r{state, reason, until_ms, instance, ++sequence_};
   records_[key] = encode_record(r);
-  changed_[key] = r.sequence;
+  touch(key, r.sequence);
 }
 
 Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& req) {
@@ -227,14 +237,10 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
   }
   reply.incarnation = std::to_string(incarnation_);
   reply.sequence = sequence_;
-  std::vector<std::pair<std::uint64_t, std::string>> changed;
-  for (const auto& [key, seq] : changed_) {
-    if (seq > req.cursor) changed.emplace_back(seq, key);
-  }
-  std::sort(changed.begin(), changed.end());
-  for (auto& [seq, key] : changed) {
-    const auto it = records_.find(key);
-    reply.changes.push_back(RawRecord{key, it == records_.end() ? std::string() : it->second});
+  for (auto it = by_sequence_.upper_bound(req.cursor); it != by_sequence_.end(); ++it) {
+    const auto rec = records_.find(it->second);
+    reply.changes.push_back(
+        RawRecord{it->second, rec == records_.end() ? std::string() : rec->second});
   }
   return reply;
 }

@@ -153,6 +153,7 @@ class MemoryFleetStore final : public FleetStore {
     std::string holder;
     std::int64_t expires_ms;
   };
+  void touch(const std::string& key, std::uint64_t sequence);
   void record(const std::string& key, SharedState state, TransitionReason reason,
               std::int64_t until_ms, const std::string& instance);
 
@@ -165,6 +166,7 @@ class MemoryFleetStore final : public FleetStore {
   std::uint64_t exchanges_ = 0;
   std::map<std::string, std::string> records_;                        // key -> encoded value
   std::map<std::string, std::uint64_t> changed_;                      // key -> sequence
+  std::map<std::uint64_t, std::string> by_sequence_;                  // sequence -> key
   std::map<std::string, std::map<std::string, std::int64_t>> votes_;  // key -> voter -> ms
   std::map<std::string, Lease> leases_;
 };
