@@ -8,8 +8,11 @@
 
 #include <chrono>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <vector>
+
+#include "bulwark/redis/prometheus.h"
 
 namespace bulwark::redis {
 namespace {
@@ -309,6 +312,28 @@ TEST(FleetTest, QueueOverflowIsCountedAndRecoveredByARescan) {
   peer.attach(other);
   ASSERT_TRUE(peer.sync());
   EXPECT_EQ(other.state(), State::open);  // k3's transition was dropped, then re-read
+}
+
+TEST(FleetPrometheusTest, TheReadingIsExposed) {
+  World w;
+  Instance a(w, "a"), b(w, "b");
+  a.fail();
+  a.sync(), b.sync();
+  std::ostringstream out;
+  write_prometheus(out, b.fleet.reading());
+  const std::string text = out.str();
+  for (const char* line : {
+           "bulwark_fleet_syncs_total{instance=\"b\"} 1\n",
+           "bulwark_fleet_adopted_total{instance=\"b\",kind=\"open\"} 1\n",
+           "bulwark_fleet_connected{instance=\"b\"} 1\n",
+           "bulwark_fleet_rtt_seconds_count{instance=\"b\"} 1\n",
+           "bulwark_fleet_rtt_seconds_bucket{instance=\"b\",le=\"+Inf\"} 1\n",
+           "bulwark_fleet_key_shared_open{instance=\"b\",key=\"inventory\"} 1\n",
+           "bulwark_fleet_key_decision{instance=\"b\",key=\"inventory\",decision=\"shared\","
+           "decided_by=\"a\",reason=\"consecutive_failures\"} 1\n",
+       }) {
+    EXPECT_NE(text.find(line), std::string::npos) << line << "\nin:\n" << text;
+  }
 }
 
 }  // namespace
