@@ -12,7 +12,9 @@
 // Timeouts. Connecting and every command are bounded (connect_timeout,
 // command_timeout, 50 ms by default): exchange() never waits longer. After a failure
 // it does not try again before a backoff (exponential from reconnect_min to
-// reconnect_max, with jitter) and returns `unavailable` at once until then.
+// reconnect_max, with jitter) and returns `unavailable` at once until then. Resolving
+// `host` is not bounded by the timeouts (getaddrinfo): give an address, or a name the
+// machine resolves locally (/etc/hosts).
 //
 // hiredis 0.14 (Debian 12) speaks plain TCP to one server: no TLS, no Redis Cluster,
 // no Sentinel. A deployment that needs them runs a local TLS proxy (stunnel, a
