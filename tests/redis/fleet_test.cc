@@ -314,6 +314,37 @@ TEST(FleetTest, QueueOverflowIsCountedAndRecoveredByARescan) {
   EXPECT_EQ(other.state(), State::open);  // k3's transition was dropped, then re-read
 }
 
+TEST(FleetCountsTest, CallsAreCountedFleetWidePerBucket) {
+  World w;
+  auto config = [&w](std::string id) {
+    return FleetConfig{
+        .instance = std::move(id), .count_bucket = 1s, .count_buckets = 3, .wall_ms = [&w] {
+          return w.wall;
+        }};
+  };
+  Breaker ba(breaker_config("inventory"), w.clock), bb(breaker_config("inventory"), w.clock);
+  Fleet a(config("a"), w.store), b(config("b"), w.store);
+  a.attach(ba);
+  b.attach(bb);
+  for (int i = 0; i < 3; ++i) ba.try_acquire()->record_success();
+  ba.try_acquire()->record_failure();
+  bb.try_acquire()->record_failure();
+  ASSERT_TRUE(a.sync());
+  ASSERT_TRUE(b.sync());
+  EXPECT_EQ(b.reading().keys[0].fleet_successes, 3u);
+  EXPECT_EQ(b.reading().keys[0].fleet_failures, 2u);
+  // Nothing new: nothing sent, the last totals stay.
+  auto idle = a.sync();
+  ASSERT_TRUE(idle);
+  EXPECT_EQ(idle->published, 0u);
+  // Three buckets later the old calls have left the window.
+  w.advance(3s);
+  ba.try_acquire()->record_success();
+  ASSERT_TRUE(a.sync());
+  EXPECT_EQ(a.reading().keys[0].fleet_successes, 1u);
+  EXPECT_EQ(a.reading().keys[0].fleet_failures, 0u);
+}
+
 TEST(FleetPrometheusTest, TheReadingIsExposed) {
   World w;
   Instance a(w, "a"), b(w, "b");

@@ -220,6 +220,36 @@ TEST_F(RedisFleetTest, MalformedValuesPlantedInRedisAreCountedAndNamed) {
   EXPECT_EQ(server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
 }
 
+TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
+  auto config = [this](std::string id) {
+    return FleetConfig{
+        .instance = std::move(id), .count_bucket = 1000ms, .count_buckets = 3, .wall_ms = [this] {
+          return wall;
+        }};
+  };
+  RedisFleetStore sa(redis_config()), sb(redis_config());
+  Breaker ba(breaker_config("inventory"), clock), bb(breaker_config("inventory"), clock);
+  Fleet a(config("a"), sa), b(config("b"), sb);
+  a.attach(ba);
+  b.attach(bb);
+  for (int i = 0; i < 3; ++i) ba.try_acquire()->record_success();
+  ba.try_acquire()->record_failure();
+  bb.try_acquire()->record_failure();
+  ASSERT_TRUE(a.sync());
+  ASSERT_TRUE(b.sync());
+  EXPECT_EQ(b.reading().keys[0].fleet_successes, 3u);
+  EXPECT_EQ(b.reading().keys[0].fleet_failures, 2u);
+
+  const std::string bucket = std::to_string(wall / 1000);
+  server->command({"HSET", "test:fleet:w:inventory:" + bucket, "s", "lots"});
+  bb.try_acquire()->record_success();
+  const auto s = b.sync();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->malformed, 1u);
+  EXPECT_NE(b.reading().last_malformed.find("key 'inventory': a count bucket"), std::string::npos)
+      << b.reading().last_malformed;
+}
+
 class RedisAuthTest : public RedisFleetTest {
   std::vector<std::string> server_args() override { return {"--requirepass", "s3cret"}; }
 };

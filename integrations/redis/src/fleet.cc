@@ -1,6 +1,7 @@
 #include "bulwark/redis/fleet.h"
 
 #include <algorithm>
+#include <charconv>
 #include <iterator>
 
 #include "bulwark/config_error.h"
@@ -21,6 +22,12 @@ std::int64_t system_ms() {
 
 bool opened(State s) { return s == State::open || s == State::half_open; }
 
+bool parse_count(const std::string& text, std::uint64_t& out) {
+  if (text.empty() || text.size() > 20) return false;
+  const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
+  return ec == std::errc() && p == text.data() + text.size();
+}
+
 constexpr std::size_t kRttBuckets = std::size(FleetReading::kRttBucketsMs) + 1;
 
 }  // namespace
@@ -36,6 +43,11 @@ Fleet::Fleet(FleetConfig config, FleetStore& store) : config_(std::move(config))
   if (config_.lease_duration <= std::chrono::milliseconds::zero())
     bad(config_, "lease_duration", "must be positive");
   if (config_.queue_capacity == 0) bad(config_, "queue_capacity", "must be at least 1");
+  if (config_.count_bucket < std::chrono::milliseconds::zero())
+    bad(config_, "count_bucket", "must not be negative");
+  if (config_.count_bucket > std::chrono::milliseconds::zero() &&
+      (config_.count_buckets == 0 || config_.count_buckets > 1000))
+    bad(config_, "count_buckets", "must be in 1..1000");
   if (!config_.wall_ms) config_.wall_ms = system_ms;
   queue_.reserve(config_.queue_capacity);
   draining_.reserve(config_.queue_capacity);
@@ -167,6 +179,27 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
         {FleetOp::Kind::lease, m.key, m.record.reason, 0, config_.lease_duration.count()});
     leased.push_back(i);
   }
+  // Fleet-wide counts: what each breaker completed since the last successful count.
+  struct Counted {
+    std::uint32_t member;
+    std::uint64_t successes, failures;
+  };
+  std::vector<Counted> counted;
+  if (config_.count_bucket > std::chrono::milliseconds::zero()) {
+    req.count_bucket_ms = config_.count_bucket.count();
+    req.count_buckets = config_.count_buckets;
+    for (std::uint32_t i = 0; i < members_.size(); ++i) {
+      Member& m = *members_[i];
+      const auto [succ, fail] = m.totals();
+      const std::uint64_t ds = succ - m.counted_successes, df = fail - m.counted_failures;
+      if (ds == 0 && df == 0) continue;
+      FleetOp op{FleetOp::Kind::count, m.key};
+      op.successes = ds;
+      op.failures = df;
+      req.ops.push_back(std::move(op));
+      counted.push_back({i, succ, fail});
+    }
+  }
   summary.published = req.ops.size();
   state.unlock();
 
@@ -215,6 +248,25 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
       // Someone else probes: stay open until its verdict or the lease's end.
       if (m.adopt_open(std::chrono::milliseconds(config_.lease_duration))) ++summary.adopted;
     }
+  }
+
+  const std::size_t n_counts = std::min(counted.size(), reply->counts.size());
+  for (std::size_t i = 0; i < n_counts; ++i) {
+    Member& m = *members_[counted[i].member];
+    m.counted_successes = counted[i].successes;
+    m.counted_failures = counted[i].failures;
+    const auto& raw = reply->counts[i];
+    std::uint64_t s = 0, f = 0;
+    if (!parse_count(raw.successes, s) || !parse_count(raw.failures, f)) {
+      ++summary.malformed;
+      ++counters_.malformed_values;
+      counters_.last_malformed = "key '" + m.key +
+                                 "': a count bucket holds a value that is not a count (read '" +
+                                 raw.successes + "', '" + raw.failures + "')";
+      continue;
+    }
+    m.fleet_successes = s;
+    m.fleet_failures = f;
   }
 
   summary.changes = reply->changes.size();
@@ -288,9 +340,9 @@ FleetReading Fleet::reading() const {
   r.keys.reserve(members_.size());
   for (const auto& mp : members_) {
     const Member& m = *mp;
-    r.keys.push_back(FleetKeyReading{m.key, m.state(), m.decision, m.shared_open,
-                                     m.shared_open ? m.record.until_ms : 0, m.record.instance,
-                                     m.record.reason, m.lease_holder});
+    r.keys.push_back(FleetKeyReading{
+        m.key, m.state(), m.decision, m.shared_open, m.shared_open ? m.record.until_ms : 0,
+        m.record.instance, m.record.reason, m.lease_holder, m.fleet_successes, m.fleet_failures});
   }
   return r;
 }

@@ -137,6 +137,7 @@ void MemoryFleetStore::restart() {
   by_sequence_.clear();
   votes_.clear();
   leases_.clear();
+  counts_.clear();
 }
 void MemoryFleetStore::put_raw(const std::string& key, std::string value) {
   std::lock_guard lock(mu_);
@@ -231,6 +232,25 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
       case FleetOp::Kind::lease: {
         if (holder(op.key).empty()) leases_[op.key] = Lease{req.instance, lease_now + op.lease_ms};
         reply.lease_holders.push_back(holder(op.key));
+        break;
+      }
+      case FleetOp::Kind::count: {
+        if (req.count_bucket_ms <= 0 || req.count_buckets == 0) {
+          reply.counts.push_back({"0", "0"});
+          break;
+        }
+        const std::int64_t bucket = req.now_ms / req.count_bucket_ms;
+        const std::int64_t oldest = bucket - static_cast<std::int64_t>(req.count_buckets) + 1;
+        auto& buckets = counts_[op.key];
+        auto& cell = buckets[bucket];
+        cell.first += op.successes;
+        cell.second += op.failures;
+        std::erase_if(buckets, [&](const auto& b) { return b.first < oldest; });
+        std::uint64_t s = 0, f = 0;
+        for (const auto& [b, c] : buckets) {
+          if (b <= bucket) s += c.first, f += c.second;
+        }
+        reply.counts.push_back({std::to_string(s), std::to_string(f)});
         break;
       }
     }

@@ -72,6 +72,14 @@ void write_prometheus(std::ostream& out, const FleetReading& r) {
   for (std::size_t i = 0; i < r.keys.size(); ++i)
     w.sample("bulwark_fleet_key_lease_holder", "", labels[i], "",
              std::uint64_t{r.keys[i].lease_holder ? 1u : 0u});
+  w.family("bulwark_fleet_key_window_calls", "gauge",
+           "Fleet-wide calls for the key over the count window (counting on).");
+  for (std::size_t i = 0; i < r.keys.size(); ++i) {
+    w.sample("bulwark_fleet_key_window_calls", "", labels[i], "outcome=\"success\"",
+             r.keys[i].fleet_successes);
+    w.sample("bulwark_fleet_key_window_calls", "", labels[i], "outcome=\"failure\"",
+             r.keys[i].fleet_failures);
+  }
   w.family("bulwark_fleet_key_decision", "gauge",
            "The key's last decision: shared (the fleet's) or local (this instance's alone).");
   for (std::size_t i = 0; i < r.keys.size(); ++i) {

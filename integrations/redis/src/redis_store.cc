@@ -16,11 +16,14 @@ namespace bulwark::redis {
 namespace {
 
 // ARGV: prefix, instance, now_ms, quorum, cutoff_ms (votes at or before it expire),
-// vote_ttl_ms, cursor, op count, then 5 per op: op, key, reason, until_ms, lease_ms.
-// Returns: incarnation, sequence, lease count, the holders, then key, value pairs.
+// vote_ttl_ms, cursor, op count, count bucket, count buckets, bucket ttl ms, then 5 per
+// op: op, key, reason, until_ms, lease_ms (a count op: op, key, successes, failures, 0).
+// Returns: incarnation, sequence, lease count, the holders, count-op count, two totals
+// per count op, then key, value pairs.
 constexpr const char* kScript = R"lua(
 local p, inst, now, quorum = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local cutoff, vote_ttl, cursor, n = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local bucket, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 local seqk, chk = p .. 'seq', p .. 'changes'
 redis.call('SET', p .. 'id', inst .. '@' .. now, 'NX')
 local function get(k)
@@ -40,8 +43,19 @@ local function record(key, st, reason, u)
              'v1|' .. st .. '|' .. reason .. '|' .. u .. '|' .. inst .. '|' .. tostring(e))
   redis.call('ZADD', chk, e, key)
 end
-local leases = {}
-local i = 9
+local leases, counts = {}, {}
+-- Sums one outcome over the window's buckets; 'malformed' if a bucket holds anything
+-- but a decimal count.
+local function total(key, field)
+  local sum = 0
+  for b = bucket - nbuckets + 1, bucket do
+    local v = redis.pcall('HGET', p .. 'w:' .. key .. ':' .. string.format('%d', b), field)
+    if type(v) == 'table' or (v and not string.match(v, '^%d+$')) then return 'malformed' end
+    if v then sum = sum + tonumber(v) end
+  end
+  return string.format('%d', sum)
+end
+local i = 12
 for _ = 1, n do
   local op, key, reason, u, lease = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
@@ -61,6 +75,18 @@ for _ = 1, n do
     redis.call('DEL', lk, vk)
   elseif op == 'assert' then
     if redis.call('EXISTS', rk) == 0 then record(key, 'open', reason, u) end
+  elseif op == 'count' then
+    if nbuckets > 0 then
+      local wk = p .. 'w:' .. key .. ':' .. ARGV[9]
+      if reason ~= '0' then redis.pcall('HINCRBY', wk, 's', reason) end
+      if u ~= '0' then redis.pcall('HINCRBY', wk, 'f', u) end
+      redis.call('PEXPIRE', wk, bucket_ttl)
+      counts[#counts + 1] = total(key, 's')
+      counts[#counts + 1] = total(key, 'f')
+    else
+      counts[#counts + 1] = '0'
+      counts[#counts + 1] = '0'
+    end
   elseif op == 'lease' then
     redis.call('SET', lk, inst, 'NX', 'PX', lease)
     leases[#leases + 1] = get(lk) or ''
@@ -71,6 +97,8 @@ end
 local seq = redis.call('GET', seqk) or '0'
 local out = {redis.call('GET', p .. 'id') or '', tostring(seq), tostring(#leases)}
 for _, h in ipairs(leases) do out[#out + 1] = h end
+out[#out + 1] = tostring(#counts / 2)
+for _, c in ipairs(counts) do out[#out + 1] = c end
 for _, key in ipairs(redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf')) do
   local v = redis.pcall('GET', p .. 'k:' .. key)
   if type(v) == 'table' then v = '(not a string)' elseif not v then v = '(missing)' end
@@ -150,6 +178,8 @@ const char* op_name(FleetOp::Kind k) {
       return "assert";
     case FleetOp::Kind::lease:
       return "lease";
+    case FleetOp::Kind::count:
+      return "count";
   }
   return "?";
 }
@@ -283,11 +313,20 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   args.push_back(std::to_string(2 * req.quorum_window_ms));
   args.push_back(std::to_string(req.cursor));
   args.push_back(std::to_string(req.ops.size()));
+  const bool counting = req.count_bucket_ms > 0 && req.count_buckets > 0;
+  args.push_back(std::to_string(counting ? req.now_ms / req.count_bucket_ms : 0));
+  args.push_back(std::to_string(counting ? req.count_buckets : 0));
+  args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
   for (const FleetOp& op : req.ops) {
     args.push_back(op_name(op.kind));
     args.push_back(op.key);
-    args.push_back(std::string(to_string(op.reason)));
-    args.push_back(std::to_string(op.until_ms));
+    if (op.kind == FleetOp::Kind::count) {
+      args.push_back(std::to_string(op.successes));
+      args.push_back(std::to_string(op.failures));
+    } else {
+      args.push_back(std::string(to_string(op.reason)));
+      args.push_back(std::to_string(op.until_ms));
+    }
     args.push_back(std::to_string(op.lease_ms));
   }
   std::vector<const char*> argv;
@@ -330,7 +369,15 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   if (!parse_u64(r->element[2], leases) || leases > r->elements - 3)
     return protocol("a bad lease count");
   for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[3 + i]));
-  const size_t first = 3 + leases;
+  std::uint64_t counts = 0;
+  if (3 + leases >= r->elements || !parse_u64(r->element[3 + leases], counts) ||
+      counts > (r->elements - 4 - leases) / 2)
+    return protocol("a bad count of counts");
+  for (size_t i = 0; i < counts; ++i) {
+    out.counts.push_back(
+        {reply_text(r->element[4 + leases + 2 * i]), reply_text(r->element[5 + leases + 2 * i])});
+  }
+  const size_t first = 4 + leases + 2 * counts;
   if ((r->elements - first) % 2 != 0) return protocol("an odd number of key/value elements");
   out.changes.reserve((r->elements - first) / 2);
   for (size_t i = first; i < r->elements; i += 2) {

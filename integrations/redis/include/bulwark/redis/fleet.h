@@ -70,6 +70,13 @@ struct FleetConfig {
   // Local transitions queued between two syncs; beyond it they are dropped, counted,
   // and the next sync re-reads every attached breaker's state instead.
   std::size_t queue_capacity = 4096;
+  // Fleet-wide counts: when count_bucket is positive, each sync adds the calls each
+  // attached breaker completed since the last sync (successes and failures, from its
+  // snapshot) to the key's current bucket in the store, and reads back the fleet's
+  // totals over the last count_buckets buckets (FleetKeyReading::fleet_*). Keys with
+  // no new calls send nothing. Zero (the default): no counting.
+  std::chrono::milliseconds count_bucket = std::chrono::milliseconds::zero();
+  std::uint32_t count_buckets = 6;
   // The wall clock (Unix ms) that open periods' ends are exchanged in. Instances'
   // clocks should agree to well within a sync interval (NTP). Default: system_clock.
   std::function<std::int64_t()> wall_ms{};
@@ -104,6 +111,10 @@ struct FleetKeyReading {
   std::string decided_by;   // the instance that made the fleet's last decision ("" if none)
   TransitionReason reason;  // its reason
   bool lease_holder;        // this instance holds the half-open lease
+  // Counting on: the fleet's successes and failures for the key over the count
+  // window, as of the last sync that sent this key's calls. Otherwise 0.
+  std::uint64_t fleet_successes;
+  std::uint64_t fleet_failures;
 };
 
 struct FleetReading {
@@ -158,6 +169,10 @@ class Fleet {
     m.adopt_open = [&breaker](Nanos remaining) { return breaker.adopt_open(remaining); };
     m.adopt_close = [&breaker] { return breaker.adopt_close(); };
     m.state = [&breaker] { return breaker.state(); };
+    m.totals = [&breaker] {
+      const BreakerSnapshot s = breaker.snapshot();
+      return std::pair<std::uint64_t, std::uint64_t>(s.successes, s.failures);
+    };
     m.remaining = [&breaker] {
       const BreakerSnapshot s = breaker.snapshot();
       return s.state == State::open ? s.open_duration - s.time_in_state : Nanos::zero();
@@ -192,6 +207,11 @@ class Fleet {
     std::function<bool()> adopt_close;
     std::function<State()> state;
     std::function<Nanos()> remaining;
+    std::function<std::pair<std::uint64_t, std::uint64_t>()> totals;
+    std::uint64_t counted_successes = 0;  // totals already sent
+    std::uint64_t counted_failures = 0;
+    std::uint64_t fleet_successes = 0;
+    std::uint64_t fleet_failures = 0;
     Decision decision = Decision::none;
     bool shared_open = false;
     bool fresh = true;  // attached since the last sync: apply the known record

@@ -64,12 +64,16 @@ struct FleetOp {
     close,        // my breaker closed after an open the fleet shared: the key closes
     assert_open,  // the store lost the key (restart): record it open again, no quorum
     lease,        // ask for the half-open lease (SET NX PX lease_ms); the reply says who holds it
+    count,        // add successes / failures to the key's current time bucket; the reply
+                  // has the fleet-wide totals over the last count_buckets buckets
   };
   Kind kind;
   std::string key;
   TransitionReason reason = TransitionReason::manual;
   std::int64_t until_ms = 0;
   std::int64_t lease_ms = 0;
+  std::uint64_t successes = 0;  // count: this instance's calls since its last count
+  std::uint64_t failures = 0;
 };
 
 struct SyncRequest {
@@ -78,6 +82,10 @@ struct SyncRequest {
   std::uint32_t quorum = 1;
   std::int64_t quorum_window_ms = 10'000;
   std::uint64_t cursor = 0;  // the last sequence number this instance has seen
+  // Fleet-wide counts (count ops): buckets of count_bucket_ms, the current one
+  // now_ms / count_bucket_ms, totals over the last count_buckets. 0: no counting.
+  std::int64_t count_bucket_ms = 0;
+  std::uint32_t count_buckets = 0;
   std::vector<FleetOp> ops;
 };
 
@@ -94,6 +102,12 @@ struct SyncReply {
   std::uint64_t sequence = 0;              // the newest sequence number: the next cursor
   std::vector<std::string> lease_holders;  // one per lease op, in order ("" if none)
   std::vector<RawRecord> changes;          // every key decided after the cursor
+  // One per count op, in order: the fleet's totals over the window as raw text (each
+  // a decimal count, or anything else if the store held a malformed value).
+  struct RawCounts {
+    std::string successes, failures;
+  };
+  std::vector<RawCounts> counts;
 };
 
 struct StoreError {
@@ -169,6 +183,8 @@ class MemoryFleetStore final : public FleetStore {
   std::map<std::uint64_t, std::string> by_sequence_;                  // sequence -> key
   std::map<std::string, std::map<std::string, std::int64_t>> votes_;  // key -> voter -> ms
   std::map<std::string, Lease> leases_;
+  // key -> bucket -> (successes, failures)
+  std::map<std::string, std::map<std::int64_t, std::pair<std::uint64_t, std::uint64_t>>> counts_;
 };
 
 }  // namespace bulwark::redis

@@ -10,6 +10,7 @@
 //     absent until the first successful sync)
 //   bulwark_fleet_rtt_seconds                                   histogram of round trips
 //   bulwark_fleet_key_shared_open, bulwark_fleet_key_lease_holder gauges, 0 or 1
+//   bulwark_fleet_key_window_calls{outcome="success"|"failure"}  fleet-wide, counting on
 //   bulwark_fleet_key_decision{decision,decided_by,reason}       1 for the current one
 // Cost: one pass over the reading's keys; allocates the text. Thread-safe (reads a copy).
 
