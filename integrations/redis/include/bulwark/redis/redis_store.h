@@ -8,6 +8,7 @@
 //   <prefix>l:<key>   the half-open lease (a string: the holder), SET NX PX
 //   <prefix>changes   key -> sequence of its last decision (a sorted set)
 //   <prefix>seq       the sequence counter; <prefix>id: the store's incarnation
+//   <prefix>w:<key>:<bucket>  fleet-wide counts (a hash: s, f), when counting is on
 //
 // Timeouts. Connecting and every command are bounded (connect_timeout,
 // command_timeout, 50 ms by default): exchange() never waits longer. After a failure
