@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bulwark/redis/prometheus.h"
+#include "bulwark/registry.h"
 
 namespace bulwark::redis {
 namespace {
@@ -343,6 +344,27 @@ TEST(FleetCountsTest, CallsAreCountedFleetWidePerBucket) {
   ASSERT_TRUE(a.sync());
   EXPECT_EQ(a.reading().keys[0].fleet_successes, 1u);
   EXPECT_EQ(a.reading().keys[0].fleet_failures, 0u);
+}
+
+TEST(FleetRegistryTest, RegistryEntriesAreSharedUnderTheirKeys) {
+  MemoryFleetStore store;
+  auto registry = [] {
+    return std::make_unique<Registry<std::string>>(Registry<std::string>::Options{
+        .name = "upstreams",
+        .breaker = {.name = "upstream", .consecutive_failures = 1, .open_duration = 60s}});
+  };
+  auto ra = registry(), rb = registry();
+  Fleet a(FleetConfig{.instance = "a"}, store), b(FleetConfig{.instance = "b"}, store);
+  for (const char* host : {"host-1", "host-2"}) {
+    a.attach_handle(host, ra->get(host));
+    b.attach_handle(host, rb->get(host));
+  }
+  ra->try_acquire(std::string("host-2"))->record_failure();
+  ASSERT_TRUE(a.sync());
+  ASSERT_TRUE(b.sync());
+  EXPECT_EQ(rb->get("host-2")->state(), State::open);
+  EXPECT_EQ(rb->get("host-1")->state(), State::closed);
+  EXPECT_EQ(b.reading().keys[1].decided_by, "a");
 }
 
 TEST(FleetPrometheusTest, TheReadingIsExposed) {

@@ -163,28 +163,17 @@ class Fleet {
   }
   template <class Breaker>
   void attach(std::string key, Breaker& breaker) {
-    Member m;
-    m.key = std::move(key);
-    m.breaker = &breaker;
-    m.adopt_open = [&breaker](Nanos remaining) { return breaker.adopt_open(remaining); };
-    m.adopt_close = [&breaker] { return breaker.adopt_close(); };
-    m.state = [&breaker] { return breaker.state(); };
-    m.totals = [&breaker] {
-      const BreakerSnapshot s = breaker.snapshot();
-      return std::pair<std::uint64_t, std::uint64_t>(s.successes, s.failures);
-    };
-    m.remaining = [&breaker] {
-      const BreakerSnapshot s = breaker.snapshot();
-      return s.state == State::open ? s.open_duration - s.time_in_state : Nanos::zero();
-    };
-    const void* policy_id = &breaker.config();
-    auto listen = [&breaker, this]() {
-      typename Breaker::Policy policy = breaker.policy();
-      const ListenerId id =
-          policy.on_transition([this](const TransitionEvent& e) { on_transition(e); });
-      return std::function<void()>([policy, id]() mutable { policy.remove_listener(id); });
-    };
-    add_member(std::move(m), policy_id, listen);
+    attach_impl(std::move(key), breaker, nullptr);
+  }
+
+  // Shares the breaker of a registry entry (registry.h) under `key`, holding
+  // `handle` so that the entry is not evicted while the Fleet lives. The registry
+  // must outlive the Fleet.
+  template <class Handle>
+  requires requires(const Handle& h) { h.breaker(); }
+  void attach_handle(std::string key, Handle handle) {
+    auto held = std::make_shared<Handle>(std::move(handle));
+    attach_impl(std::move(key), held->breaker(), held);
   }
 
   // Exchanges with the store once: publishes the transitions queued since the last
@@ -208,6 +197,7 @@ class Fleet {
     std::function<State()> state;
     std::function<Nanos()> remaining;
     std::function<std::pair<std::uint64_t, std::uint64_t>()> totals;
+    std::shared_ptr<void> keep;           // a registry handle pinning the breaker, if any
     std::uint64_t counted_successes = 0;  // totals already sent
     std::uint64_t counted_failures = 0;
     std::uint64_t fleet_successes = 0;
@@ -226,6 +216,32 @@ class Fleet {
     std::int64_t until_ms;
   };
 
+  template <class Breaker>
+  void attach_impl(std::string key, Breaker& breaker, std::shared_ptr<void> keep) {
+    Member m;
+    m.key = std::move(key);
+    m.breaker = &breaker;
+    m.adopt_open = [&breaker](Nanos remaining) { return breaker.adopt_open(remaining); };
+    m.adopt_close = [&breaker] { return breaker.adopt_close(); };
+    m.state = [&breaker] { return breaker.state(); };
+    m.totals = [&breaker] {
+      const BreakerSnapshot s = breaker.snapshot();
+      return std::pair<std::uint64_t, std::uint64_t>(s.successes, s.failures);
+    };
+    m.remaining = [&breaker] {
+      const BreakerSnapshot s = breaker.snapshot();
+      return s.state == State::open ? s.open_duration - s.time_in_state : Nanos::zero();
+    };
+    const void* policy_id = &breaker.config();
+    auto listen = [&breaker, this]() {
+      typename Breaker::Policy policy = breaker.policy();
+      const ListenerId id =
+          policy.on_transition([this](const TransitionEvent& e) { on_transition(e); });
+      return std::function<void()>([policy, id]() mutable { policy.remove_listener(id); });
+    };
+    m.keep = std::move(keep);
+    add_member(std::move(m), policy_id, listen);
+  }
   void add_member(Member m, const void* policy_id,
                   const std::function<std::function<void()>()>& listen);
   void on_transition(const TransitionEvent& e) noexcept;
