@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds the release preset, and runs the main job: bulwark simulate,
-# which replays seed 002's incident in virtual time, before vs after its fixes.
+# which replays the hotel-reviews incident in virtual time, before vs after its fixes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

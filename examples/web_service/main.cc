@@ -1,5 +1,4 @@
-// A web service whose endpoint calls an upstream through the resilience pipeline —
-// seed 003's FastAPI example, in C++:
+// A web service whose endpoint calls an upstream through the resilience pipeline:
 //
 //   GET /reviews   calls the upstream reviews service through
 //                  fallback ∘ breaker ∘ bulkhead ∘ retry ∘ timeout, within a 1 s
@@ -107,7 +106,7 @@ struct ReviewsClient {
   bulwark::CircuitBreaker breaker{[] {
     bulwark::BreakerConfig c;
     c.name = "reviews";
-    c.consecutive_failures = 3;  // seed 000's rule; seed 002's rate rules need a window type
+    c.consecutive_failures = 3;  // rate rules need a window breaker type
     c.open_duration = 2s;
     return c;
   }()};
@@ -146,7 +145,7 @@ void serve_reviews(ReviewsClient& reviews, int upstream_port, httplib::Response&
     return;
   }
   const auto& failure = result.error();
-  if (failure.is_breaker_rejection()) {  // seed 003: circuit open -> 503
+  if (failure.is_breaker_rejection()) {  // circuit open -> 503
     const auto seconds = std::chrono::ceil<std::chrono::seconds>(failure.retry_after).count();
     res.status = 503;
     res.set_header("Retry-After", std::to_string(std::max<long long>(1, seconds)));

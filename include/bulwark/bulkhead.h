@@ -2,7 +2,7 @@
 //
 // A slow dependency holds every thread that calls it. A bulkhead lets at most
 // `max_concurrent` calls be in flight, so a slow dependency can only take its own
-// slice of the caller's resources (seed 004's semaphore; Resilience4j's
+// slice of the caller's resources (a counting semaphore, like Resilience4j's
 // SemaphoreBulkhead). When it is full a call is rejected at once, or waits up to
 // `max_wait` — never past its context's deadline, and never after cancellation.
 //

@@ -93,7 +93,9 @@ struct BreakerSnapshot {
   Nanos time_in_state;
   std::uint32_t consecutive_failures;  // CLOSED and METRICS_ONLY; otherwise 0
   // OPEN: the current open period. Otherwise: how long the next opening would last (in
-  // CLOSED, longer than open_duration while a flapping trip would continue the growth).
+  // CLOSED, longer than open_duration while a flapping trip would continue the growth;
+  // in FORCED_OPEN, the period transition_to(open) would start, which keeps the growth
+  // the breaker had reached when it was forced open).
   Nanos open_duration;
   // OPEN / HALF_OPEN: consecutive openings without a recovery in between, flapping
   // reopenings included (1 for a first opening); the open period grows with it.
@@ -326,6 +328,7 @@ class alignas(64) BasicCircuitBreaker {
         window_(policy.data_->window) {
     policy_->refs.fetch_add(1, std::memory_order_relaxed);
     since_.store(now(), std::memory_order_relaxed);
+    if constexpr (Window::kind == WindowKind::time) window_.start(policy_->window, coarse_now());
   }
 
   BasicCircuitBreaker(const BasicCircuitBreaker&) = delete;
@@ -493,6 +496,10 @@ class alignas(64) BasicCircuitBreaker {
                                                      ? std::min(w.reopens() + 1, Word::kReopenMax)
                                                      : 1));
         break;
+      case State::forced_open:
+        // The next opening is a transition_to(open), which keeps the growth reached.
+        snap.open_duration = Nanos(p.open_period(std::max(w.reopens(), 1u)));
+        break;
       default:
         snap.open_duration = Nanos(p.open_period(1));
         break;
@@ -650,10 +657,13 @@ class alignas(64) BasicCircuitBreaker {
           // not known yet, so it certainly has not elapsed.
           if (w.pending()) return refuse(RejectReason::open, period);
           const Ticks t = now();
-          const Ticks until = saturating_add(since_.load(std::memory_order_relaxed), period);
-          // An end that saturates (an infinite open period) never comes by itself.
+          const Ticks since = since_.load(std::memory_order_relaxed);
+          const Ticks until = saturating_add(since, period);
+          // An end that saturates (an infinite open period) never comes by itself. A
+          // clock that stepped back before the opening is no time passing: the rest of
+          // the period is then the whole period, never more.
           if (t < until || until == kTicksMax)
-            return refuse(RejectReason::open, until - std::min(t, until));
+            return refuse(RejectReason::open, until - std::clamp(t, since, until));
           const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
                                 .with_probes_in_flight(1);
           if (cas(w, next)) {
@@ -682,7 +692,9 @@ class alignas(64) BasicCircuitBreaker {
           if (p.half_open_max_wait <= 0 || w.pending())
             return refuse(RejectReason::half_open_full, half_open_wait(w));
           const Ticks t = now();
-          const Ticks waited = saturating_sub(t, since_.load(std::memory_order_relaxed));
+          // A clock that stepped back is no time passing (never a wait above the maximum).
+          const Ticks waited =
+              std::max<Ticks>(0, saturating_sub(t, since_.load(std::memory_order_relaxed)));
           if (waited < p.half_open_max_wait) {
             return refuse(RejectReason::half_open_full, p.half_open_max_wait - waited);
           }
@@ -727,6 +739,11 @@ class alignas(64) BasicCircuitBreaker {
     const bool counted = r == Resolution::success || r == Resolution::failure;
     const bool recording = s == State::closed || s == State::metrics_only;
     if constexpr (kWindowed) {
+      // Window words keep only the low bits of a generation (they are rewritten at
+      // every transition, so they never lag by much), but a permit can be held across
+      // any number of transitions: compare its full generation before it reaches the
+      // window, or one admitted 4096 transitions ago would count as current.
+      if (Word(word_.load(std::memory_order_acquire)).gen() != admitted.gen()) return;
       const detail::PolicyCore& p = *policy_;
       const bool timed = p.slow_call_duration > 0;
       Ticks t = 0;
@@ -819,9 +836,8 @@ class alignas(64) BasicCircuitBreaker {
       v.counts = window_.counts(p.window, gen, t);
       if (p.window.track_in_flight) {
         const unsigned shift = p.window.epoch_shift;
-        v.counts.in_flight_slow = window_.in_flight().slow_calls(
-            gen, t, p.slow_call_duration, shift,
-            [this, shift] { return detail::InFlight::epoch_of(coarse_now(), shift); });
+        v.counts.in_flight_slow =
+            window_.in_flight().slow_calls(gen, t, p.slow_call_duration, shift);
       }
       const std::uint64_t total = v.counts.calls + v.counts.in_flight_slow;
       const std::uint64_t minimum = Window::kind == WindowKind::count
@@ -1078,6 +1094,7 @@ class alignas(64) BasicCircuitBreaker {
   void publish(Word w, State from, TransitionReason reason, Ticks at) noexcept {
     for (;;) {
       const State to = static_cast<State>(w.state());
+      const Ticks previous_since = since_.load(std::memory_order_relaxed);
       since_.store(at, std::memory_order_relaxed);
       if constexpr (kWindowed) {
         // Every window word starts the new phase now, so that none of them can lag the
@@ -1093,18 +1110,26 @@ class alignas(64) BasicCircuitBreaker {
                           from != State::forced_open;
       // An automatic trip from CLOSED sets or clears the flapping flag: a trip that
       // continued the growth (trip_reopens) came within flapping_period of a recovery.
-      // Everything else leaves it: a failed probe does not end the flapping.
+      // A reset clears it, and so does leaving CLOSED after it lasted flapping_period
+      // (the flapping was over then, as the snapshot already said). Everything else
+      // leaves it: a failed probe does not end the flapping.
       const bool trip =
           from == State::closed && to == State::open && reason != TransitionReason::manual;
-      const bool flapping =
-          trip ? w.reopens() > 1 : Cold::Flapping::get(cold_.load(std::memory_order_relaxed));
-      if (opened || trip)
-        add_cold(0, opened ? 1 : 0, trip ? std::optional<bool>(flapping) : std::nullopt);
+      const bool ended = (to == State::closed && reason == TransitionReason::manual) ||
+                         (from == State::closed && policy_->flapping_period > 0 &&
+                          saturating_sub(at, previous_since) >= policy_->flapping_period);
+      const bool was_flapping = Cold::Flapping::get(cold_.load(std::memory_order_relaxed));
+      const bool flapping = trip ? w.reopens() > 1 : was_flapping && !ended;
+      if (opened || trip || flapping != was_flapping)
+        add_cold(0, opened ? 1 : 0,
+                 flapping != was_flapping || trip ? std::optional<bool>(flapping) : std::nullopt);
       if (from != to && !policy_->listeners.empty()) {
         const Nanos open_for =
             to == State::open ? Nanos(policy_->open_period(w.reopens())) : Nanos::zero();
-        policy_->listeners.emit(TransitionEvent{name(), this, from, to, reason, at, w.gen(),
-                                                opened && flapping, open_for});
+        // Only an automatic opening is flapping (a manual one starts no growth).
+        policy_->listeners.emit(
+            TransitionEvent{name(), this, from, to, reason, at, w.gen(),
+                            opened && flapping && reason != TransitionReason::manual, open_for});
       }
       // Clear pending, or take the next requested transition.
       Word cur(word_.load(std::memory_order_acquire));

@@ -1,6 +1,6 @@
 // bulwark/fallback.h — why a call failed, and what to answer instead.
 //
-// A breaker without a fallback only trades a slow failure for a fast one (seed 002).
+// A breaker without a fallback only trades a slow failure for a fast one.
 // Every call through a pipeline (pipeline.h) ends in a value or a Failure<E> that says
 // which stage stopped it and why — one of a small closed set of reasons — with the
 // last attempt's own error when an attempt ran. A fallback stage turns chosen reasons
@@ -14,7 +14,7 @@
 //   // only for some reasons; the others still reach the caller:
 //   bulwark::fallback(cached_page, Reason::bulkhead_full | Reason::retries_exhausted);
 //
-//   // or map reasons yourself, e.g. to HTTP (seed 003's FastAPI example):
+//   // or map reasons yourself, e.g. to HTTP (503 while the circuit is open):
 //   if (!r && r.error().is_breaker_rejection())
 //     respond(503, {{"Retry-After", seconds(r.error().retry_after)}});
 //

@@ -1,7 +1,7 @@
 // bulwark/observe.h — events that integrations forward to logs, and how to listen.
 //
-// A circuit that opens and nobody knows turns a visible problem into a silent one
-// (seed 002). Metrics (metrics.h, prometheus.h) answer "how often, how long"; events
+// A circuit that opens and nobody knows turns a visible problem into a silent one.
+// Metrics (metrics.h, prometheus.h) answer "how often, how long"; events
 // answer "what just happened, to whom": a breaker changed state, a call was rejected,
 // a fallback answered, a breaker started flapping, a registry created or evicted a key.
 //
@@ -146,7 +146,7 @@ struct FallbackInfo {
 };
 
 // A breaker is flapping when it reopens within `period` (its flapping_period) of
-// having recovered: seed 003's "flickering circuit". The breaker flags the opening; a
+// having recovered: a "flickering" circuit. The breaker flags the opening; a
 // registry (or forward_transitions()) emits this event right after that transition.
 // That it stopped flapping is not an event: the snapshot (and the flapping gauge) say
 // so once it has stayed closed for a period.

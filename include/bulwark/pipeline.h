@@ -1,8 +1,8 @@
 // bulwark/pipeline.h — the resilience stages composed around one dependency call.
 //
-// Seed 004 composes four patterns around every call, from the inside out: a
-// per-attempt timeout, retry with backoff and jitter, a bulkhead, a circuit breaker;
-// seed 002 adds the fallback and the retry budget. A pipeline composes any subset of
+// A resilient call composes up to six patterns, from the inside out: a per-attempt
+// timeout, retry with backoff and jitter (under a retry budget), a bulkhead, a circuit
+// breaker and a fallback. A pipeline composes any subset of
 // them in that one order, written outermost first where it is composed:
 //
 //   fallback ∘ breaker ∘ bulkhead ∘ retry ∘ timeout ∘ call
@@ -38,8 +38,8 @@
 // The result is Expected<T, Failure<E>>: the value, or which stage stopped the call,
 // why, after how many attempts, and the last attempt's error (fallback.h).
 //
-// The breaker sees, by default, the outcome of the whole retry sequence (seed 004:
-// the breaker wraps the retry). `breaker(b, BreakerScope::attempt)` makes it see every
+// The breaker sees, by default, the outcome of the whole retry sequence (the
+// breaker wraps the retry). `breaker(b, BreakerScope::attempt)` makes it see every
 // attempt instead: each retry asks the breaker again, so an opening breaker stops the
 // retries. Either way a breaker permit is given back as cancelled (neither success nor
 // failure) when an inner stage stops the call before it runs — a half-open probe
@@ -87,7 +87,7 @@ namespace bulwark {
 
 // What the breaker stage reports to the breaker.
 enum class BreakerScope : std::uint8_t {
-  call,     // one outcome per call: the outcome of its last attempt (seed 004)
+  call,     // one outcome per call: the outcome of its last attempt
   attempt,  // one outcome per attempt; every retry asks the breaker for a new permit
 };
 

@@ -1,6 +1,6 @@
 // bulwark/retry_budget.h — retries as a bounded fraction of requests.
 //
-// Retries without a budget feed retry storms (seed 002): when a dependency fails,
+// Retries without a budget feed retry storms: when a dependency fails,
 // every caller multiplies its load by max_attempts exactly when it can least take it.
 // A RetryBudget, shared by all callers of one dependency, caps retries at a ratio of
 // the requests plus a small floor, as Finagle's RetryBudget, Envoy's retry budgets,

@@ -230,12 +230,14 @@ struct Recorded {
 // after it.
 //   slot:    [gen 12 | epoch 28 | count 24]
 //   ancient: [gen 12 | count 52, two's complement]
-// A slot keeps the low 28 bits of its epoch (at least 3 days of 1 ms epochs). When the
-// low bits say a slot is *ahead* of a thread's reading of the clock — a late thread, or
-// a slot left from an earlier wrap of those bits after a long idle gap — the thread
-// reads the clock again: a slot ahead of a fresh reading cannot be current, so it is
-// old. A slot idle for an exact multiple of 2^28 epochs reads as current for up to two
-// epochs, after which it is recycled like any other.
+// A slot keeps the low 28 bits of its epoch (at least 3 days of 1 ms epochs). A slot
+// up to 1024 epochs *ahead* of a thread's reading of the clock is a newer epoch if a
+// fresh reading confirms it (this thread is late) or if it still holds calls in flight
+// (the clock stepped back, which is no time passing): the thread's call counts in it,
+// and its calls are not slow yet. An empty slot ahead of a fresh reading is left from
+// an earlier wrap of those bits after a long idle gap, and is recycled. (One that still
+// holds calls — permits leaked ~2^28 epochs ago — reads as current until the clock
+// passes it, then is recycled like any other.)
 class InFlight {
   using SGen = Field<52, 12, std::uint32_t>;
   using SEpoch = Field<24, 28>;
@@ -254,9 +256,9 @@ class InFlight {
   };
 
   // Counts a call admitted at `epoch`. A thread that arrives late (its clock read is
-  // older than an epoch another thread already started) is counted in the newer one.
-  // `current()` reads the clock again, as an epoch; it runs only when a slot looks
-  // ahead of `epoch`.
+  // older than an epoch another thread already started), or whose clock stepped back,
+  // is counted in the newer one. `current()` reads the clock again, as an epoch; it
+  // runs only when an empty slot looks ahead of `epoch`.
   template <class Current>
   Admission admit(std::uint32_t gen, std::uint64_t epoch, Current&& current) noexcept {
     for (;;) {
@@ -271,7 +273,7 @@ class InFlight {
         continue;
       }
       // A late thread (its clock read is older than an epoch another thread already
-      // started) is counted in the newer epoch — if that epoch is real.
+      // started, or its clock stepped back) is counted in the newer epoch.
       const std::uint64_t other = slots_[(epoch + 1) & 1].load(std::memory_order_acquire);
       if (const std::uint64_t ahead = newer_epoch(other, gen, epoch, current); ahead != 0) {
         epoch = ahead;
@@ -336,10 +338,8 @@ class InFlight {
   }
 
   // Calls of generation `gen` admitted before `now - slow` and still in flight.
-  // `current()` reads the clock again, as an epoch, if a slot looks newer than `now`.
-  template <class Current>
-  std::uint64_t slow_calls(std::uint32_t gen, Ticks now, Ticks slow, unsigned shift,
-                           Current&& current) const noexcept {
+  std::uint64_t slow_calls(std::uint32_t gen, Ticks now, Ticks slow,
+                           unsigned shift) const noexcept {
     std::int64_t n = 0;
     const Ticks cutoff = saturating_sub(now, slow);
     const std::uint64_t epoch_now = epoch_of(now, shift);
@@ -348,13 +348,9 @@ class InFlight {
       if (!mine(raw, gen) || SCount::get(raw) == 0) continue;
       const std::uint64_t lo = SEpoch::get(raw);
       const std::uint64_t d = (lo - epoch_now) & kEpochMask;
-      if (d != 0 && d <= kAheadMax) {
-        // Ahead of our reading: a call admitted after we read the clock (not slow), or
-        // a slot left from an earlier wrap of the epoch bits (ancient, so slow).
-        if (current() >= epoch_now + d) continue;
-        n += static_cast<std::int64_t>(SCount::get(raw));
-        continue;
-      }
+      // Ahead of our reading, with calls in flight: calls admitted after we read the
+      // clock, or before it stepped back (no time passing). Not slow.
+      if (d != 0 && d <= kAheadMax) continue;
       // Every call of the slot's epoch began before the cutoff only if the epoch ended by then.
       const std::uint64_t e = unwrap_epoch(lo, epoch_now);
       if (epoch_start(e + 1, shift) <= cutoff) n += static_cast<std::int64_t>(SCount::get(raw));
@@ -366,7 +362,7 @@ class InFlight {
 
  private:
   // How far ahead (in epochs) a slot may be of a thread's reading and still be taken
-  // for a newer epoch than the thread's, pending the fresh clock reading.
+  // for a newer epoch than the thread's.
   static constexpr std::uint64_t kAheadMax = 1024;
 
   static constexpr bool mine(std::uint64_t raw, std::uint32_t gen) noexcept {
@@ -376,15 +372,16 @@ class InFlight {
                                            std::uint64_t count) noexcept {
     return Slot::make(SGen::value(gen), SEpoch::value(epoch), SCount::value(count));
   }
-  // If slot word `raw` of generation `gen` holds an epoch that is really ahead of
-  // `epoch` (a fresh clock reading confirms it has begun), that epoch; else 0.
+  // If slot word `raw` of generation `gen` holds an epoch ahead of `epoch` (by at most
+  // kAheadMax) that is real — it holds calls in flight, or a fresh clock reading
+  // confirms it has begun — that epoch; else 0.
   template <class Current>
   static std::uint64_t newer_epoch(std::uint64_t raw, std::uint32_t gen, std::uint64_t epoch,
                                    Current& current) noexcept {
     if (!mine(raw, gen)) return 0;
     const std::uint64_t d = (SEpoch::get(raw) - epoch) & kEpochMask;
     if (d == 0 || d > kAheadMax) return 0;
-    return current() >= epoch + d ? epoch + d : 0;
+    return SCount::get(raw) != 0 || current() >= epoch + d ? epoch + d : 0;
   }
   // The full epoch whose low bits are `lo`, at or before `now_epoch`.
   static constexpr std::uint64_t unwrap_epoch(std::uint64_t lo, std::uint64_t now_epoch) noexcept {
@@ -549,8 +546,12 @@ class CountWindow : public detail::HeadBase {
         const std::uint32_t older = (lap - ELap::get(cur)) & ELap::max;
         if (older == 0 || older > ELap::max / 2) return;  // overwritten by a newer lap already
         evicted = static_cast<detail::Sample>(cur_sample);
-      } else if (cur_sample != 0 && detail::gen_after(cur_gen, g, kEntryGenBits)) {
-        return;  // a later phase writes here: this call is stale
+      } else if (cur_sample != 0 && detail::gen_after(cur_gen, g, kEntryGenBits) &&
+                 !detail::HeadWord(head_.load(std::memory_order_acquire)).of(gen)) {
+        // A later phase writes here: this call is stale. Entries are not rewritten at
+        // transitions, so one left many phases ago can look "after" ours in 10 bits; it
+        // only is if the head (rewritten at every transition) has moved on from ours.
+        return;
       }
       if (slot.compare_exchange_weak(cur, mine, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
@@ -640,6 +641,14 @@ class TimeWindow : public detail::HeadBase {
   static constexpr std::uint32_t capacity = Capacity;
 
   explicit TimeWindow(const WindowParams&) noexcept {}
+
+  // Places the first phase's newest bucket at the breaker's creation, `now`, so that a
+  // clock stepping back before it is no time passing, as in every later phase. Only
+  // while the breaker is being built (no other thread can see the window yet).
+  void start(const WindowParams& p, Ticks now) noexcept {
+    head_.store(detail::HeadWord::recording(0, 0, false, index_of(p, now)).raw(),
+                std::memory_order_relaxed);
+  }
 
   // Records a completed call of generation `gen` at `now`. `dropped` is set if this
   // call rotated the window, so that buckets left it.

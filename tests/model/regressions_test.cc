@@ -1,0 +1,282 @@
+// Regressions found by the reference model (differential_test.cc, metamorphic_test.cc).
+// Each test is the shrunk counterexample, written out by hand with a ManualClock, and
+// named for the behaviour the contract promises.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <vector>
+
+#include "adapter.h"
+
+namespace bulwark::model {
+namespace {
+
+using namespace std::chrono_literals;
+
+template <class B>
+B make(const Config& c, ManualClock& clock) {
+  return B(to_breaker_config(c, [] { return 0.0; }), clock);
+}
+
+template <class B>
+void fail_once(B& b) {
+  auto p = b.try_acquire();
+  ASSERT_TRUE(p);
+  p->record_failure();
+}
+
+// OPEN's retry_after is "the rest of the open period". A clock that steps back before
+// the opening is no time passing: the rest is then the whole period, never more.
+TEST(Regressions, OpenRetryAfterNeverExceedsTheOpenPeriodWhenTheClockStepsBack) {
+  ManualClock clock;
+  clock.advance(1ns);
+  auto b = make<NoWindowBreaker>({.consecutive_failures = 1, .open_duration = 20'000'000}, clock);
+  fail_once(b);
+  ASSERT_EQ(b.state(), State::open);
+  clock.set(Nanos(0));
+  auto r = b.try_acquire();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().reason, RejectReason::open);
+  EXPECT_EQ(r.error().retry_after, 20ms);
+}
+
+// HALF_OPEN with every slot taken suggests retrying when the max wait frees them: at
+// most half_open_max_wait, even if the clock stepped back.
+TEST(Regressions, HalfOpenFullRetryAfterNeverExceedsTheMaxWaitWhenTheClockStepsBack) {
+  ManualClock clock;
+  auto b = make<NoWindowBreaker>(
+      {.consecutive_failures = 1, .open_duration = 1'000'000, .half_open_max_wait = 10'000'000},
+      clock);
+  fail_once(b);
+  clock.advance(5ms);
+  auto probe = b.try_acquire();
+  ASSERT_TRUE(probe && probe->is_probe());
+  clock.set(Nanos(1'000'000));  // back, before the half-open round began
+  auto r = b.try_acquire();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().reason, RejectReason::half_open_full);
+  EXPECT_EQ(r.error().retry_after, 10ms);
+}
+
+// "Outcomes of permits admitted before the reset count nowhere" — however many resets
+// there were. The window's words keep 12 bits of the generation: a permit held across
+// exactly 4096 resets used to land in the current window.
+template <class B>
+void permit_from_before_4096_resets(Window w) {
+  ManualClock clock;
+  auto b = make<B>({.window = w,
+                    .consecutive_failures = 0,
+                    .failure_rate = 0.5,
+                    .minimum_calls = 1,
+                    .window_size = 4,
+                    .window_length = 10'000'000,
+                    .window_buckets = 1},
+                   clock);
+  auto old = b.try_acquire();
+  ASSERT_TRUE(old);
+  for (int i = 0; i < 4096; ++i) b.reset();
+  old->record_failure();
+  EXPECT_EQ(b.state(), State::closed);
+  BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, 0u);
+  EXPECT_EQ(s.failures, 1u);  // it still counts in the totals
+  // A full window of current calls later, the window holds exactly those.
+  for (int i = 0; i < 4; ++i) {
+    auto p = b.try_acquire();
+    ASSERT_TRUE(p);
+    p->record_success();
+  }
+  s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, 4u);
+  EXPECT_EQ(s.window->failures, 0u);
+}
+
+TEST(Regressions, APermitFromBefore4096ResetsCountsNowhereInATimeWindow) {
+  permit_from_before_4096_resets<TimeBreaker>(Window::time);
+}
+TEST(Regressions, APermitFromBefore4096ResetsCountsNowhereInACountWindow) {
+  permit_from_before_4096_resets<CountBreaker>(Window::count);
+}
+
+// A permit held across 3000 resets (between 2048 and 4095 generations old) must not
+// take the window over either: the window keeps recording the current generation.
+TEST(Regressions, APermitFromBefore3000ResetsLeavesTheWindowRecording) {
+  ManualClock clock;
+  auto b = make<CountBreaker>({.window = Window::count,
+                               .consecutive_failures = 0,
+                               .failure_rate = 0.5,
+                               .minimum_calls = 2,
+                               .window_size = 4},
+                              clock);
+  auto old = b.try_acquire();
+  ASSERT_TRUE(old);
+  for (int i = 0; i < 3000; ++i) b.reset();
+  old->record_success();
+  fail_once(b);
+  fail_once(b);
+  EXPECT_EQ(b.state(), State::open);
+}
+
+// A count window's ring entries keep 10 bits of their generation and are not rewritten
+// at transitions: an entry left 1000 resets ago looked like one of a later phase, and
+// the current phase's outcome was dropped as stale.
+TEST(Regressions, ACountWindowRecordsAfterAThousandIdleResets) {
+  ManualClock clock;
+  auto b = make<CountBreaker>({.window = Window::count,
+                               .consecutive_failures = 0,
+                               .failure_rate = 1.0,
+                               .minimum_calls = 2,
+                               .window_size = 1},
+                              clock);
+  {
+    auto p = b.try_acquire();
+    ASSERT_TRUE(p);
+    p->record_success();
+  }
+  for (int i = 0; i < 1000; ++i) b.reset();
+  auto p = b.try_acquire();
+  ASSERT_TRUE(p);
+  p->record_success();
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, 1u);
+}
+
+// FORCED_OPEN's snapshot open_duration is the period the next opening would last:
+// transition_to(open) keeps the growth reached before the breaker was forced open.
+TEST(Regressions, ForcedOpenSnapshotShowsThePeriodTheNextOpeningKeeps) {
+  ManualClock clock;
+  auto b = make<NoWindowBreaker>({.consecutive_failures = 1,
+                                  .open_duration = 1'000'000,
+                                  .open_duration_multiplier = 2.0,
+                                  .max_open_duration = 10'000'000},
+                                 clock);
+  fail_once(b);
+  clock.advance(1ms);
+  fail_once(b);  // the probe fails: the second opening lasts 2 ms
+  ASSERT_EQ(b.snapshot().open_duration, 2ms);
+  ASSERT_TRUE(b.transition_to(State::forced_open));
+  EXPECT_EQ(b.snapshot().open_duration, 2ms);
+  ASSERT_TRUE(b.transition_to(State::open));
+  EXPECT_EQ(b.snapshot().open_duration, 2ms);
+}
+
+// Flapping: a breaker that reopens soon after recovering. A reset starts afresh, so the
+// snapshot must not still say "flapping" after one.
+TEST(Regressions, ResetClearsTheFlappingFlag) {
+  ManualClock clock;
+  auto b = make<NoWindowBreaker>(
+      {.consecutive_failures = 1, .open_duration = 5'000'000, .flapping_period = 100'000'000},
+      clock);
+  fail_once(b);
+  clock.advance(5ms);
+  {
+    auto probe = b.try_acquire();
+    ASSERT_TRUE(probe && probe->is_probe());
+    probe->record_success();
+  }
+  ASSERT_EQ(b.state(), State::closed);
+  fail_once(b);  // reopens 0 ms after recovering: flapping
+  ASSERT_TRUE(b.snapshot().flapping);
+  b.reset();
+  EXPECT_FALSE(b.snapshot().flapping);
+}
+
+// The flapping flag ends once the breaker stayed closed for flapping_period; an opening
+// after that (here a manual one) must not bring it back, in the snapshot or the event.
+TEST(Regressions, FlappingEndsAfterStayingClosedForTheFlappingPeriod) {
+  ManualClock clock;
+  std::vector<bool> event_flapping;
+  auto b = make<NoWindowBreaker>(
+      {.consecutive_failures = 1, .open_duration = 5'000'000, .flapping_period = 100'000'000},
+      clock);
+  b.policy().on_transition([&](const TransitionEvent& e) { event_flapping.push_back(e.flapping); });
+  fail_once(b);
+  clock.advance(5ms);
+  b.try_acquire()->record_success();
+  fail_once(b);  // flapping
+  clock.advance(5ms);
+  b.try_acquire()->record_success();
+  ASSERT_EQ(b.state(), State::closed);
+  ASSERT_TRUE(b.snapshot().flapping);
+  clock.advance(100ms);
+  ASSERT_FALSE(b.snapshot().flapping);
+  ASSERT_TRUE(b.transition_to(State::open));
+  EXPECT_FALSE(b.snapshot().flapping);
+  ASSERT_FALSE(event_flapping.empty());
+  EXPECT_FALSE(event_flapping.back());
+}
+
+// Only an automatic opening is flapping: a manual one right after recovering starts no
+// growth, so its event does not say flapping.
+TEST(Regressions, AManualOpeningIsNeverAFlappingEvent) {
+  ManualClock clock;
+  std::vector<bool> event_flapping;
+  auto b = make<NoWindowBreaker>(
+      {.consecutive_failures = 1, .open_duration = 5'000'000, .flapping_period = 100'000'000},
+      clock);
+  b.policy().on_transition([&](const TransitionEvent& e) { event_flapping.push_back(e.flapping); });
+  fail_once(b);
+  clock.advance(5ms);
+  b.try_acquire()->record_success();
+  fail_once(b);  // flapping
+  clock.advance(5ms);
+  b.try_acquire()->record_success();
+  ASSERT_EQ(b.state(), State::closed);
+  ASSERT_TRUE(b.transition_to(State::open));
+  ASSERT_FALSE(event_flapping.empty());
+  EXPECT_FALSE(event_flapping.back());
+}
+
+// "A clock stepping backwards is treated as no time passing" also before the breaker's
+// first transition: an outcome recorded after the clock stepped back to before the
+// breaker was built lands in the bucket of its creation, not in an older one.
+TEST(Regressions, ATimeWindowTreatsAClockSteppingBackBeforeItsCreationAsNoTimePassing) {
+  ManualClock clock{ManualClock::time_point(Nanos(186'212'728'280'677))};
+  auto b = make<TimeBreaker>({.window = Window::time,
+                              .consecutive_failures = 0,
+                              .minimum_calls = 1,
+                              .window_length = 1'000'000,
+                              .window_buckets = 1},
+                             clock);
+  clock.set(Nanos(186'212'727'999'999));  // back into the previous 1 ms bucket
+  b.try_acquire()->record_success();
+  clock.advance(1ns);  // back where the breaker was built
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, 1u);
+}
+
+// Calls in flight count as slow only once they are older than slow_call_duration, and a
+// clock stepping back is no time passing: a call admitted after a 30 ms step back (with
+// another call 0 ms old still out) made the earlier call "ancient", hence slow, and
+// tripped the breaker although no call was older than 10 ms.
+TEST(Regressions, AClockSteppingBackNeverMakesCallsInFlightSlow) {
+  ManualClock clock{ManualClock::time_point(Nanos(1'000'000'000))};
+  BreakerConfig c;  // in-flight counting is not in the model's configuration
+  c.consecutive_failures = 0;
+  c.slow_call_rate = 0.5;
+  c.slow_call_duration = 10ms;
+  c.minimum_calls = 1;
+  c.window_size = 10;
+  c.count_in_flight_slow_calls = true;
+  CountBreaker b(c, clock);
+  auto first = b.try_acquire();
+  ASSERT_TRUE(first);
+  clock.set(Nanos(970'000'000));
+  auto second = b.try_acquire();
+  ASSERT_TRUE(second);
+  EXPECT_EQ(b.state(), State::closed);
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->in_flight_slow, 0u);
+  // Once time really passes, both count as slow.
+  clock.set(Nanos(1'100'000'000));
+  EXPECT_EQ(b.snapshot().window->in_flight_slow, 2u);
+}
+
+}  // namespace
+}  // namespace bulwark::model
