@@ -367,6 +367,38 @@ TEST(FleetRegistryTest, RegistryEntriesAreSharedUnderTheirKeys) {
   EXPECT_EQ(b.reading().keys[1].decided_by, "a");
 }
 
+TEST(FleetCatchUpTest, ANewInstanceCatchesUpOverSeveralSyncsOfBoundedReplies) {
+  World w;
+  std::vector<std::unique_ptr<Breaker>> old_breakers, new_breakers;
+  Fleet old_one(FleetConfig{.instance = "old", .wall_ms = [&w] { return w.wall; }}, w.store);
+  Fleet new_one(
+      FleetConfig{.instance = "new", .max_changes_per_sync = 2, .wall_ms = [&w] { return w.wall; }},
+      w.store);
+  for (int i = 0; i < 5; ++i) {
+    std::string key = "k";
+    key += std::to_string(i);
+    old_breakers.push_back(std::make_unique<Breaker>(breaker_config(key), w.clock));
+    new_breakers.push_back(std::make_unique<Breaker>(breaker_config(key), w.clock));
+    old_one.attach(*old_breakers.back());
+    new_one.attach(*new_breakers.back());
+    for (int f = 0; f < 3; ++f) old_breakers.back()->try_acquire()->record_failure();
+  }
+  ASSERT_TRUE(old_one.sync());
+  auto open_count = [&] {
+    int n = 0;
+    for (auto& b : new_breakers) n += b->state() == State::open ? 1 : 0;
+    return n;
+  };
+  std::vector<std::size_t> changes;
+  for (int i = 0; i < 3; ++i) {
+    auto s = new_one.sync();
+    ASSERT_TRUE(s);
+    changes.push_back(s->changes);
+  }
+  EXPECT_EQ(changes, (std::vector<std::size_t>{2, 2, 1}));
+  EXPECT_EQ(open_count(), 5);
+}
+
 TEST(FleetPrometheusTest, TheReadingIsExposed) {
   World w;
   Instance a(w, "a"), b(w, "b");

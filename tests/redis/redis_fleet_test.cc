@@ -250,6 +250,33 @@ TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
       << b.reading().last_malformed;
 }
 
+TEST_F(RedisFleetTest, ANewInstanceCatchesUpOverSeveralSyncsOfBoundedReplies) {
+  RedisFleetStore so(redis_config()), sn(redis_config());
+  std::vector<std::unique_ptr<Breaker>> old_breakers, new_breakers;
+  Fleet old_one(FleetConfig{.instance = "old", .wall_ms = [this] { return wall; }}, so);
+  Fleet new_one(
+      FleetConfig{.instance = "new", .max_changes_per_sync = 2, .wall_ms = [this] { return wall; }},
+      sn);
+  for (int i = 0; i < 5; ++i) {
+    std::string key = "k";
+    key += std::to_string(i);
+    old_breakers.push_back(std::make_unique<Breaker>(breaker_config(key), clock));
+    new_breakers.push_back(std::make_unique<Breaker>(breaker_config(key), clock));
+    old_one.attach(*old_breakers.back());
+    new_one.attach(*new_breakers.back());
+    for (int f = 0; f < 3; ++f) old_breakers.back()->try_acquire()->record_failure();
+  }
+  ASSERT_TRUE(old_one.sync());
+  std::vector<std::size_t> changes;
+  for (int i = 0; i < 3; ++i) {
+    auto s = new_one.sync();
+    ASSERT_TRUE(s) << s.error().message;
+    changes.push_back(s->changes);
+  }
+  EXPECT_EQ(changes, (std::vector<std::size_t>{2, 2, 1}));
+  for (auto& b : new_breakers) EXPECT_EQ(b->state(), State::open);
+}
+
 class RedisAuthTest : public RedisFleetTest {
   std::vector<std::string> server_args() override { return {"--requirepass", "s3cret"}; }
 };

@@ -43,6 +43,8 @@ Fleet::Fleet(FleetConfig config, FleetStore& store) : config_(std::move(config))
   if (config_.lease_duration <= std::chrono::milliseconds::zero())
     bad(config_, "lease_duration", "must be positive");
   if (config_.queue_capacity == 0) bad(config_, "queue_capacity", "must be at least 1");
+  if (config_.max_changes_per_sync == 0 || config_.max_changes_per_sync > 100000)
+    bad(config_, "max_changes_per_sync", "must be in 1..100000");
   if (config_.count_bucket < std::chrono::milliseconds::zero())
     bad(config_, "count_bucket", "must not be negative");
   if (config_.count_bucket > std::chrono::milliseconds::zero() &&
@@ -136,6 +138,7 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
   req.quorum = config_.quorum;
   req.quorum_window_ms = config_.quorum_window.count();
   req.cursor = cursor_;
+  req.max_changes = config_.max_changes_per_sync;
   // What happened locally.
   for (const Queued& q : draining_) {
     Member& m = *members_[q.member];

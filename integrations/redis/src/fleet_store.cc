@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <iterator>
 #include <thread>
 
 namespace bulwark::redis {
@@ -258,6 +259,10 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
   reply.incarnation = std::to_string(incarnation_);
   reply.sequence = sequence_;
   for (auto it = by_sequence_.upper_bound(req.cursor); it != by_sequence_.end(); ++it) {
+    if (reply.changes.size() >= req.max_changes) {
+      reply.sequence = std::prev(it)->first;  // the rest next time
+      break;
+    }
     const auto rec = records_.find(it->second);
     reply.changes.push_back(
         RawRecord{it->second, rec == records_.end() ? std::string() : rec->second});

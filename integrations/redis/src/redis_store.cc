@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <sys/time.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <memory>
@@ -16,7 +17,8 @@ namespace bulwark::redis {
 namespace {
 
 // ARGV: prefix, instance, now_ms, quorum, cutoff_ms (votes at or before it expire),
-// vote_ttl_ms, cursor, op count, count bucket, count buckets, bucket ttl ms, then 5 per
+// vote_ttl_ms, cursor, op count, count bucket, count buckets, bucket ttl ms, max
+// changes, then 5 per
 // op: op, key, reason, until_ms, lease_ms (a count op: op, key, successes, failures, 0).
 // Returns: incarnation, sequence, lease count, the holders, count-op count, two totals
 // per count op, then key, value pairs.
@@ -24,6 +26,7 @@ constexpr const char* kScript = R"lua(
 local p, inst, now, quorum = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local cutoff, vote_ttl, cursor, n = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local bucket, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local max_changes = tonumber(ARGV[12])
 local seqk, chk = p .. 'seq', p .. 'changes'
 redis.call('SET', p .. 'id', inst .. '@' .. now, 'NX')
 local function get(k)
@@ -55,7 +58,7 @@ local function total(key, field)
   end
   return string.format('%d', sum)
 end
-local i = 12
+local i = 13
 for _ = 1, n do
   local op, key, reason, u, lease = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
@@ -95,11 +98,16 @@ for _ = 1, n do
   end
 end
 local seq = redis.call('GET', seqk) or '0'
+local changed = redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf', 'WITHSCORES', 'LIMIT', 0,
+                           max_changes)
+-- Cut short: the next exchange reads on from the last change returned.
+if #changed / 2 >= max_changes then seq = changed[#changed] end
 local out = {redis.call('GET', p .. 'id') or '', tostring(seq), tostring(#leases)}
 for _, h in ipairs(leases) do out[#out + 1] = h end
 out[#out + 1] = tostring(#counts / 2)
 for _, c in ipairs(counts) do out[#out + 1] = c end
-for _, key in ipairs(redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf')) do
+for j = 1, #changed, 2 do
+  local key = changed[j]
   local v = redis.pcall('GET', p .. 'k:' .. key)
   if type(v) == 'table' then v = '(not a string)' elseif not v then v = '(missing)' end
   out[#out + 1] = key
@@ -317,6 +325,7 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   args.push_back(std::to_string(counting ? req.now_ms / req.count_bucket_ms : 0));
   args.push_back(std::to_string(counting ? req.count_buckets : 0));
   args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
+  args.push_back(std::to_string(std::max<std::uint32_t>(req.max_changes, 1)));
   for (const FleetOp& op : req.ops) {
     args.push_back(op_name(op.kind));
     args.push_back(op.key);

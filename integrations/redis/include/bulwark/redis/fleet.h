@@ -70,6 +70,10 @@ struct FleetConfig {
   // Local transitions queued between two syncs; beyond it they are dropped, counted,
   // and the next sync re-reads every attached breaker's state instead.
   std::size_t queue_capacity = 4096;
+  // Decisions read per sync at most (oldest first): a new instance joining a fleet with
+  // many keys catches up over several syncs instead of one reply too big for the
+  // command timeout. 1..100000.
+  std::uint32_t max_changes_per_sync = 1000;
   // Fleet-wide counts: when count_bucket is positive, each sync adds the calls each
   // attached breaker completed since the last sync (successes and failures, from its
   // snapshot) to the key's current bucket in the store, and reads back the fleet's

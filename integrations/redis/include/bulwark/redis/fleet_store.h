@@ -82,6 +82,9 @@ struct SyncRequest {
   std::uint32_t quorum = 1;
   std::int64_t quorum_window_ms = 10'000;
   std::uint64_t cursor = 0;  // the last sequence number this instance has seen
+  // At most this many changes per reply (oldest first); the reply's sequence is then
+  // the last one returned, and the next exchange reads on from there.
+  std::uint32_t max_changes = 1000;
   // Fleet-wide counts (count ops): buckets of count_bucket_ms, the current one
   // now_ms / count_bucket_ms, totals over the last count_buckets. 0: no counting.
   std::int64_t count_bucket_ms = 0;
