@@ -96,6 +96,8 @@ enum class TransitionReason : std::uint8_t {
   probes_succeeded,      // HALF_OPEN -> CLOSED
   probe_failed,          // HALF_OPEN -> OPEN
   manual,                // transition_to() or reset()
+  fleet_opened,          // -> OPEN: adopted from elsewhere (adopt_open), e.g. a shared store
+  fleet_closed,          // OPEN / HALF_OPEN -> CLOSED: adopted from elsewhere (adopt_close)
 };
 
 constexpr std::string_view to_string(TransitionReason r) noexcept {
@@ -114,6 +116,10 @@ constexpr std::string_view to_string(TransitionReason r) noexcept {
       return "probe_failed";
     case TransitionReason::manual:
       return "manual";
+    case TransitionReason::fleet_opened:
+      return "fleet_opened";
+    case TransitionReason::fleet_closed:
+      return "fleet_closed";
   }
   return "unknown";
 }
@@ -124,7 +130,9 @@ struct TransitionEvent {
   State from;
   State to;
   TransitionReason reason;
-  Ticks at;  // clock time of the transition
+  // Clock time of the transition. For reason fleet_opened: when the adopted open period
+  // began as this clock sees it, so that at + open_duration is when it ends.
+  Ticks at;
   // The breaker's generation after the transition: +1 per transition, including the
   // silent ones (a reset while CLOSED, a fresh half-open round); wraps at 2^19.
   std::uint32_t generation;

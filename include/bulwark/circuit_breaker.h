@@ -430,6 +430,49 @@ class alignas(64) BasicCircuitBreaker {
   // event unless the breaker already was CLOSED.
   void reset() noexcept { (void)manual(State::closed, Request::manual_reset); }
 
+  // Adopting a decision made elsewhere about the same dependency (other instances of the
+  // service sharing breaker state, as bulwark::redis does). Nothing on the call path
+  // knows about it: unused, it costs nothing. Both are a few atomic operations and emit
+  // an event; both return false and change nothing while the breaker is in a manual
+  // state (FORCED_OPEN, DISABLED, METRICS_ONLY: an operator's decision wins) or another
+  // thread is publishing a transition (call again later).
+  //
+  // adopt_open: CLOSED, OPEN or HALF_OPEN -> OPEN until `remaining` from now (an OPEN
+  // breaker's end is moved), reason fleet_opened. Probes in flight stop counting.
+  bool adopt_open(Nanos remaining) noexcept {
+    Word w(word_.load(std::memory_order_acquire));
+    for (;;) {
+      const State from = static_cast<State>(w.state());
+      if (w.pending() || (from != State::closed && from != State::open && from != State::half_open))
+        return false;
+      const std::uint32_t reopens = from == State::closed ? 1 : std::max(w.reopens(), 1u);
+      const Word next = w.next_phase(static_cast<std::uint8_t>(State::open), reopens);
+      // OPEN ends at since_ + open_period: start the period so that it ends when asked.
+      const Ticks start =
+          saturating_sub(saturating_add(now(), std::max<Ticks>(0, to_ticks(remaining))),
+                         policy_->open_period(reopens));
+      if (cas(w, next)) {
+        publish(next, from, TransitionReason::fleet_opened, start);
+        return true;
+      }
+    }
+  }
+  // adopt_close: OPEN or HALF_OPEN -> CLOSED, reason fleet_closed, as if this breaker's
+  // own probes had succeeded (the open-period growth is kept for flapping detection).
+  bool adopt_close() noexcept {
+    Word w(word_.load(std::memory_order_acquire));
+    for (;;) {
+      const State from = static_cast<State>(w.state());
+      if (w.pending() || (from != State::open && from != State::half_open)) return false;
+      const Word next = w.next_phase(static_cast<std::uint8_t>(State::closed), w.reopens());
+      const Ticks at = now();
+      if (cas(w, next)) {
+        publish(next, from, TransitionReason::fleet_closed, at);
+        return true;
+      }
+    }
+  }
+
   BreakerSnapshot snapshot() const noexcept {
     const Word w(word_.load(std::memory_order_acquire));
     const State s = static_cast<State>(w.state());

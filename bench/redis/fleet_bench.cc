@@ -1,0 +1,192 @@
+// What sharing breaker state costs: the call path of an attached breaker against the
+// same breaker alone (the ratio is the goal: 1x), a transition heard by the fleet's
+// listener, one sync of 1,000 keys over the in-process store, and the Redis traffic of
+// instances with 10,000 keys of which 1 % change state per sync.
+//
+//   bulwark_redis_bench --benchmark_repetitions=5 --benchmark_format=json > fleet.json
+
+#include <benchmark/benchmark.h>
+
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bulwark/redis/fleet.h"
+#include "bulwark/redis/redis_store.h"
+#include "redis/redis_server.h"
+
+namespace {
+
+using bulwark::CircuitBreaker;
+using bulwark::State;
+using namespace bulwark::redis;
+
+// The only place this file builds a breaker configuration.
+CircuitBreaker::Config config(std::string name) {
+  return CircuitBreaker::Config{.name = std::move(name), .consecutive_failures = 5};
+}
+
+void BM_Fleet_Baseline_ClosedPath(benchmark::State& state) {
+  static CircuitBreaker breaker(config("plain"));
+  for (auto _ : state) {
+    auto permit = breaker.try_acquire();
+    permit->record_success();
+  }
+}
+BENCHMARK(BM_Fleet_Baseline_ClosedPath)->Threads(1)->Threads(2);
+
+struct Attached {
+  Attached() { fleet.attach(breaker); }
+  MemoryFleetStore store;
+  CircuitBreaker breaker{config("attached")};
+  Fleet fleet{FleetConfig{.instance = "bench"}, store};
+};
+
+void BM_Fleet_ClosedPath(benchmark::State& state) {
+  static Attached attached;
+  CircuitBreaker& breaker = attached.breaker;
+  for (auto _ : state) {
+    auto permit = breaker.try_acquire();
+    permit->record_success();
+  }
+}
+BENCHMARK(BM_Fleet_ClosedPath)->Threads(1)->Threads(2);
+
+// One open and one close of a breaker (manual, so no calls in the loop), without and
+// with the fleet's listener queueing both; a sync every 1,000 drains the queue.
+void BM_Fleet_Baseline_Transitions(benchmark::State& state) {
+  CircuitBreaker breaker(config("plain"));
+  for (auto _ : state) {
+    (void)breaker.transition_to(State::open);
+    breaker.reset();
+  }
+}
+BENCHMARK(BM_Fleet_Baseline_Transitions);
+
+void BM_Fleet_Transitions(benchmark::State& state) {
+  MemoryFleetStore store;
+  CircuitBreaker breaker(config("attached"));
+  Fleet fleet(FleetConfig{.instance = "bench"}, store);
+  fleet.attach(breaker);
+  int n = 0;
+  for (auto _ : state) {
+    (void)breaker.transition_to(State::open);
+    breaker.reset();
+    if (++n == 1000) {
+      state.PauseTiming();
+      (void)fleet.sync();
+      n = 0;
+      state.ResumeTiming();
+    }
+  }
+}
+BENCHMARK(BM_Fleet_Transitions);
+
+struct Side {
+  Side(FleetStore& store, const std::string& id, int keys) {
+    fleet = std::make_unique<Fleet>(FleetConfig{.instance = id}, store);
+    for (int i = 0; i < keys; ++i) {
+      breakers.push_back(std::make_unique<CircuitBreaker>(policy));
+      fleet->attach("key-" + std::to_string(i), *breakers.back());
+    }
+  }
+  // Flips `n` breakers, walking through the keys.
+  void flip(int n) {
+    for (int i = 0; i < n; ++i) {
+      CircuitBreaker& b = *breakers[next];
+      next = (next + 1) % breakers.size();
+      if (b.state() == State::closed) {
+        (void)b.transition_to(State::open);
+      } else {
+        b.reset();
+      }
+    }
+  }
+  CircuitBreaker::Policy policy{config("shared")};
+  std::vector<std::unique_ptr<CircuitBreaker>> breakers;
+  std::unique_ptr<Fleet> fleet;
+  std::size_t next = 0;
+};
+
+// One idle sync of an instance with range(0) keys, and (range(1) > 0) a sync of an
+// instance publishing range(1) changes plus the sync of a peer applying them.
+void BM_Fleet_SyncMemory(benchmark::State& state) {
+  MemoryFleetStore store;
+  const int keys = static_cast<int>(state.range(0));
+  const int changes = static_cast<int>(state.range(1));
+  Side a(store, "a", keys), b(store, "b", keys);
+  (void)a.fleet->sync(), (void)b.fleet->sync();
+  for (auto _ : state) {
+    if (changes > 0) a.flip(changes);
+    benchmark::DoNotOptimize(a.fleet->sync());
+    if (changes > 0) benchmark::DoNotOptimize(b.fleet->sync());
+  }
+  state.counters["keys"] = keys;
+  state.counters["changes_per_sync"] = changes;
+}
+BENCHMARK(BM_Fleet_SyncMemory)->Args({1000, 0})->Args({1000, 10})->Unit(benchmark::kMicrosecond);
+
+// Sum of calls over INFO commandstats, and the EVALSHA calls among them.
+void command_calls(const bulwark::testing::RedisServer& server, double& total, double& evalsha) {
+  std::istringstream in(server.command({"INFO", "commandstats"}));
+  total = evalsha = 0;
+  for (std::string line; std::getline(in, line);) {
+    const auto colon = line.find(":calls=");
+    if (line.rfind("cmdstat_", 0) != 0 || colon == std::string::npos) continue;
+    const double calls = std::stod(line.substr(colon + 7));
+    const std::string name = line.substr(8, colon - 8);
+    if (name == "info") continue;
+    total += calls;
+    if (name == "evalsha") evalsha += calls;
+  }
+}
+
+// Two instances with range(0) keys; each iteration one of them flips range(1) keys
+// and both sync. Counters per instance per sync: commands sent (round trips) and the
+// commands Redis ran for them (inside the script), and per second at 5 syncs/s.
+void BM_Fleet_SyncRedis(benchmark::State& state) {
+  if (!bulwark::testing::redis_server_available()) {
+    state.SkipWithError("redis-server is not installed");
+    return;
+  }
+  bulwark::testing::RedisServer server;
+  if (!server.start()) {
+    state.SkipWithError("redis-server did not start");
+    return;
+  }
+  const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
+  RedisFleetStore sa(rc), sb(rc);
+  const int keys = static_cast<int>(state.range(0));
+  const int changes = static_cast<int>(state.range(1));
+  Side a(sa, "a", keys), b(sb, "b", keys);
+  (void)a.fleet->sync(), (void)b.fleet->sync();
+  double total0 = 0, eval0 = 0;
+  command_calls(server, total0, eval0);
+  std::int64_t syncs = 0;
+  for (auto _ : state) {
+    a.flip(changes);
+    if (!a.fleet->sync() || !b.fleet->sync()) {
+      state.SkipWithError("a sync failed");
+      return;
+    }
+    syncs += 2;
+  }
+  double total1 = 0, eval1 = 0;
+  command_calls(server, total1, eval1);
+  const double per_sync = syncs > 0 ? (eval1 - eval0) / static_cast<double>(syncs) : 0;
+  const double inner = syncs > 0 ? (total1 - total0) / static_cast<double>(syncs) : 0;
+  state.counters["keys"] = keys;
+  state.counters["changes_per_sync"] = changes;
+  state.counters["round_trips_per_sync"] = per_sync;
+  state.counters["redis_commands_per_sync"] = inner;
+  state.counters["round_trips_per_s_at_5hz"] = per_sync * 5;
+  state.counters["redis_commands_per_s_at_5hz"] = inner * 5;
+}
+BENCHMARK(BM_Fleet_SyncRedis)
+    ->Args({10000, 100})
+    ->Args({10000, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(50);
+
+}  // namespace

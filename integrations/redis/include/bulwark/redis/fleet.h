@@ -1,0 +1,284 @@
+// bulwark/redis/fleet.h — breakers that open and close together across instances.
+//
+// When the breaker for key K opens on one instance of a service, the others keep
+// sending K's dependency traffic until their own breakers notice. A Fleet shares the
+// decision: attach each instance's breakers to a Fleet over one FleetStore (Redis in
+// production: redis_store.h) and call sync() from the application's own timer, every
+// sync interval (100 ms to 1 s). Within one sync of each instance after K opened
+// somewhere, K is open everywhere, with reason fleet_opened, until the same end;
+// when the probe round that ends it closes K on one instance, K closes everywhere
+// (fleet_closed).
+//
+//   bulwark::redis::RedisFleetStore store({.host = "10.0.0.5", .password = secret});
+//   bulwark::redis::Fleet fleet({.instance = hostname()}, store);
+//   fleet.attach(inventory_breaker);               // key: the breaker's name
+//   every(200ms, [&] { fleet.sync(); });           // the application's timer
+//
+// The request path never waits for the store: a breaker's listener records its
+// transition in a bounded queue (a short mutex held for one push into reserved
+// storage, at a transition only, never on an admitted call), and only sync() does I/O.
+// The Fleet creates no thread. See docs/fleet.md for the protocol and the fault model.
+//
+// Quorum. With quorum = 1 (the default) any instance's opening opens K everywhere:
+// fastest, but one instance with a local problem (its own network, a bad host) takes
+// the whole fleet's traffic to K away. With quorum = q, K opens fleet-wide only once q
+// instances opened it within quorum_window; an instance whose own calls fail while
+// the others' succeed stays open alone (its decision is "local").
+//
+// Half-open lease. Only one instance probes per open period: near the end of a shared
+// open period each instance asks for the key's lease (SET NX PX lease_duration); the
+// holder probes, the others stay open until its verdict arrives (closed, or reopened
+// with a new end) or the lease expires.
+//
+// Thread-safety: attach() and sync() must not run concurrently with each other (call
+// both from the timer's thread, or hold your own lock); reading() may be called from
+// any thread at any time. The listener runs on whichever thread made the transition.
+// Breakers must outlive the Fleet.
+
+#ifndef BULWARK_REDIS_FLEET_H_
+#define BULWARK_REDIS_FLEET_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "bulwark/circuit_breaker.h"
+#include "bulwark/redis/fleet_store.h"
+
+namespace bulwark::redis {
+
+struct FleetConfig {
+  // This instance's id in the store: 1-64 characters from [A-Za-z0-9._:-], unique in
+  // the fleet (a hostname, a pod name).
+  std::string instance;
+  // Instances that must open a key within quorum_window before it opens fleet-wide.
+  std::uint32_t quorum = 1;
+  std::chrono::milliseconds quorum_window = std::chrono::seconds(10);
+  // How often the application calls sync(): instances ask for the half-open lease
+  // this long (twice over) before a shared open period ends.
+  std::chrono::milliseconds sync_interval = std::chrono::milliseconds(200);
+  // How long the half-open lease holds; the others stay open at most this long
+  // waiting for the holder's verdict. Longer than a probe call takes, plus a sync.
+  std::chrono::milliseconds lease_duration = std::chrono::seconds(2);
+  // Local transitions queued between two syncs; beyond it they are dropped, counted,
+  // and the next sync re-reads every attached breaker's state instead.
+  std::size_t queue_capacity = 4096;
+  // Decisions read per sync at most (oldest first): a new instance joining a fleet with
+  // many keys catches up over several syncs instead of one reply too big for the
+  // command timeout. 1..100000.
+  std::uint32_t max_changes_per_sync = 1000;
+  // Fleet-wide counts: when count_bucket is positive, each sync adds the calls each
+  // attached breaker completed since the last sync (successes and failures, from its
+  // snapshot) to the key's current bucket in the store, and reads back the fleet's
+  // totals over the last count_buckets buckets (FleetKeyReading::fleet_*). Keys with
+  // no new calls send nothing. Zero (the default): no counting.
+  std::chrono::milliseconds count_bucket = std::chrono::milliseconds::zero();
+  std::uint32_t count_buckets = 6;
+  // The wall clock (Unix ms) that open periods' ends are exchanged in. Instances'
+  // clocks should agree to well within a sync interval (NTP). Default: system_clock.
+  std::function<std::int64_t()> wall_ms{};
+};
+
+// Who made a key's current decision, as this instance sees it.
+enum class Decision : std::uint8_t {
+  none,    // nothing happened to the key yet
+  local,   // this instance's breaker decided alone (not shared, or not yet)
+  shared,  // the fleet's decision: adopted from another instance, or this one's vote
+           // that reached the quorum
+};
+
+constexpr std::string_view to_string(Decision d) noexcept {
+  switch (d) {
+    case Decision::none:
+      return "none";
+    case Decision::local:
+      return "local";
+    case Decision::shared:
+      return "shared";
+  }
+  return "unknown";
+}
+
+struct FleetKeyReading {
+  std::string key;
+  State local_state;
+  Decision decision;
+  bool shared_open;         // the fleet holds the key open
+  std::int64_t until_ms;    // shared_open: when the shared open period ends
+  std::string decided_by;   // the instance that made the fleet's last decision ("" if none)
+  TransitionReason reason;  // its reason
+  bool lease_holder;        // this instance holds the half-open lease
+  // Counting on: the fleet's successes and failures for the key over the count
+  // window, as of the last sync that sent this key's calls. Otherwise 0.
+  std::uint64_t fleet_successes;
+  std::uint64_t fleet_failures;
+};
+
+struct FleetReading {
+  std::string instance;
+  std::uint64_t syncs = 0;                // sync() calls
+  std::uint64_t sync_errors = 0;          // syncs whose exchange with the store failed
+  std::uint64_t malformed_values = 0;     // values read from the store that were rejected
+  std::uint64_t dropped_transitions = 0;  // queue overflows (each forces a full re-read)
+  std::uint64_t adopted_opens = 0;
+  std::uint64_t adopted_closes = 0;
+  std::string last_error;                            // the last sync error, "" if none yet
+  std::string last_malformed;                        // the last rejected value, naming its key
+  bool connected = false;                            // the last exchange succeeded
+  std::chrono::milliseconds since_last_success{-1};  // -1: never synced successfully
+  // Round-trip time of successful exchanges: counts per bucket, bucket i holding
+  // times <= kRttBucketsMs[i] (the last: everything slower).
+  static constexpr double kRttBucketsMs[] = {0.25, 0.5, 1, 2, 5, 10, 25, 50, 100, 250};
+  std::vector<std::uint64_t> rtt_counts;  // size: std::size(kRttBucketsMs) + 1
+  double rtt_sum_ms = 0;
+  std::vector<FleetKeyReading> keys;
+};
+
+// What sync() did.
+struct SyncSummary {
+  std::size_t published = 0;  // ops sent
+  std::size_t changes = 0;    // decisions read (valid or not)
+  std::size_t adopted = 0;    // breakers moved by the fleet
+  std::size_t malformed = 0;  // values rejected in this sync
+};
+
+class Fleet {
+ public:
+  // Validates `config` (throws InvalidConfig naming the field). `store` must outlive
+  // the Fleet.
+  Fleet(FleetConfig config, FleetStore& store);
+  Fleet(const Fleet&) = delete;
+  Fleet& operator=(const Fleet&) = delete;
+  ~Fleet();
+
+  // Shares `breaker`'s decisions under `key` (default: its name). Throws InvalidConfig
+  // if the key is empty, longer than 512 bytes or already attached. Allocates; not for
+  // the request path. The breaker adopts the fleet's state for the key at the next sync.
+  template <class Breaker>
+  void attach(Breaker& breaker) {
+    attach(std::string(breaker.name()), breaker);
+  }
+  template <class Breaker>
+  void attach(std::string key, Breaker& breaker) {
+    attach_impl(std::move(key), breaker, nullptr);
+  }
+
+  // Shares the breaker of a registry entry (registry.h) under `key`, holding
+  // `handle` so that the entry is not evicted while the Fleet lives. The registry
+  // must outlive the Fleet.
+  template <class Handle>
+  requires requires(const Handle& h) { h.breaker(); }
+  void attach_handle(std::string key, Handle handle) {
+    auto held = std::make_shared<Handle>(std::move(handle));
+    attach_impl(std::move(key), held->breaker(), held);
+  }
+
+  // Exchanges with the store once: publishes the transitions queued since the last
+  // sync (and re-publishes after the store lost its contents), asks for half-open
+  // leases that are due, and applies every decision the fleet made since the last
+  // successful sync to the attached breakers. Returns within the store's timeouts; on
+  // error the breakers simply carry on locally and the next sync catches up.
+  Expected<SyncSummary, StoreError> sync();
+
+  // Counters and per-key state, for export. Any thread; copies.
+  FleetReading reading() const;
+
+  const FleetConfig& config() const noexcept { return config_; }
+
+ private:
+  struct Member {
+    std::string key;
+    const void* breaker = nullptr;
+    std::function<bool(Nanos)> adopt_open;
+    std::function<bool()> adopt_close;
+    std::function<State()> state;
+    std::function<Nanos()> remaining;
+    std::function<std::pair<std::uint64_t, std::uint64_t>()> totals;
+    std::shared_ptr<void> keep;           // a registry handle pinning the breaker, if any
+    std::uint64_t counted_successes = 0;  // totals already sent
+    std::uint64_t counted_failures = 0;
+    std::uint64_t fleet_successes = 0;
+    std::uint64_t fleet_failures = 0;
+    Decision decision = Decision::none;
+    bool shared_open = false;
+    bool fresh = true;  // attached since the last sync: apply the known record
+    bool lease_holder = false;
+    std::uint64_t lease_asked = 0;  // the sequence of the shared open we asked a lease for
+    FleetRecord record;             // the last valid decision read for the key
+  };
+  struct Queued {
+    std::uint32_t member;
+    State to;
+    TransitionReason reason;
+    std::int64_t until_ms;
+  };
+
+  template <class Breaker>
+  void attach_impl(std::string key, Breaker& breaker, std::shared_ptr<void> keep) {
+    Member m;
+    m.key = std::move(key);
+    m.breaker = &breaker;
+    m.adopt_open = [&breaker](Nanos remaining) { return breaker.adopt_open(remaining); };
+    m.adopt_close = [&breaker] { return breaker.adopt_close(); };
+    m.state = [&breaker] { return breaker.state(); };
+    m.totals = [&breaker] {
+      const BreakerSnapshot s = breaker.snapshot();
+      return std::pair<std::uint64_t, std::uint64_t>(s.successes, s.failures);
+    };
+    m.remaining = [&breaker] {
+      const BreakerSnapshot s = breaker.snapshot();
+      return s.state == State::open ? s.open_duration - s.time_in_state : Nanos::zero();
+    };
+    const void* policy_id = &breaker.config();
+    auto listen = [&breaker, this]() {
+      typename Breaker::Policy policy = breaker.policy();
+      const ListenerId id =
+          policy.on_transition([this](const TransitionEvent& e) { on_transition(e); });
+      return std::function<void()>([policy, id]() mutable { policy.remove_listener(id); });
+    };
+    m.keep = std::move(keep);
+    add_member(std::move(m), policy_id, listen);
+  }
+  void add_member(Member m, const void* policy_id,
+                  const std::function<std::function<void()>()>& listen);
+  void on_transition(const TransitionEvent& e) noexcept;
+  void apply(Member& m, const FleetRecord& r, std::int64_t now, SyncSummary& s);
+  std::int64_t wall_now() const { return config_.wall_ms(); }
+
+  FleetConfig config_;
+  FleetStore& store_;
+
+  // The listener's queue: taken at transitions and by sync() to swap, nothing else.
+  mutable std::mutex queue_mu_;
+  std::unordered_map<const void*, std::uint32_t> by_breaker_;  // under queue_mu_
+  std::vector<Queued> queue_;                                  // under queue_mu_
+  bool overflowed_ = false;                                    // under queue_mu_
+  std::vector<Queued> draining_;                               // sync() only
+
+  // The Fleet's view: written by sync() and attach(), read by reading().
+  mutable std::mutex state_mu_;
+  std::vector<std::unique_ptr<Member>> members_;
+  std::map<std::string, std::uint32_t> by_key_;
+  std::map<std::string, FleetRecord> known_;  // valid decisions for keys not attached
+  std::vector<std::function<void()>> unlisten_;
+  std::map<const void*, bool> listened_policies_;
+  std::uint64_t cursor_ = 0;
+  std::string incarnation_;
+  bool republish_ = false;
+  bool rescan_ = false;
+  std::atomic<bool> syncing_{false};
+  FleetReading counters_;
+  std::chrono::steady_clock::time_point last_success_{};
+  bool ever_synced_ = false;
+};
+
+}  // namespace bulwark::redis
+
+#endif  // BULWARK_REDIS_FLEET_H_

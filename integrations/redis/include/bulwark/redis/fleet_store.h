@@ -1,0 +1,195 @@
+// bulwark/redis/fleet_store.h — where instances of a service share breaker decisions.
+//
+// A FleetStore holds, per key (a breaker's name), the fleet's last decision: open
+// until a wall-clock time, or closed, with the reason, the instance that decided and
+// the decision's sequence number. An instance talks to it only from Fleet::sync()
+// (fleet.h), in one exchange per sync: it sends what changed locally (votes to open,
+// closes, re-publications, half-open lease requests) and gets back every decision made
+// since its cursor. Two stores ship: MemoryFleetStore (one process, for tests and the
+// lab, with injectable latency and outage) and RedisFleetStore (redis_store.h).
+//
+// Decisions travel as text ("v1|open|<reason>|<until_ms>|<instance>|<seq>") so that
+// every backend hands the Fleet raw values and the Fleet validates them in one place:
+// decode_record() rejects anything malformed with a message naming the problem.
+
+#ifndef BULWARK_REDIS_FLEET_STORE_H_
+#define BULWARK_REDIS_FLEET_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bulwark/breaker_events.h"
+#include "bulwark/expected.h"
+
+namespace bulwark::redis {
+
+enum class SharedState : std::uint8_t { closed, open };
+
+constexpr std::string_view to_string(SharedState s) noexcept {
+  return s == SharedState::open ? "open" : "closed";
+}
+
+// The fleet's decision for one key.
+struct FleetRecord {
+  SharedState state = SharedState::closed;
+  TransitionReason reason = TransitionReason::manual;  // why the deciding instance moved
+  std::int64_t until_ms = 0;   // open: when the open period ends (Unix ms); closed: 0
+  std::string instance;        // who decided
+  std::uint64_t sequence = 0;  // the store's sequence number of this decision (> 0)
+};
+
+// "v1|open|consecutive_failures|1733100000000|web-1|42". decode_record() accepts only
+// what encode_record() writes: a known version, state and reason, a non-negative
+// until_ms (0 for closed), a valid instance id and a positive sequence.
+std::string encode_record(const FleetRecord& r);
+Expected<FleetRecord, std::string> decode_record(std::string_view text);
+
+// Instance ids: 1-64 characters from [A-Za-z0-9._:-].
+bool valid_instance_id(std::string_view id) noexcept;
+// Parses a reason name as to_string(TransitionReason) prints it.
+std::optional<TransitionReason> parse_reason(std::string_view name) noexcept;
+
+// One change an instance sends.
+struct FleetOp {
+  enum class Kind : std::uint8_t {
+    vote_open,    // my breaker opened: count my vote; with `quorum` votes in the window
+                  // (or from the half-open lease holder) the key opens fleet-wide
+    close,        // my breaker closed after an open the fleet shared: the key closes
+    assert_open,  // the store lost the key (restart): record it open again, no quorum
+    lease,        // ask for the half-open lease (SET NX PX lease_ms); the reply says who holds it
+    count,        // add successes / failures to the key's current time bucket; the reply
+                  // has the fleet-wide totals over the last count_buckets buckets
+  };
+  Kind kind;
+  std::string key;
+  TransitionReason reason = TransitionReason::manual;
+  std::int64_t until_ms = 0;
+  std::int64_t lease_ms = 0;
+  std::uint64_t successes = 0;  // count: this instance's calls since its last count
+  std::uint64_t failures = 0;
+};
+
+struct SyncRequest {
+  std::string instance;
+  std::int64_t now_ms = 0;  // the sender's wall clock (Unix ms)
+  std::uint32_t quorum = 1;
+  std::int64_t quorum_window_ms = 10'000;
+  std::uint64_t cursor = 0;  // the last sequence number this instance has seen
+  // At most this many changes per reply (oldest first); the reply's sequence is then
+  // the last one returned, and the next exchange reads on from there.
+  std::uint32_t max_changes = 1000;
+  // Fleet-wide counts (count ops): buckets of count_bucket_ms, the current one
+  // now_ms / count_bucket_ms, totals over the last count_buckets. 0: no counting.
+  std::int64_t count_bucket_ms = 0;
+  std::uint32_t count_buckets = 0;
+  std::vector<FleetOp> ops;
+};
+
+// A key and the raw value the store holds for it, not validated yet.
+struct RawRecord {
+  std::string key;
+  std::string value;
+};
+
+struct SyncReply {
+  // Identifies the store's current contents: it changes when the store starts again
+  // empty (a Redis restart or flush), and then every instance re-publishes.
+  std::string incarnation;
+  std::uint64_t sequence = 0;              // the newest sequence number: the next cursor
+  std::vector<std::string> lease_holders;  // one per lease op, in order ("" if none)
+  std::vector<RawRecord> changes;          // every key decided after the cursor
+  // One per count op, in order: the fleet's totals over the window as raw text (each
+  // a decimal count, or anything else if the store held a malformed value).
+  struct RawCounts {
+    std::string successes, failures;
+  };
+  std::vector<RawCounts> counts;
+};
+
+struct StoreError {
+  enum class Kind : std::uint8_t {
+    unavailable,  // not connected, connecting failed, or waiting to reconnect
+    timeout,      // no answer within the command timeout
+    protocol,     // the server answered something this client does not understand
+    rejected,     // the server refused (authentication, a script error, a wrong type)
+  };
+  Kind kind;
+  std::string message;
+};
+
+constexpr std::string_view to_string(StoreError::Kind k) noexcept {
+  switch (k) {
+    case StoreError::Kind::unavailable:
+      return "unavailable";
+    case StoreError::Kind::timeout:
+      return "timeout";
+    case StoreError::Kind::protocol:
+      return "protocol";
+    case StoreError::Kind::rejected:
+      return "rejected";
+  }
+  return "unknown";
+}
+
+// The seam. exchange() is called from Fleet::sync() only, one call at a time; it must
+// return within the store's own timeouts, never block indefinitely.
+class FleetStore {
+ public:
+  virtual ~FleetStore() = default;
+  virtual Expected<SyncReply, StoreError> exchange(const SyncRequest& request) = 0;
+};
+
+// The protocol in one process: what RedisFleetStore's script does, over a map under a
+// mutex. Thread-safe; any number of Fleets may share one. set_down() makes exchange()
+// fail (an outage), set_latency() makes it sleep first (for the lab and benchmarks,
+// not for tests), restart() forgets everything (a store that came back empty), and
+// put_raw() plants any value (a malformed one, say) for a key.
+class MemoryFleetStore final : public FleetStore {
+ public:
+  // `lease_clock_ms` reads the time leases expire by (Unix ms); default: system_clock.
+  explicit MemoryFleetStore(std::function<std::int64_t()> lease_clock_ms = {});
+
+  Expected<SyncReply, StoreError> exchange(const SyncRequest& request) override;
+
+  void set_down(bool down);
+  void set_latency(std::chrono::nanoseconds latency);
+  void restart();
+  void put_raw(const std::string& key, std::string value);
+  std::optional<std::string> get_raw(const std::string& key) const;
+  std::uint64_t exchanges() const;
+
+ private:
+  struct Lease {
+    std::string holder;
+    std::int64_t expires_ms;
+  };
+  void touch(const std::string& key, std::uint64_t sequence);
+  void record(const std::string& key, SharedState state, TransitionReason reason,
+              std::int64_t until_ms, const std::string& instance);
+
+  std::function<std::int64_t()> lease_clock_ms_;
+  mutable std::mutex mu_;
+  bool down_ = false;
+  std::chrono::nanoseconds latency_{0};
+  std::uint64_t incarnation_ = 1;
+  std::uint64_t sequence_ = 0;
+  std::uint64_t exchanges_ = 0;
+  std::map<std::string, std::string> records_;                        // key -> encoded value
+  std::map<std::string, std::uint64_t> changed_;                      // key -> sequence
+  std::map<std::uint64_t, std::string> by_sequence_;                  // sequence -> key
+  std::map<std::string, std::map<std::string, std::int64_t>> votes_;  // key -> voter -> ms
+  std::map<std::string, Lease> leases_;
+  // key -> bucket -> (successes, failures)
+  std::map<std::string, std::map<std::int64_t, std::pair<std::uint64_t, std::uint64_t>>> counts_;
+};
+
+}  // namespace bulwark::redis
+
+#endif  // BULWARK_REDIS_FLEET_STORE_H_

@@ -1,0 +1,90 @@
+// bulwark/redis/redis_store.h — the fleet's decisions in Redis (hiredis).
+//
+// One Redis command per sync: an EVALSHA of a small Lua script that applies the
+// instance's ops (votes, closes, re-publications, lease requests) and returns the
+// decisions made since its cursor, atomically. Keys live under `prefix`:
+//   <prefix>k:<key>   the decision (a string, fleet_store.h's format)
+//   <prefix>v:<key>   votes to open (a sorted set: instance -> ms), expiring
+//   <prefix>l:<key>   the half-open lease (a string: the holder), SET NX PX
+//   <prefix>changes   key -> sequence of its last decision (a sorted set)
+//   <prefix>seq       the sequence counter; <prefix>id: the store's incarnation
+//   <prefix>w:<key>:<bucket>  fleet-wide counts (a hash: s, f), when counting is on
+//
+// Timeouts. Connecting and every command are bounded (connect_timeout,
+// command_timeout, 50 ms by default): exchange() never waits longer. After a failure
+// it does not try again before a backoff (exponential from reconnect_min to
+// reconnect_max, with jitter) and returns `unavailable` at once until then. Resolving
+// `host` is not bounded by the timeouts (getaddrinfo): give an address, or a name the
+// machine resolves locally (/etc/hosts).
+//
+// hiredis 0.14 (Debian 12) speaks plain TCP to one server: no TLS, no Redis Cluster,
+// no Sentinel. A deployment that needs them runs a local TLS proxy (stunnel, a
+// service mesh sidecar) and points host/port at it, or a proxy that follows the
+// primary (HAProxy with a role check, or Sentinel-aware clients in front). All keys of
+// one prefix must live on one server (the script touches several).
+//
+// Not thread-safe: one Fleet calls exchange(), from its sync().
+
+#ifndef BULWARK_REDIS_REDIS_STORE_H_
+#define BULWARK_REDIS_REDIS_STORE_H_
+
+#include <chrono>
+#include <cstdint>
+#include <random>
+#include <string>
+
+#include "bulwark/redis/fleet_store.h"
+
+struct redisContext;
+
+namespace bulwark::redis {
+
+struct RedisConfig {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  // AUTH: with a username (Redis 6 ACLs) as AUTH <username> <password>, else
+  // AUTH <password>. Empty password: no AUTH.
+  std::string username{};
+  std::string password{};
+  // Every key this store writes starts with it. Non-empty; no spaces or control characters.
+  std::string prefix = "bulwark:fleet:";
+  std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(50);
+  std::chrono::milliseconds command_timeout = std::chrono::milliseconds(50);
+  std::chrono::milliseconds reconnect_min = std::chrono::milliseconds(100);
+  std::chrono::milliseconds reconnect_max = std::chrono::seconds(5);
+};
+
+class RedisFleetStore final : public FleetStore {
+ public:
+  // Validates `config` (throws InvalidConfig naming the field). Does not connect: the
+  // first exchange() does.
+  explicit RedisFleetStore(RedisConfig config);
+  RedisFleetStore(const RedisFleetStore&) = delete;
+  RedisFleetStore& operator=(const RedisFleetStore&) = delete;
+  ~RedisFleetStore() override;
+
+  Expected<SyncReply, StoreError> exchange(const SyncRequest& request) override;
+
+  bool connected() const noexcept { return ctx_ != nullptr; }
+  std::uint64_t reconnects() const noexcept { return connects_; }
+  const RedisConfig& config() const noexcept { return config_; }
+
+  // The Lua script exchange() runs (for tests and tools).
+  static const char* script() noexcept;
+
+ private:
+  Expected<void, StoreError> connect();
+  StoreError fail(StoreError e);  // drops the connection, schedules the next attempt
+
+  RedisConfig config_;
+  redisContext* ctx_ = nullptr;
+  std::string sha_;
+  std::chrono::steady_clock::time_point next_attempt_{};
+  std::uint32_t failures_ = 0;
+  std::uint64_t connects_ = 0;
+  std::minstd_rand rng_;
+};
+
+}  // namespace bulwark::redis
+
+#endif  // BULWARK_REDIS_REDIS_STORE_H_

@@ -1,0 +1,273 @@
+#include "bulwark/redis/fleet_store.h"
+
+#include <algorithm>
+#include <charconv>
+#include <iterator>
+#include <thread>
+
+namespace bulwark::redis {
+namespace {
+
+constexpr TransitionReason kReasons[] = {
+    TransitionReason::consecutive_failures,
+    TransitionReason::failure_rate,
+    TransitionReason::slow_call_rate,
+    TransitionReason::open_period_elapsed,
+    TransitionReason::probes_succeeded,
+    TransitionReason::probe_failed,
+    TransitionReason::manual,
+    TransitionReason::fleet_opened,
+    TransitionReason::fleet_closed,
+};
+
+template <class T>
+bool parse_number(std::string_view s, T& out) {
+  if (s.empty() || s.size() > 20) return false;
+  const auto [p, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  return ec == std::errc() && p == s.data() + s.size();
+}
+
+std::string quoted(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 40)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (s.size() > 40) out += "...";
+  return out + "'";
+}
+
+std::int64_t system_ms() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+bool valid_instance_id(std::string_view id) noexcept {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == ':' || c == '-';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+std::optional<TransitionReason> parse_reason(std::string_view name) noexcept {
+  for (TransitionReason r : kReasons) {
+    if (to_string(r) == name) return r;
+  }
+  return std::nullopt;
+}
+
+std::string encode_record(const FleetRecord& r) {
+  std::string out = "v1|";
+  out += to_string(r.state);
+  out += '|';
+  out += to_string(r.reason);
+  out += '|';
+  out += std::to_string(r.until_ms);
+  out += '|';
+  out += r.instance;
+  out += '|';
+  out += std::to_string(r.sequence);
+  return out;
+}
+
+Expected<FleetRecord, std::string> decode_record(std::string_view text) {
+  std::string_view parts[6];
+  std::size_t n = 0;
+  std::string_view rest = text;
+  for (;;) {
+    const std::size_t bar = rest.find('|');
+    if (n == 6) return Unexpected("has more than 6 '|'-separated fields: " + quoted(text));
+    parts[n++] = rest.substr(0, bar);
+    if (bar == std::string_view::npos) break;
+    rest.remove_prefix(bar + 1);
+  }
+  if (n != 6) {
+    return Unexpected("is not a bulwark fleet record (want 6 '|'-separated fields, got " +
+                      std::to_string(n) + "): " + quoted(text));
+  }
+  if (parts[0] != "v1") return Unexpected("has an unknown version " + quoted(parts[0]));
+  FleetRecord r;
+  if (parts[1] == "open") {
+    r.state = SharedState::open;
+  } else if (parts[1] == "closed") {
+    r.state = SharedState::closed;
+  } else {
+    return Unexpected("has an unknown state " + quoted(parts[1]) + " (want open or closed)");
+  }
+  const auto reason = parse_reason(parts[2]);
+  if (!reason) return Unexpected("has an unknown reason " + quoted(parts[2]));
+  r.reason = *reason;
+  if (!parse_number(parts[3], r.until_ms) || r.until_ms < 0) {
+    return Unexpected("has an until_ms that is not a non-negative integer: " + quoted(parts[3]));
+  }
+  if (r.state == SharedState::open && r.until_ms == 0) {
+    return Unexpected("is open with until_ms 0");
+  }
+  if (!valid_instance_id(parts[4])) {
+    return Unexpected("has an invalid instance id " + quoted(parts[4]));
+  }
+  r.instance = std::string(parts[4]);
+  if (!parse_number(parts[5], r.sequence) || r.sequence == 0) {
+    return Unexpected("has a sequence that is not a positive integer: " + quoted(parts[5]));
+  }
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+
+MemoryFleetStore::MemoryFleetStore(std::function<std::int64_t()> lease_clock_ms)
+    : lease_clock_ms_(lease_clock_ms ? std::move(lease_clock_ms) : system_ms) {}
+
+void MemoryFleetStore::set_down(bool down) {
+  std::lock_guard lock(mu_);
+  down_ = down;
+}
+void MemoryFleetStore::set_latency(std::chrono::nanoseconds latency) {
+  std::lock_guard lock(mu_);
+  latency_ = latency;
+}
+void MemoryFleetStore::restart() {
+  std::lock_guard lock(mu_);
+  ++incarnation_;
+  sequence_ = 0;
+  records_.clear();
+  changed_.clear();
+  by_sequence_.clear();
+  votes_.clear();
+  leases_.clear();
+  counts_.clear();
+}
+void MemoryFleetStore::put_raw(const std::string& key, std::string value) {
+  std::lock_guard lock(mu_);
+  records_[key] = std::move(value);
+  touch(key, ++sequence_);
+}
+
+void MemoryFleetStore::touch(const std::string& key, std::uint64_t sequence) {
+  auto [it, fresh] = changed_.try_emplace(key, sequence);
+  if (!fresh) {
+    by_sequence_.erase(it->second);
+    it->second = sequence;
+  }
+  by_sequence_.emplace(sequence, key);
+}
+std::optional<std::string> MemoryFleetStore::get_raw(const std::string& key) const {
+  std::lock_guard lock(mu_);
+  const auto it = records_.find(key);
+  if (it == records_.end()) return std::nullopt;
+  return it->second;
+}
+std::uint64_t MemoryFleetStore::exchanges() const {
+  std::lock_guard lock(mu_);
+  return exchanges_;
+}
+
+void MemoryFleetStore::record(const std::string& key, SharedState state, TransitionReason reason,
+                              std::int64_t until_ms, const std::string& instance) {
+  FleetRecord r{state, reason, until_ms, instance, ++sequence_};
+  records_[key] = encode_record(r);
+  touch(key, r.sequence);
+}
+
+Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& req) {
+  std::chrono::nanoseconds latency;
+  {
+    std::lock_guard lock(mu_);
+    latency = latency_;
+  }
+  if (latency > std::chrono::nanoseconds::zero()) std::this_thread::sleep_for(latency);
+  std::lock_guard lock(mu_);
+  ++exchanges_;
+  if (down_) return Unexpected(StoreError{StoreError::Kind::unavailable, "the store is down"});
+  const std::int64_t lease_now = lease_clock_ms_();
+  SyncReply reply;
+  // The current record's state and end, if it is a valid record.
+  auto current = [this](const std::string& key) -> std::optional<FleetRecord> {
+    const auto it = records_.find(key);
+    if (it == records_.end()) return std::nullopt;
+    auto r = decode_record(it->second);
+    if (!r) return std::nullopt;
+    return *r;
+  };
+  auto holder = [&](const std::string& key) -> std::string {
+    const auto it = leases_.find(key);
+    if (it == leases_.end()) return "";
+    if (it->second.expires_ms <= lease_now) {
+      leases_.erase(it);
+      return "";
+    }
+    return it->second.holder;
+  };
+  for (const FleetOp& op : req.ops) {
+    switch (op.kind) {
+      case FleetOp::Kind::vote_open: {
+        auto& voters = votes_[op.key];
+        voters[req.instance] = req.now_ms;
+        std::erase_if(voters,
+                      [&](const auto& v) { return v.second <= req.now_ms - req.quorum_window_ms; });
+        const auto cur = current(op.key);
+        const bool qualifies = holder(op.key) == req.instance || voters.size() >= req.quorum;
+        if (qualifies &&
+            !(cur && cur->state == SharedState::open && cur->until_ms >= op.until_ms)) {
+          record(op.key, SharedState::open, op.reason, op.until_ms, req.instance);
+          leases_.erase(op.key);
+        }
+        break;
+      }
+      case FleetOp::Kind::close: {
+        const auto cur = current(op.key);
+        if (cur && cur->state == SharedState::open) {
+          record(op.key, SharedState::closed, op.reason, 0, req.instance);
+        }
+        leases_.erase(op.key);
+        votes_.erase(op.key);
+        break;
+      }
+      case FleetOp::Kind::assert_open:
+        if (records_.find(op.key) == records_.end())
+          record(op.key, SharedState::open, op.reason, op.until_ms, req.instance);
+        break;
+      case FleetOp::Kind::lease: {
+        if (holder(op.key).empty()) leases_[op.key] = Lease{req.instance, lease_now + op.lease_ms};
+        reply.lease_holders.push_back(holder(op.key));
+        break;
+      }
+      case FleetOp::Kind::count: {
+        if (req.count_bucket_ms <= 0 || req.count_buckets == 0) {
+          reply.counts.push_back({"0", "0"});
+          break;
+        }
+        const std::int64_t bucket = req.now_ms / req.count_bucket_ms;
+        const std::int64_t oldest = bucket - static_cast<std::int64_t>(req.count_buckets) + 1;
+        auto& buckets = counts_[op.key];
+        auto& cell = buckets[bucket];
+        cell.first += op.successes;
+        cell.second += op.failures;
+        std::erase_if(buckets, [&](const auto& b) { return b.first < oldest; });
+        std::uint64_t s = 0, f = 0;
+        for (const auto& [b, c] : buckets) {
+          if (b <= bucket) s += c.first, f += c.second;
+        }
+        reply.counts.push_back({std::to_string(s), std::to_string(f)});
+        break;
+      }
+    }
+  }
+  reply.incarnation = std::to_string(incarnation_);
+  reply.sequence = sequence_;
+  for (auto it = by_sequence_.upper_bound(req.cursor); it != by_sequence_.end(); ++it) {
+    if (reply.changes.size() >= req.max_changes) {
+      reply.sequence = std::prev(it)->first;  // the rest next time
+      break;
+    }
+    const auto rec = records_.find(it->second);
+    reply.changes.push_back(
+        RawRecord{it->second, rec == records_.end() ? std::string() : rec->second});
+  }
+  return reply;
+}
+
+}  // namespace bulwark::redis

@@ -1,0 +1,398 @@
+#include "bulwark/redis/redis_store.h"
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <signal.h>
+#include <sys/time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <charconv>
+#include <memory>
+#include <vector>
+
+#include "bulwark/config_error.h"
+
+namespace bulwark::redis {
+namespace {
+
+// ARGV: prefix, instance, now_ms, quorum, cutoff_ms (votes at or before it expire),
+// vote_ttl_ms, cursor, op count, count bucket, count buckets, bucket ttl ms, max
+// changes, then 5 per
+// op: op, key, reason, until_ms, lease_ms (a count op: op, key, successes, failures, 0).
+// Returns: incarnation, sequence, lease count, the holders, count-op count, two totals
+// per count op, then key, value pairs.
+constexpr const char* kScript = R"lua(
+local p, inst, now, quorum = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
+local cutoff, vote_ttl, cursor, n = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
+local bucket, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local max_changes = tonumber(ARGV[12])
+local seqk, chk = p .. 'seq', p .. 'changes'
+redis.call('SET', p .. 'id', inst .. '@' .. now, 'NX')
+local function get(k)
+  local v = redis.pcall('GET', k)
+  if type(v) ~= 'string' then return nil end
+  return v
+end
+local function current(k)
+  local v = get(k)
+  if not v then return nil, 0 end
+  local st, u = string.match(v, '^v1|(%a+)|[%w_]+|(%d+)|[^|]+|%d+$')
+  return st, tonumber(u or '0')
+end
+local function record(key, st, reason, u)
+  local e = redis.call('INCR', seqk)
+  redis.call('SET', p .. 'k:' .. key,
+             'v1|' .. st .. '|' .. reason .. '|' .. u .. '|' .. inst .. '|' .. tostring(e))
+  redis.call('ZADD', chk, e, key)
+end
+local leases, counts = {}, {}
+-- Sums one outcome over the window's buckets; 'malformed' if a bucket holds anything
+-- but a decimal count.
+local function total(key, field)
+  local sum = 0
+  for b = bucket - nbuckets + 1, bucket do
+    local v = redis.pcall('HGET', p .. 'w:' .. key .. ':' .. string.format('%d', b), field)
+    if type(v) == 'table' or (v and not string.match(v, '^%d+$')) then return 'malformed' end
+    if v then sum = sum + tonumber(v) end
+  end
+  return string.format('%d', sum)
+end
+local i = 13
+for _ = 1, n do
+  local op, key, reason, u, lease = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  i = i + 5
+  local rk, lk, vk = p .. 'k:' .. key, p .. 'l:' .. key, p .. 'v:' .. key
+  if op == 'open' then
+    redis.call('ZADD', vk, now, inst)
+    redis.call('ZREMRANGEBYSCORE', vk, '-inf', cutoff)
+    redis.call('PEXPIRE', vk, vote_ttl)
+    local st, cu = current(rk)
+    local q = get(lk) == inst or redis.call('ZCARD', vk) >= quorum
+    if q and not (st == 'open' and cu >= tonumber(u)) then
+      record(key, 'open', reason, u)
+      redis.call('DEL', lk)
+    end
+  elseif op == 'close' then
+    if current(rk) == 'open' then record(key, 'closed', reason, '0') end
+    redis.call('DEL', lk, vk)
+  elseif op == 'assert' then
+    if redis.call('EXISTS', rk) == 0 then record(key, 'open', reason, u) end
+  elseif op == 'count' then
+    if nbuckets > 0 then
+      local wk = p .. 'w:' .. key .. ':' .. ARGV[9]
+      if reason ~= '0' then redis.pcall('HINCRBY', wk, 's', reason) end
+      if u ~= '0' then redis.pcall('HINCRBY', wk, 'f', u) end
+      redis.call('PEXPIRE', wk, bucket_ttl)
+      counts[#counts + 1] = total(key, 's')
+      counts[#counts + 1] = total(key, 'f')
+    else
+      counts[#counts + 1] = '0'
+      counts[#counts + 1] = '0'
+    end
+  elseif op == 'lease' then
+    redis.call('SET', lk, inst, 'NX', 'PX', lease)
+    leases[#leases + 1] = get(lk) or ''
+  else
+    return redis.error_reply('unknown fleet op ' .. tostring(op))
+  end
+end
+local seq = redis.call('GET', seqk) or '0'
+local changed = redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf', 'WITHSCORES', 'LIMIT', 0,
+                           max_changes)
+-- Cut short: the next exchange reads on from the last change returned.
+if #changed / 2 >= max_changes then seq = changed[#changed] end
+local out = {redis.call('GET', p .. 'id') or '', tostring(seq), tostring(#leases)}
+for _, h in ipairs(leases) do out[#out + 1] = h end
+out[#out + 1] = tostring(#counts / 2)
+for _, c in ipairs(counts) do out[#out + 1] = c end
+for j = 1, #changed, 2 do
+  local key = changed[j]
+  local v = redis.pcall('GET', p .. 'k:' .. key)
+  if type(v) == 'table' then v = '(not a string)' elseif not v then v = '(missing)' end
+  out[#out + 1] = key
+  out[#out + 1] = v
+end
+return out
+)lua";
+
+// hiredis writes with write(2): to a server that went away that raises SIGPIPE, whose
+// default action ends the process. While alive, this blocks SIGPIPE on this thread and
+// discards one that the writes raised, leaving the application's handling untouched.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t pending;
+    sigpending(&pending);
+    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
+    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
+  }
+  ~SigpipeGuard() {
+    if (!blocked_) return;
+    if (!was_pending_) {
+      sigset_t pending;
+      sigpending(&pending);
+      if (sigismember(&pending, SIGPIPE) == 1) {
+        const timespec zero{0, 0};
+        while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
+        }
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+  bool was_pending_ = false;
+  bool blocked_ = false;
+};
+
+struct ReplyDeleter {
+  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
+};
+using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
+
+timeval to_timeval(std::chrono::milliseconds ms) {
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  return tv;
+}
+
+std::string reply_text(const redisReply* r) { return std::string(r->str, r->len); }
+
+[[noreturn]] void bad(std::string field, std::string message) {
+  detail::raise_config_error(
+      ConfigError{"redis fleet store", std::move(field), std::move(message)});
+}
+
+bool parse_u64(const redisReply* r, std::uint64_t& out) {
+  if (r->type != REDIS_REPLY_STRING || r->len == 0) return false;
+  const auto [p, ec] = std::from_chars(r->str, r->str + r->len, out);
+  return ec == std::errc() && p == r->str + r->len;
+}
+
+const char* op_name(FleetOp::Kind k) {
+  switch (k) {
+    case FleetOp::Kind::vote_open:
+      return "open";
+    case FleetOp::Kind::close:
+      return "close";
+    case FleetOp::Kind::assert_open:
+      return "assert";
+    case FleetOp::Kind::lease:
+      return "lease";
+    case FleetOp::Kind::count:
+      return "count";
+  }
+  return "?";
+}
+
+}  // namespace
+
+const char* RedisFleetStore::script() noexcept { return kScript; }
+
+RedisFleetStore::RedisFleetStore(RedisConfig config)
+    : config_(std::move(config)), rng_(std::random_device{}()) {
+  if (config_.host.empty()) bad("host", "must not be empty");
+  if (config_.port <= 0 || config_.port > 65535)
+    bad("port", "must be in 1..65535, got " + std::to_string(config_.port));
+  if (config_.prefix.empty()) bad("prefix", "must not be empty");
+  for (char c : config_.prefix) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
+      bad("prefix", "must not contain spaces or control characters");
+  }
+  if (config_.connect_timeout <= std::chrono::milliseconds::zero())
+    bad("connect_timeout", "must be positive");
+  if (config_.command_timeout <= std::chrono::milliseconds::zero())
+    bad("command_timeout", "must be positive");
+  if (config_.reconnect_min <= std::chrono::milliseconds::zero())
+    bad("reconnect_min", "must be positive");
+  if (config_.reconnect_max < config_.reconnect_min)
+    bad("reconnect_max", "must be at least reconnect_min");
+  if (config_.password.empty() && !config_.username.empty())
+    bad("password", "must be set when username is");
+}
+
+RedisFleetStore::~RedisFleetStore() {
+  if (ctx_ != nullptr) redisFree(ctx_);
+}
+
+StoreError RedisFleetStore::fail(StoreError e) {
+  if (ctx_ != nullptr) {
+    redisFree(ctx_);
+    ctx_ = nullptr;
+  }
+  // Exponential backoff with jitter: a uniform draw in [cap/2, cap].
+  const std::int64_t base = config_.reconnect_min.count();
+  const std::int64_t cap = std::min<std::int64_t>(config_.reconnect_max.count(),
+                                                  base << std::min<std::uint32_t>(failures_, 20));
+  ++failures_;
+  std::uniform_int_distribution<std::int64_t> jitter(cap / 2, cap);
+  next_attempt_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(jitter(rng_));
+  return e;
+}
+
+Expected<void, StoreError> RedisFleetStore::connect() {
+  redisContext* c = redisConnectWithTimeout(config_.host.c_str(), config_.port,
+                                            to_timeval(config_.connect_timeout));
+  if (c == nullptr) return Unexpected(fail({StoreError::Kind::unavailable, "out of memory"}));
+  ctx_ = c;
+  if (c->err != 0) {
+    const std::string why = c->errstr;
+    return Unexpected(
+        fail({StoreError::Kind::unavailable,
+              "connecting to " + config_.host + ":" + std::to_string(config_.port) + ": " + why}));
+  }
+  if (redisSetTimeout(c, to_timeval(config_.command_timeout)) != REDIS_OK)
+    return Unexpected(fail({StoreError::Kind::unavailable, "setting the command timeout"}));
+  // AUTH and SCRIPT LOAD in one round trip.
+  int expected = 1;
+  if (!config_.password.empty()) {
+    if (config_.username.empty()) {
+      const char* argv[] = {"AUTH", config_.password.c_str()};
+      const size_t len[] = {4, config_.password.size()};
+      redisAppendCommandArgv(c, 2, argv, len);
+    } else {
+      const char* argv[] = {"AUTH", config_.username.c_str(), config_.password.c_str()};
+      const size_t len[] = {4, config_.username.size(), config_.password.size()};
+      redisAppendCommandArgv(c, 3, argv, len);
+    }
+    ++expected;
+  }
+  {
+    const char* argv[] = {"SCRIPT", "LOAD", kScript};
+    const size_t len[] = {6, 4, std::char_traits<char>::length(kScript)};
+    redisAppendCommandArgv(c, 3, argv, len);
+  }
+  for (int i = 0; i < expected; ++i) {
+    void* raw = nullptr;
+    if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) {
+      const bool timeout = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+      const std::string why = c->errstr;
+      return Unexpected(fail({timeout ? StoreError::Kind::timeout : StoreError::Kind::unavailable,
+                              "setting up the connection: " + why}));
+    }
+    ReplyPtr r(static_cast<redisReply*>(raw));
+    if (r->type == REDIS_REPLY_ERROR) {
+      const bool auth = i == 0 && expected == 2;
+      return Unexpected(
+          fail({StoreError::Kind::rejected,
+                std::string(auth ? "AUTH" : "SCRIPT LOAD") + " refused: " + reply_text(r.get())}));
+    }
+    if (i == expected - 1) {
+      if (r->type != REDIS_REPLY_STRING)
+        return Unexpected(fail({StoreError::Kind::protocol, "SCRIPT LOAD did not return a hash"}));
+      sha_ = reply_text(r.get());
+    }
+  }
+  ++connects_;
+  return {};
+}
+
+Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req) {
+  const SigpipeGuard no_sigpipe;
+  if (ctx_ == nullptr) {
+    const auto now = std::chrono::steady_clock::now();
+    if (now < next_attempt_) {
+      const auto wait =
+          std::chrono::duration_cast<std::chrono::milliseconds>(next_attempt_ - now).count();
+      return Unexpected(
+          StoreError{StoreError::Kind::unavailable,
+                     "not connected; next attempt in " + std::to_string(wait) + " ms"});
+    }
+    auto ok = connect();
+    if (!ok) return Unexpected(ok.error());
+  }
+  std::vector<std::string> args;
+  args.reserve(11 + 5 * req.ops.size());
+  args.push_back("EVALSHA");
+  args.push_back(sha_);
+  args.push_back("0");
+  args.push_back(config_.prefix);
+  args.push_back(req.instance);
+  args.push_back(std::to_string(req.now_ms));
+  args.push_back(std::to_string(req.quorum));
+  args.push_back(std::to_string(req.now_ms - req.quorum_window_ms));
+  args.push_back(std::to_string(2 * req.quorum_window_ms));
+  args.push_back(std::to_string(req.cursor));
+  args.push_back(std::to_string(req.ops.size()));
+  const bool counting = req.count_bucket_ms > 0 && req.count_buckets > 0;
+  args.push_back(std::to_string(counting ? req.now_ms / req.count_bucket_ms : 0));
+  args.push_back(std::to_string(counting ? req.count_buckets : 0));
+  args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
+  args.push_back(std::to_string(std::max<std::uint32_t>(req.max_changes, 1)));
+  for (const FleetOp& op : req.ops) {
+    args.push_back(op_name(op.kind));
+    args.push_back(op.key);
+    if (op.kind == FleetOp::Kind::count) {
+      args.push_back(std::to_string(op.successes));
+      args.push_back(std::to_string(op.failures));
+    } else {
+      args.push_back(std::string(to_string(op.reason)));
+      args.push_back(std::to_string(op.until_ms));
+    }
+    args.push_back(std::to_string(op.lease_ms));
+  }
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  argv.reserve(args.size());
+  lens.reserve(args.size());
+  for (const std::string& a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
+  }
+  void* raw = redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data());
+  if (raw == nullptr) {
+    const bool timeout = ctx_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+    const std::string why = ctx_->errstr;
+    return Unexpected(fail(
+        {timeout ? StoreError::Kind::timeout : StoreError::Kind::unavailable, "EVALSHA: " + why}));
+  }
+  ReplyPtr r(static_cast<redisReply*>(raw));
+  if (r->type == REDIS_REPLY_ERROR) {
+    const std::string why = reply_text(r.get());
+    // A server that lost its scripts (SCRIPT FLUSH, a failover) loads it again next time.
+    if (why.rfind("NOSCRIPT", 0) == 0)
+      return Unexpected(fail({StoreError::Kind::rejected, "the script is gone: " + why}));
+    failures_ = 0;
+    return Unexpected(StoreError{StoreError::Kind::rejected, "the fleet script failed: " + why});
+  }
+  failures_ = 0;
+  auto protocol = [](std::string what) {
+    return Unexpected(StoreError{StoreError::Kind::protocol, "the fleet script returned " + what});
+  };
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3)
+    return protocol("something else than its array");
+  for (size_t i = 0; i < r->elements; ++i) {
+    if (r->element[i]->type != REDIS_REPLY_STRING) return protocol("a non-string element");
+  }
+  SyncReply out;
+  out.incarnation = reply_text(r->element[0]);
+  std::uint64_t leases = 0;
+  if (!parse_u64(r->element[1], out.sequence)) return protocol("a sequence that is not a number");
+  if (!parse_u64(r->element[2], leases) || leases > r->elements - 3)
+    return protocol("a bad lease count");
+  for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[3 + i]));
+  std::uint64_t counts = 0;
+  if (3 + leases >= r->elements || !parse_u64(r->element[3 + leases], counts) ||
+      counts > (r->elements - 4 - leases) / 2)
+    return protocol("a bad count of counts");
+  for (size_t i = 0; i < counts; ++i) {
+    out.counts.push_back(
+        {reply_text(r->element[4 + leases + 2 * i]), reply_text(r->element[5 + leases + 2 * i])});
+  }
+  const size_t first = 4 + leases + 2 * counts;
+  if ((r->elements - first) % 2 != 0) return protocol("an odd number of key/value elements");
+  out.changes.reserve((r->elements - first) / 2);
+  for (size_t i = first; i < r->elements; i += 2) {
+    out.changes.push_back(RawRecord{reply_text(r->element[i]), reply_text(r->element[i + 1])});
+  }
+  return out;
+}
+
+}  // namespace bulwark::redis

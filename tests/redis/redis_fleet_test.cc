@@ -1,0 +1,313 @@
+// Fleets of separate instances, each with its own connection, against a real
+// redis-server that each test starts on a free loopback port and stops. Breakers run
+// on a ManualClock and the fleet's wall clock is a variable the test moves, so the
+// protocol's timing is virtual; only Redis's own lease expiry (PX) is real, and no
+// test waits for it.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bulwark/redis/fleet.h"
+#include "bulwark/redis/redis_store.h"
+#include "redis/redis_server.h"
+
+namespace bulwark::redis {
+namespace {
+
+using namespace std::chrono_literals;
+using Breaker = BasicCircuitBreaker<ManualClock>;
+using bulwark::testing::RedisServer;
+
+// The only place these tests build a breaker configuration.
+Breaker::Config breaker_config(std::string name) {
+  return Breaker::Config{.name = std::move(name), .consecutive_failures = 3, .open_duration = 10s};
+}
+
+class RedisFleetTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!bulwark::testing::redis_server_available())
+      GTEST_SKIP() << "redis-server is not installed (Debian: apt-get install redis-server)";
+    server = std::make_unique<RedisServer>(server_args());
+    ASSERT_TRUE(server->start()) << "redis-server did not start on port " << server->port();
+  }
+  virtual std::vector<std::string> server_args() { return {}; }
+
+  RedisConfig redis_config() {
+    return RedisConfig{.port = server->port(),
+                       .prefix = "test:fleet:",
+                       .reconnect_min = 5ms,
+                       .reconnect_max = 20ms};
+  }
+
+  struct Instance {
+    Instance(RedisFleetTest& t, std::string id, std::uint32_t quorum, RedisConfig rc)
+        : store(std::move(rc)),
+          breaker(breaker_config("inventory"), t.clock),
+          fleet(
+              FleetConfig{
+                  .instance = std::move(id), .quorum = quorum, .wall_ms = [&t] { return t.wall; }},
+              store) {
+      fleet.attach(breaker);
+    }
+    void fail() {
+      for (int i = 0; i < 3; ++i) {
+        if (auto p = breaker.try_acquire()) p->record_failure();
+      }
+    }
+    SyncSummary sync() {
+      auto s = fleet.sync();
+      EXPECT_TRUE(s) << (s ? "" : s.error().message);
+      return s ? *s : SyncSummary{};
+    }
+    FleetKeyReading key() const { return fleet.reading().keys.at(0); }
+    RedisFleetStore store;
+    Breaker breaker;
+    Fleet fleet;
+  };
+  std::unique_ptr<Instance> make(std::string id, std::uint32_t quorum = 1) {
+    return std::make_unique<Instance>(*this, std::move(id), quorum, redis_config());
+  }
+  void advance(std::chrono::milliseconds d) {
+    clock.advance(d);
+    wall += d.count();
+  }
+
+  ManualClock clock;
+  // Near the real time, so that Redis's own expiries (votes, leases) behave.
+  std::int64_t wall = std::chrono::duration_cast<std::chrono::milliseconds>(
+                          std::chrono::system_clock::now().time_since_epoch())
+                          .count();
+  std::unique_ptr<RedisServer> server;
+};
+
+TEST_F(RedisFleetTest, OpenOnOneIsOpenOnAllAfterOneSyncEachAndCloseFollows) {
+  auto a = make("a"), b = make("b"), c = make("c");
+  a->sync(), b->sync(), c->sync();
+  a->fail();
+  a->sync(), b->sync(), c->sync();
+  EXPECT_EQ(b->breaker.state(), State::open);
+  EXPECT_EQ(c->breaker.state(), State::open);
+  EXPECT_EQ(c->key().decided_by, "a");
+  EXPECT_EQ(c->key().decision, Decision::shared);
+  EXPECT_EQ(
+      server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|consecutive_failures|", 0),
+      0u);
+
+  // The lease: a asks first near the end of the period and probes; b and c wait.
+  advance(9700ms);
+  a->sync(), b->sync(), c->sync();
+  EXPECT_TRUE(a->key().lease_holder);
+  EXPECT_FALSE(b->key().lease_holder);
+  EXPECT_FALSE(c->key().lease_holder);
+  EXPECT_EQ(server->command({"GET", "test:fleet:l:inventory"}), "a");
+  advance(300ms);
+  auto probe = a->breaker.try_acquire();
+  ASSERT_TRUE(probe && probe->is_probe());
+  EXPECT_FALSE(b->breaker.try_acquire());
+  EXPECT_FALSE(c->breaker.try_acquire());
+  probe->record_success();
+  a->sync(), b->sync(), c->sync();
+  EXPECT_EQ(b->breaker.state(), State::closed);
+  EXPECT_EQ(c->breaker.state(), State::closed);
+  EXPECT_EQ(server->command({"EXISTS", "test:fleet:l:inventory"}), "0");
+  const FleetReading r = b->fleet.reading();
+  EXPECT_EQ(r.adopted_opens, 1u);
+  EXPECT_EQ(r.adopted_closes, 1u);
+  EXPECT_TRUE(r.connected);
+  std::uint64_t rtts = 0;
+  for (auto n : r.rtt_counts) rtts += n;
+  EXPECT_EQ(rtts, r.syncs);
+}
+
+TEST_F(RedisFleetTest, QuorumTwoWithOneSickInstance) {
+  auto a = make("a", 2), b = make("b", 2), c = make("c", 2);
+  a->fail();
+  a->sync(), b->sync(), c->sync();
+  EXPECT_EQ(a->breaker.state(), State::open);
+  EXPECT_EQ(b->breaker.state(), State::closed);
+  EXPECT_EQ(c->breaker.state(), State::closed);
+  EXPECT_EQ(a->key().decision, Decision::local);
+  advance(1s);
+  b->fail();
+  b->sync(), c->sync();
+  EXPECT_EQ(c->breaker.state(), State::open);
+  EXPECT_EQ(c->key().decided_by, "b");
+}
+
+TEST_F(RedisFleetTest, ANewInstanceAdoptsTheFleetStateOnItsFirstSync) {
+  auto a = make("a");
+  a->fail();
+  a->sync();
+  advance(3s);
+  auto late = make("late");
+  late->sync();
+  auto rej = late->breaker.try_acquire();
+  ASSERT_FALSE(rej);
+  EXPECT_EQ(rej.error().retry_after, 7s);
+}
+
+TEST_F(RedisFleetTest, KilledRedisFailsFastThenTheFleetRejoinsAndRepublishes) {
+  auto a = make("a"), b = make("b");
+  a->sync(), b->sync();
+  a->fail();
+  a->sync();
+  server->kill();
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = b->fleet.sync();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().kind, StoreError::Kind::unavailable) << s.error().message;
+  EXPECT_LT(took, 2s) << "bounded by the 50 ms timeouts";
+  EXPECT_TRUE(b->breaker.try_acquire());  // carries on locally
+  EXPECT_FALSE(b->fleet.reading().connected);
+  EXPECT_GE(b->fleet.reading().sync_errors, 1u);
+
+  // Back, empty: the instances notice the new incarnation and a publishes again what
+  // is still open. Reconnecting waits for the backoff (5-20 ms here): poll for it.
+  ASSERT_TRUE(server->start());
+  const auto deadline = std::chrono::steady_clock::now() + 10s;
+  while (!a->fleet.sync() && std::chrono::steady_clock::now() < deadline) {
+  }
+  while (!b->fleet.sync() && std::chrono::steady_clock::now() < deadline) {
+  }
+  a->sync();  // re-publishes into the empty store
+  b->sync();
+  EXPECT_EQ(b->breaker.state(), State::open);
+  EXPECT_EQ(server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
+  EXPECT_GE(a->store.reconnects(), 2u);
+}
+
+TEST_F(RedisFleetTest, APausedRedisTimesOutInsteadOfHanging) {
+  auto a = make("a");
+  a->sync();
+  server->pause();  // accepts nothing, answers nothing: a partition
+  const auto t0 = std::chrono::steady_clock::now();
+  auto s = a->fleet.sync();
+  const auto took = std::chrono::steady_clock::now() - t0;
+  server->resume();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().kind, StoreError::Kind::timeout) << s.error().message;
+  EXPECT_LT(took, 2s);
+  // Within the backoff the store does not even try.
+  auto again = a->fleet.sync();
+  if (!again) {
+    EXPECT_NE(again.error().message.find("next attempt"), std::string::npos);
+  }
+}
+
+TEST_F(RedisFleetTest, MalformedValuesPlantedInRedisAreCountedAndNamed) {
+  auto a = make("a");
+  a->sync();
+  server->command({"SET", "test:fleet:k:inventory", "v1|open|manual|tomorrow|x|1"});
+  server->command({"ZADD", "test:fleet:changes", "1000000", "inventory"});
+  server->command({"HSET", "test:fleet:k:other", "f", "v"});
+  server->command({"ZADD", "test:fleet:changes", "1000001", "other"});
+  const SyncSummary s = a->sync();
+  EXPECT_EQ(s.malformed, 2u);
+  const FleetReading r = a->fleet.reading();
+  EXPECT_EQ(r.malformed_values, 2u);
+  EXPECT_NE(r.last_malformed.find("key 'other'"), std::string::npos) << r.last_malformed;
+  EXPECT_NE(r.last_malformed.find("not a bulwark fleet record"), std::string::npos);
+  EXPECT_EQ(a->breaker.state(), State::closed);
+  // The instance's own opening still goes through (and repairs the value).
+  a->fail();
+  a->sync();
+  EXPECT_EQ(server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
+}
+
+TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
+  auto config = [this](std::string id) {
+    return FleetConfig{
+        .instance = std::move(id), .count_bucket = 1000ms, .count_buckets = 3, .wall_ms = [this] {
+          return wall;
+        }};
+  };
+  RedisFleetStore sa(redis_config()), sb(redis_config());
+  Breaker ba(breaker_config("inventory"), clock), bb(breaker_config("inventory"), clock);
+  Fleet a(config("a"), sa), b(config("b"), sb);
+  a.attach(ba);
+  b.attach(bb);
+  for (int i = 0; i < 3; ++i) ba.try_acquire()->record_success();
+  ba.try_acquire()->record_failure();
+  bb.try_acquire()->record_failure();
+  ASSERT_TRUE(a.sync());
+  ASSERT_TRUE(b.sync());
+  EXPECT_EQ(b.reading().keys[0].fleet_successes, 3u);
+  EXPECT_EQ(b.reading().keys[0].fleet_failures, 2u);
+
+  const std::string bucket = std::to_string(wall / 1000);
+  server->command({"HSET", "test:fleet:w:inventory:" + bucket, "s", "lots"});
+  bb.try_acquire()->record_success();
+  const auto s = b.sync();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->malformed, 1u);
+  EXPECT_NE(b.reading().last_malformed.find("key 'inventory': a count bucket"), std::string::npos)
+      << b.reading().last_malformed;
+}
+
+TEST_F(RedisFleetTest, ANewInstanceCatchesUpOverSeveralSyncsOfBoundedReplies) {
+  RedisFleetStore so(redis_config()), sn(redis_config());
+  std::vector<std::unique_ptr<Breaker>> old_breakers, new_breakers;
+  Fleet old_one(FleetConfig{.instance = "old", .wall_ms = [this] { return wall; }}, so);
+  Fleet new_one(
+      FleetConfig{.instance = "new", .max_changes_per_sync = 2, .wall_ms = [this] { return wall; }},
+      sn);
+  for (int i = 0; i < 5; ++i) {
+    std::string key = "k";
+    key += std::to_string(i);
+    old_breakers.push_back(std::make_unique<Breaker>(breaker_config(key), clock));
+    new_breakers.push_back(std::make_unique<Breaker>(breaker_config(key), clock));
+    old_one.attach(*old_breakers.back());
+    new_one.attach(*new_breakers.back());
+    for (int f = 0; f < 3; ++f) old_breakers.back()->try_acquire()->record_failure();
+  }
+  ASSERT_TRUE(old_one.sync());
+  std::vector<std::size_t> changes;
+  for (int i = 0; i < 3; ++i) {
+    auto s = new_one.sync();
+    ASSERT_TRUE(s) << s.error().message;
+    changes.push_back(s->changes);
+  }
+  EXPECT_EQ(changes, (std::vector<std::size_t>{2, 2, 1}));
+  for (auto& b : new_breakers) EXPECT_EQ(b->state(), State::open);
+}
+
+class RedisAuthTest : public RedisFleetTest {
+  std::vector<std::string> server_args() override { return {"--requirepass", "s3cret"}; }
+};
+
+TEST_F(RedisAuthTest, PasswordIsSentAndAWrongOneIsAClearError) {
+  RedisConfig wrong = redis_config();
+  wrong.password = "nope";
+  Instance bad(*this, "bad", 1, wrong);
+  auto s = bad.fleet.sync();
+  ASSERT_FALSE(s);
+  EXPECT_EQ(s.error().kind, StoreError::Kind::rejected);
+  EXPECT_NE(s.error().message.find("AUTH"), std::string::npos) << s.error().message;
+
+  RedisConfig right = redis_config();
+  right.password = "s3cret";
+  Instance good(*this, "good", 1, right);
+  good.fail();
+  EXPECT_TRUE(good.fleet.sync());
+}
+
+TEST(RedisConfigTest, BadConfigurationIsRejectedNamingTheField) {
+  try {
+    RedisFleetStore s(RedisConfig{.port = 70000});
+    FAIL();
+  } catch (const InvalidConfig& e) {
+    EXPECT_EQ(e.error().field, "port");
+  }
+  EXPECT_THROW(RedisFleetStore(RedisConfig{.prefix = ""}), InvalidConfig);
+  EXPECT_THROW(RedisFleetStore(RedisConfig{.prefix = "a b"}), InvalidConfig);
+  EXPECT_THROW(RedisFleetStore(RedisConfig{.command_timeout = 0ms}), InvalidConfig);
+}
+
+}  // namespace
+}  // namespace bulwark::redis
