@@ -435,11 +435,6 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                        " in the trace): no rate threshold can be trusted below a window of "
                        "10 min; consecutive failures instead";
     br.push_back({"window", "\"none\"", "consecutive failures only: " + c.note});
-    if (judged > 0) {
-      br.push_back(
-          {"slow_call_duration", quoted_dur(slow),
-           "between the normal p99 (" + show(c.p99) + ") and the timeout (counted, not a rule)"});
-    }
     br.push_back({"consecutive_failures", std::to_string(k_c),
                   "a run this long at " + percent(p_c) + " is expected under " +
                       num(false_opens_per_day, 3) + " times a day at " + num(calls_per_day, 1) +
