@@ -204,6 +204,9 @@ std::string percent(double v) {
   const double pct = v * 100;
   return num(pct, pct < 0.1 && pct > 0 ? 4 : 2) + "%";
 }
+// A rate per second: one decimal, more below 10/s (0.022/s, not 0/s).
+std::string rate_text(double r) { return num(r, r >= 10 ? 1 : r >= 0.1 ? 2 : 4); }
+
 std::string count_text(std::uint64_t n) {
   std::string s = std::to_string(n), out;
   for (std::size_t i = 0; i < s.size(); ++i) {
@@ -403,7 +406,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                   "holds about " +
                       count_text(static_cast<std::uint64_t>(judged_rate *
                                                             static_cast<double>(window) / 1e9)) +
-                      " calls at " + num(judged_rate, 1) + "/s, twice minimum_calls" +
+                      " calls at " + rate_text(judged_rate) + "/s, twice minimum_calls" +
                       (window > kLongWindow ? " (little traffic: a longer window)" : "")});
     br.push_back({"minimum_calls", std::to_string(n),
                   "the fewest calls whose thresholds sit below half-way to a degradation "
@@ -430,7 +433,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   } else {
     c.note = judged_rate <= 0 || judged == 0
                  ? "no judged call over a time span: no rate can be measured"
-                 : "little traffic (" + num(judged_rate, 3) + " judged calls/s, " +
+                 : "little traffic (" + rate_text(judged_rate) + " judged calls/s, " +
                        count_text(judged) +
                        " in the trace): no rate threshold can be trusted below a window of "
                        "10 min; consecutive failures instead";
@@ -486,7 +489,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   c.bulkhead = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
       std::max<std::uint64_t>(by_tail, s.peak_in_flight), 1, kMaxConcurrent));
   call.push_back({"bulkhead.max_concurrent", std::to_string(c.bulkhead),
-                  "Little's law: " + num(c.rate_per_s, 1) + "/s x " + show(c.mean) +
+                  "Little's law: " + rate_text(c.rate_per_s) + "/s x " + show(c.mean) +
                       " mean = " + num(mean_in_flight, 1) +
                       " in flight; its 1e-6 Poisson tail is " + std::to_string(by_tail) +
                       ", the trace's peak " + std::to_string(s.peak_in_flight)});
@@ -731,7 +734,7 @@ std::string to_text(const Calibration& c) {
   for (const KeyCalibration& k : c.keys) {
     o << "\nkey " << quote_for_error(k.key) << "\n";
     o << "  baseline  " << count_text(k.calls) << " calls over " << show(k.last_t - k.first_t)
-      << " (" << num(k.rate_per_s, 1) << "/s), errors " << percent(k.error_rate) << ", "
+      << " (" << rate_text(k.rate_per_s) << "/s), errors " << percent(k.error_rate) << ", "
       << count_text(k.ignored) << " ignored\n";
     o << "            latency p50 " << show(k.p50) << "  p90 " << show(k.p90) << "  p99 "
       << show(k.p99) << "  p99.9 " << show(k.p999) << "  max " << show(k.max) << "  mean "
@@ -871,7 +874,7 @@ std::string to_svg(const Calibration& c) {
     };
     const double base = y0 + kPanel - 30, top = y0 + 20;
     o << "<text x=\"" << kLeft << "\" y=\"" << y0 + 12 << "\">key " << xml(quote_for_error(k.key))
-      << ": " << num(k.rate_per_s, 1) << "/s, errors " << percent(k.error_rate) << "</text>\n";
+      << ": " << rate_text(k.rate_per_s) << "/s, errors " << percent(k.error_rate) << "</text>\n";
     o << "<line x1=\"" << kLeft << "\" y1=\"" << base << "\" x2=\"" << kLeft + plot_w << "\" y2=\""
       << base << "\" stroke=\"#888\"/>\n";
     // The distribution as its percentiles: the fraction of calls at or below each.
