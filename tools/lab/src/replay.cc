@@ -207,14 +207,16 @@ class Replayer {
   };
 
   std::uint32_t key_index(std::string_view name) {
-    if (auto it = index_.find(name); it != index_.end()) return it->second;
+    // Runs of one key are common: the last key is checked before hashing.
+    if (!keys_.empty() && keys_[last_key_]->name == name) return last_key_;
+    if (auto it = index_.find(name); it != index_.end()) return last_key_ = it->second;
     auto key = std::make_unique<Key>();
     key->name = std::string(name);
     key->breaker = std::make_unique<B>(policy_);
     by_breaker_.emplace(key->breaker.get(), static_cast<std::uint32_t>(keys_.size()));
     index_.emplace(key->name, static_cast<std::uint32_t>(keys_.size()));
     keys_.push_back(std::move(key));
-    return static_cast<std::uint32_t>(keys_.size() - 1);
+    return last_key_ = static_cast<std::uint32_t>(keys_.size() - 1);
   }
 
   void complete_until(Ticks t) {
@@ -277,6 +279,7 @@ class Replayer {
   std::vector<std::uint32_t> free_;
   std::vector<Pending> heap_;
   std::uint64_t seq_ = 0;
+  std::uint32_t last_key_ = 0;
 };
 
 // Counts the distinct keys of the checking pass (by hash: a collision only undercounts)
@@ -287,6 +290,8 @@ class KeyBudget {
       : per_key_(bytes_per_key), name_(std::move(name)) {}
 
   void add(const Row& row) {
+    if (seen_.size() > 0 && row.key == last_) return;  // the key of the row before
+    last_.assign(row.key);
     if (!seen_.insert(std::hash<std::string_view>{}(row.key)).second) return;
     // The breaker and its bookkeeping, and the name, kept twice (the key and its index).
     used_ += per_key_ + 2 * row.key.size();
@@ -304,6 +309,7 @@ class KeyBudget {
   std::size_t per_key_;
   std::string name_;
   std::unordered_set<std::uint64_t> seen_;
+  std::string last_;
   std::size_t used_ = 0;
 };
 

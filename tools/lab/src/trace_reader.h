@@ -11,15 +11,14 @@
 #ifndef BULWARK_LAB_SRC_TRACE_READER_H_
 #define BULWARK_LAB_SRC_TRACE_READER_H_
 
-#include <stdio.h>  // getline (POSIX)
-#include <sys/types.h>
-
 #include <algorithm>
 #include <cerrno>
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -73,6 +72,30 @@ inline Millis parse_millis(std::string_view s) {
     return {Status::not_finite, 0};
   }
   const auto is_digit = [](char c) { return c >= '0' && c <= '9'; };
+  {
+    // The common form first: up to 13 integer digits, then up to 6 decimals.
+    std::size_t i = 0;
+    std::uint64_t ms = 0;
+    while (i < s.size() && i < 13 && is_digit(s[i]))
+      ms = ms * 10 + static_cast<unsigned>(s[i++] - '0');
+    if (i > 0 && (i == s.size() || s[i] == '.')) {
+      std::uint64_t frac = 0;
+      std::size_t digits = 0;
+      if (i < s.size()) {
+        ++i;
+        while (i < s.size() && digits < 6 && is_digit(s[i])) {
+          frac = frac * 10 + static_cast<unsigned>(s[i++] - '0');
+          ++digits;
+        }
+      }
+      if (i == s.size()) {
+        static constexpr std::uint64_t kScale[] = {1'000'000, 100'000, 10'000, 1'000, 100, 10, 1};
+        const std::uint64_t ns = ms * 1'000'000 + frac * kScale[digits];
+        if (ns > kMaxNanos) return {Status::too_large, 0};
+        return {Status::ok, static_cast<Ticks>(ns)};
+      }
+    }
+  }
   std::size_t i = 0;
   while (i < s.size() && is_digit(s[i])) ++i;
   const std::size_t int_end = i;  // the integer digits are s[0, int_end)
@@ -290,33 +313,60 @@ class TraceReader {
     return i < starts_.size() ? static_cast<std::uint32_t>(starts_[i] + 1) : 0;
   }
 
+  // Reads blocks into buf_ and hands out lines from it (memchr for the LF): no copy
+  // and no call per line. A block read is copied to `copy_` as it is read.
   bool read_line(std::string_view& line) {
     if (line_no_ >= max_lines_) return false;
-    errno = 0;
-    const ssize_t n = ::getline(&line_.data, &line_.capacity, in_);
-    if (n < 0) {
-      if (std::ferror(in_)) {
-        throw InputError({name_, static_cast<std::uint32_t>(line_no_ + 1), 0}, "",
-                         std::string("cannot read: ") + std::strerror(errno));
+    std::size_t n = 0;
+    for (;;) {
+      const char* b = buf_.get() + begin_;
+      const std::size_t avail = end_ - begin_;
+      if (const void* nl = std::memchr(b, '\n', std::min(avail, kMaxLine)); nl != nullptr) {
+        n = static_cast<std::size_t>(static_cast<const char*>(nl) - b) + 1;
+        break;
       }
-      return false;
+      if (avail >= kMaxLine && (!eof_ || avail > kMaxLine)) {
+        throw InputError({name_, static_cast<std::uint32_t>(line_no_ + 1), 0}, "",
+                         "line is longer than 1 MiB");
+      }
+      if (eof_) {
+        if (avail == 0) return false;
+        n = avail;  // the last line, without a line end
+        break;
+      }
+      fill();
     }
     ++line_no_;
-    if (copy_ != nullptr && std::fwrite(line_.data, 1, static_cast<std::size_t>(n), copy_) !=
-                                static_cast<std::size_t>(n)) {
-      throw std::runtime_error("cannot copy " + name_ + " to a temporary file");
-    }
-    if (static_cast<std::size_t>(n) > kMaxLine) {
-      throw InputError({name_, static_cast<std::uint32_t>(line_no_), 0}, "",
-                       "line is longer than 1 MiB");
-    }
-    line = std::string_view(line_.data, static_cast<std::size_t>(n));
+    line = std::string_view(buf_.get() + begin_, n);
+    begin_ += n;
     // LF or CRLF ends a line; a CR not followed by LF stays, for the error to name.
     if (!line.empty() && line.back() == '\n') {
       line.remove_suffix(1);
       if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     }
     return true;
+  }
+
+  void fill() {
+    if (begin_ > 0) {
+      std::memmove(buf_.get(), buf_.get() + begin_, end_ - begin_);
+      end_ -= begin_;
+      begin_ = 0;
+    }
+    errno = 0;
+    const std::size_t got = std::fread(buf_.get() + end_, 1, kBufferBytes - end_, in_);
+    if (got == 0) {
+      if (std::ferror(in_)) {
+        throw InputError({name_, static_cast<std::uint32_t>(line_no_ + 1), 0}, "",
+                         std::string("cannot read: ") + std::strerror(errno));
+      }
+      eof_ = true;
+      return;
+    }
+    if (copy_ != nullptr && std::fwrite(buf_.get() + end_, 1, got, copy_) != got) {
+      throw std::runtime_error("cannot copy " + name_ + " to a temporary file");
+    }
+    end_ += got;
   }
 
   // Splits a CSV line into fields_ (RFC 4180 quoting), recording where each starts.
@@ -437,21 +487,14 @@ class TraceReader {
     }
   }
 
-  // getline()'s buffer, freed even when the constructor throws (a bad header).
-  struct LineBuffer {
-    char* data = nullptr;
-    std::size_t capacity = 0;
-    LineBuffer() = default;
-    LineBuffer(const LineBuffer&) = delete;
-    LineBuffer& operator=(const LineBuffer&) = delete;
-    ~LineBuffer() { std::free(data); }
-  };
-
   std::FILE* in_;
   std::string name_;
   std::FILE* copy_;
   std::uint64_t max_lines_;
-  LineBuffer line_;
+  static constexpr std::size_t kBufferBytes = kMaxLine + (1 << 16);
+  std::unique_ptr<char[]> buf_{new char[kBufferBytes]};
+  std::size_t begin_ = 0, end_ = 0;  // the unread bytes of buf_
+  bool eof_ = false;
   std::uint64_t line_no_ = 0;
   std::vector<Column> order_;
   std::vector<std::string_view> fields_;
