@@ -303,7 +303,26 @@ TEST(CalibrateCli, WritesATomlThatReplayAccepts) {
   const auto piped = run({"calibrate", "-", "--toml", "-"}, make_trace({t}, 4));
   ASSERT_EQ(piped.status, 0) << piped.err;
   EXPECT_EQ(piped.out, bulwark::testing::read_all(toml));
-  for (const std::string& p : {trace, toml, json}) std::remove(p.c_str());
+  // The scenario runs in `bulwark simulate`: the proposal keeps the latency x10 away.
+  const std::string scenario = temp_path("scenario");
+  ASSERT_EQ(run({"calibrate", trace, "--scenario", scenario}).status, 0);
+  const auto sim = run({"simulate", scenario, "--no-timeline"});
+  ASSERT_EQ(sim.status, 0) << sim.err;
+  EXPECT_NE(sim.out.find("proposed"), std::string::npos) << sim.out;
+  EXPECT_NE(sim.out.find("time from degradation to breaker open"), std::string::npos);
+  for (const std::string& p : {trace, toml, json, scenario}) std::remove(p.c_str());
+}
+
+TEST(Calibrate, TheScenarioLoadsAndTheProposalOpensInIt) {
+  Traffic t;
+  t.seconds = 300;
+  const Calibration c = calibrate_text(make_trace({t}, 9), {});
+  const Scenario s = parse_scenario(c.keys[0].scenario_toml, "s.toml");
+  ASSERT_EQ(s.configurations.size(), 2u);
+  ASSERT_TRUE(s.configurations[1].breaker);
+  ASSERT_TRUE(s.configurations[1].timeout);
+  EXPECT_EQ(s.configurations[1].timeout->count(), c.keys[0].timeout);
+  EXPECT_NEAR(s.arrivals.rate, t.rate, 0.03 * t.rate);
 }
 
 TEST(CalibrateCli, BadArgumentsExitTwo) {

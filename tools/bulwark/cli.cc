@@ -146,14 +146,16 @@ void check_calibrate(CalibrateArgs& a) {
   check_output("--json", a.json);
   check_output("--svg", a.svg);
   check_output("--toml", a.toml);
-  const Given* outs[] = {&a.json, &a.svg, &a.toml};
-  const char* flags[] = {"--json", "--svg", "--toml"};
-  for (int i = 0; i < 3; ++i) {
+  check_output("--scenario", a.scenario);
+  const Given* outs[] = {&a.json, &a.svg, &a.toml, &a.scenario};
+  const char* flags[] = {"--json", "--svg", "--toml", "--scenario"};
+  for (int i = 0; i < 4; ++i) {
     for (int j = 0; j < i; ++j) {
       if (outs[i]->given && outs[j]->given && outs[i]->value == outs[j]->value) {
         throw InputError({}, flags[i],
                          outs[i]->value == "-"
-                             ? std::string("only one of --json, --svg and --toml can write to "
+                             ? std::string("only one of --json, --svg, --toml and --scenario can "
+                                           "write to "
                                            "standard output")
                              : std::string("names the same file as ") + flags[j]);
       }
@@ -346,12 +348,18 @@ struct Progress {
 };
 
 int run_calibrate(const CalibrateArgs& a) {
-  Output json("--json", a.json), svg("--svg", a.svg), toml("--toml", a.toml);
+  Output json("--json", a.json), svg("--svg", a.svg), toml("--toml", a.toml),
+      scenario("--scenario", a.scenario);
   json.open();
   svg.open();
   toml.open();
-  for (const auto& [one, other, flag] :
-       {std::tuple{&json, &svg, "--svg"}, {&json, &toml, "--toml"}, {&svg, &toml, "--toml"}}) {
+  scenario.open();
+  for (const auto& [one, other, flag] : {std::tuple{&json, &svg, "--svg"},
+                                         {&json, &toml, "--toml"},
+                                         {&svg, &toml, "--toml"},
+                                         {&json, &scenario, "--scenario"},
+                                         {&svg, &scenario, "--scenario"},
+                                         {&toml, &scenario, "--scenario"}}) {
     if (one->same_file_as(*other)) {
       throw InputError({}, flag, "names the same file as another output");
     }
@@ -365,13 +373,13 @@ int run_calibrate(const CalibrateArgs& a) {
     options.progress_context = &progress;
   }
   const bulwark::lab::Calibration c = bulwark::lab::calibrate_file(a.trace, options);
-  if (toml.used() && c.keys.size() != 1) {
+  if ((toml.used() || scenario.used()) && c.keys.size() != 1) {
     std::string names;
     for (std::size_t i = 0; i < c.keys.size() && i < 5; ++i) {
       names += (i ? ", " : "") + bulwark::lab::quote_for_error(c.keys[i].key);
     }
-    throw InputError({}, "--toml",
-                     "writes one key's [breaker] file (replay shares one configuration across "
+    throw InputError({}, toml.used() ? "--toml" : "--scenario",
+                     "writes one key's configuration (replay shares one configuration across "
                      "keys), and the trace has " +
                          std::to_string(c.keys.size()) + " keys (" + names +
                          (c.keys.size() > 5 ? ", ..." : "") + "): pick one with --key");
@@ -379,12 +387,16 @@ int run_calibrate(const CalibrateArgs& a) {
   if (json.used()) json.write(bulwark::lab::to_json(c));
   if (svg.used()) svg.write(bulwark::lab::to_svg(c));
   if (toml.used()) toml.write(c.keys.front().breaker_toml);
-  if (!json.is_stdout() && !svg.is_stdout() && !toml.is_stdout()) {
+  if (scenario.used()) scenario.write(c.keys.front().scenario_toml);
+  if (!json.is_stdout() && !svg.is_stdout() && !toml.is_stdout() && !scenario.is_stdout()) {
     std::string text = bulwark::lab::to_text(c);
     if (json.used()) text += "\nResults written to " + bulwark::lab::printable(a.json.value) + "\n";
     if (svg.used()) text += "Chart written to " + bulwark::lab::printable(a.svg.value) + "\n";
     if (toml.used()) {
       text += "Breaker configuration written to " + bulwark::lab::printable(a.toml.value) + "\n";
+    }
+    if (scenario.used()) {
+      text += "Scenario written to " + bulwark::lab::printable(a.scenario.value) + "\n";
     }
     std::cout << text << std::flush;
     if (!std::cout) throw std::runtime_error("cannot write to standard output");
@@ -497,6 +509,12 @@ CommandLine::CommandLine() {
                    "needs a single key (see --key)")
       ->type_name("FILE");
   calibrate_
+      ->add_option(
+          "--scenario", cal.scenario.value,
+          "Write a scenario for simulate to FILE ('-': stdout): the key's traffic, its\n"
+          "latency x10 for 6 minutes, unprotected and with the proposal; needs a single key")
+      ->type_name("FILE");
+  calibrate_
       ->add_option("--key", cal.keys, "Calibrate only this key; one K per flag, repeat it for more")
       ->type_name("K")
       ->expected(1)
@@ -527,7 +545,8 @@ Command CommandLine::parse(int argc, const char* const* argv) {
   for (auto [option, given] : {std::pair{"--false-opens-per-day", &cal.false_opens_per_day},
                                {"--json", &cal.json},
                                {"--svg", &cal.svg},
-                               {"--toml", &cal.toml}}) {
+                               {"--toml", &cal.toml},
+                               {"--scenario", &cal.scenario}}) {
     given->given = calibrate_->get_option(option)->count() > 0;
   }
   command_.simulate = simulate_->parsed();

@@ -55,6 +55,7 @@ struct CalibrateArgs {
   Given json;
   Given svg;
   Given toml;
+  Given scenario;
   std::vector<std::string> keys;
   // Set by parse(): the budget, read.
   double false_opens = 1;

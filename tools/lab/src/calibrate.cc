@@ -173,12 +173,13 @@ Ticks nice(Ticks v) { return round_duration(v, false); }
 
 std::string dur(Ticks v) { return format_duration(Nanos(v)); }
 // For reading, not for a file: three significant digits (120.06195ms -> 120ms).
-std::string show(Ticks v) {
-  if (v <= 0) return "0s";
+Ticks round3(Ticks v) {
+  if (v <= 0) return 0;
   Ticks unit = 1;
   while (v / unit >= 1000) unit *= 10;
-  return format_duration(Nanos((v + unit / 2) / unit * unit));
+  return (v + unit / 2) / unit * unit;
 }
+std::string show(Ticks v) { return v <= 0 ? "0s" : format_duration(Nanos(round3(v))); }
 std::string quoted_dur(Ticks v) { return "\"" + dur(v) + "\""; }
 
 // Up at three decimals: a threshold never below the one computed.
@@ -342,7 +343,8 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   auto& call = c.call;
 
   // Timeout and slow calls, from the latency tail.
-  c.timeout = std::max(kMs, nice_up(c.p999 + c.p999 / 2));
+  // At most the lab's longest call, so that the scenario written for it loads too.
+  c.timeout = std::clamp(nice_up(c.p999 + c.p999 / 2), kMs, Ticks{kMaxCallDuration.count()});
   const std::uint64_t over_timeout = s.latency.count_above(c.timeout);
   call.push_back(
       {"timeout", quoted_dur(c.timeout),
@@ -505,6 +507,46 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   c.breaker_toml = std::move(t);
 }
 
+// A latency as a scenario phase's inline table: lognormal through the median and p99
+// when they differ, else constant.
+std::string latency_toml(Ticks p50, Ticks p99, Ticks scale) {
+  const Ticks cap = kMaxCallDuration.count();
+  const Ticks median = std::clamp<Ticks>(round3(p50 > cap / scale ? cap : p50 * scale), 1, cap);
+  const Ticks tail = std::min(round3(p99 > cap / scale ? cap : p99 * scale), cap);
+  // The loader holds the p99 above the median, and sigma at most 5.
+  if (tail <= median || static_cast<double>(tail) / static_cast<double>(median) > 1e5) {
+    return quoted_dur(median);
+  }
+  return "{ distribution = \"lognormal\", median = " + quoted_dur(median) +
+         ", p99 = " + quoted_dur(tail) + " }";
+}
+
+// A scenario for `bulwark simulate`: the key's traffic for 10 minutes, its latency x10
+// from minute 1 to 7, through no protection and through the proposal.
+std::string scenario_toml(const KeyCalibration& c) {
+  const double rate = std::clamp(c.rate_per_s, 0.01, kMaxRate);
+  const std::uint64_t workers = std::clamp<std::uint64_t>(10ull * c.bulkhead, 100, kMaxWorkers);
+  std::string t = "# Written by `bulwark calibrate` for key " + printable(c.key) +
+                  ": its traffic, then its latency x10.\n";
+  t += "name = " + toml_string(breaker_name("calibrated " + c.key)) + "\n";
+  t += "duration = \"10min\"\n\n[arrivals]\nprocess = \"poisson\"\nrate = " + num(rate, 4) + "\n\n";
+  t += "[caller]\nworkers = " + std::to_string(workers) + "\n\n";
+  t += "[dependency]\nname = " + toml_string(breaker_name(c.key)) + "\n\n";
+  const double e = std::clamp(c.error_rate, 0.0, 1.0);
+  t += "[[dependency.phases]]\nname = \"normal\"\nstart = \"0s\"\nlatency = " +
+       latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
+  t += "[[dependency.phases]]\nname = \"latency x10\"\nstart = \"1min\"\nlatency = " +
+       latency_toml(c.p50, c.p99, 10) + "\nerror_rate = " + num(e, 6) + "\ndegraded = true\n\n";
+  t += "[[dependency.phases]]\nname = \"recovered\"\nstart = \"7min\"\nlatency = " +
+       latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
+  t += "[config.unprotected]\n\n";
+  t += "[config.proposed]\ntimeout = " + quoted_dur(c.timeout) + "\n\n[config.proposed.breaker]\n";
+  for (const Proposed& p : c.breaker) t += p.key + " = " + p.value + "\n";
+  t += "\n[config.proposed.bulkhead]\nmax_concurrent = " + std::to_string(c.bulkhead) + "\n";
+  t += "\n[config.proposed.fallback]\non = [\"all\"]\n";
+  return t;
+}
+
 // ---- pass 2: the check -----------------------------------------------------------------
 
 // A deterministic uniform draw in [0, 1) for row i of key k (SplitMix64).
@@ -644,6 +686,7 @@ Calibration calibrate(std::FILE* in, const std::string& name, const CalibrateOpt
   out.keys.resize(stats.size());
   for (std::size_t i = 0; i < stats.size(); ++i) {
     propose(out.keys[i], *stats[i], options.false_opens_per_day);
+    out.keys[i].scenario_toml = scenario_toml(out.keys[i]);
   }
   stats.clear();
   if (!options.check) return out;
@@ -656,6 +699,7 @@ Calibration calibrate(std::FILE* in, const std::string& name, const CalibrateOpt
     KeyCheck& k = checks[i];
     k.c = &c;
     const BreakerSpec spec = parse_breaker(c.breaker_toml, "proposal for " + printable(c.key));
+    (void)parse_scenario(c.scenario_toml, "scenario for " + printable(c.key));
     const Ticks inject = c.first_t + (c.last_t - c.first_t) / 2;
     const double p = c.error_rate;
     const double target = degraded_rate(p);

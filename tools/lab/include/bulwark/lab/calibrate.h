@@ -95,6 +95,10 @@ struct KeyCalibration {
   Ticks timeout = 0;
   std::uint32_t bulkhead = 0;
   std::string breaker_toml;  // the [breaker] file, with the call settings as comments
+  // A scenario for `bulwark simulate`: this key's traffic for 10 minutes, its latency
+  // x10 from 1min to 7min, through no protection and through the whole proposal
+  // (timeout, breaker, bulkhead, a fallback).
+  std::string scenario_toml;
   std::vector<CheckResult> checks;
 };
 
