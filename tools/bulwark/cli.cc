@@ -333,12 +333,18 @@ int run_replay(const ReplayArgs& a) {
 struct Progress {
   std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
   bool shown = false;
-  static void report(std::uint64_t rows, void* self) {
+  static void report(std::uint64_t rows, std::uint64_t of, void* self) {
     auto& p = *static_cast<Progress*>(self);
     const double s =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
     if (s < 1) return;
-    std::fprintf(stderr, "\r%llu rows read (%.1fs)", static_cast<unsigned long long>(rows), s);
+    if (of == 0) {
+      std::fprintf(stderr, "\rreading: %llu rows (%.1fs)", static_cast<unsigned long long>(rows),
+                   s);
+    } else {
+      std::fprintf(stderr, "\rchecking the proposal: %llu of %llu rows (%.1fs)\033[K",
+                   static_cast<unsigned long long>(rows), static_cast<unsigned long long>(of), s);
+    }
     std::fflush(stderr);
     p.shown = true;
   }

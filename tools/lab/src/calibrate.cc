@@ -657,7 +657,7 @@ Calibration calibrate(std::FILE* in, const std::string& name, const CalibrateOpt
     while (reader.next(row)) {
       ++out.rows;
       if (options.progress && out.rows % kProgressEvery == 0) {
-        options.progress(out.rows, options.progress_context);
+        options.progress(out.rows, 0, options.progress_context);
       }
       if (!wanted.empty() && wanted.find(row.key) == wanted.end()) continue;
       auto it = index.find(row.key);
@@ -734,7 +734,7 @@ Calibration calibrate(std::FILE* in, const std::string& name, const CalibrateOpt
     while (reader.next(row)) {
       ++rows;
       if (options.progress && rows % kProgressEvery == 0) {
-        options.progress(out.rows + rows, options.progress_context);
+        options.progress(rows, out.rows, options.progress_context);
       }
       const auto it = index.find(row.key);
       if (it == index.end()) continue;

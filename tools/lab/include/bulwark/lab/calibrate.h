@@ -51,9 +51,10 @@ struct CalibrateOptions {
   double false_opens_per_day = 1;  // > 0: the budget the rate margins are sized for
   std::vector<std::string> keys;   // only these keys (each must appear); empty: every key
   bool check = true;               // replay the proposal (the second pass)
-  // Called now and then during long runs with the rows read so far (for a progress
-  // line); may be empty.
-  void (*progress)(std::uint64_t rows, void* context) = nullptr;
+  // Called now and then during long runs (for a progress line), with the rows read so
+  // far in this pass and, in the second pass, the trace's rows (0 in the first); may
+  // be empty.
+  void (*progress)(std::uint64_t rows, std::uint64_t of, void* context) = nullptr;
   void* progress_context = nullptr;
 };
 
