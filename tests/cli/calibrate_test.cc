@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -251,6 +252,23 @@ TEST(Calibrate, TheProposalIsABreakerFileThatLoads) {
   EXPECT_EQ(spec.config.name, "svc");
   ASSERT_TRUE(spec.config.failure_rate);
   EXPECT_DOUBLE_EQ(*spec.config.failure_rate, value_of(c.keys[0], "failure_rate"));
+}
+
+TEST(Calibrate, TheJsonHoldsWhatTheTextSays) {
+  Traffic t;
+  t.seconds = 120;
+  const Calibration c = calibrate_text(make_trace({t}, 6), {});
+  const nlohmann::json j = nlohmann::json::parse(to_json(c));
+  ASSERT_EQ(j["keys"].size(), 1u);
+  const auto& k = j["keys"][0];
+  EXPECT_EQ(k["key"], "svc");
+  EXPECT_EQ(k["bulkhead"], c.keys[0].bulkhead);
+  EXPECT_DOUBLE_EQ(k["baseline"]["latency_ms"]["p99"].get<double>(), ms(c.keys[0].p99));
+  EXPECT_EQ(k["checks"].size(), 3u);
+  EXPECT_EQ(k["checks"][0]["time_to_open_ms"], nullptr) << "the recorded trace has no degradation";
+  const std::string svg = to_svg(c);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("timeout " + format_duration(Nanos(c.keys[0].timeout))), std::string::npos);
 }
 
 TEST(Calibrate, BadInputIsTheLabsClearError) {
