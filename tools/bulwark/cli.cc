@@ -1,9 +1,11 @@
 #include "cli.h"
 
 #include <fcntl.h>
+#include <stdio.h>  // fileno
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -17,9 +19,11 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <utility>
 #include <vector>
 
+#include "bulwark/lab/calibrate.h"
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
@@ -120,6 +124,42 @@ void check_replay(const ReplayArgs& a) {
     throw InputError({}, "--config",
                      "the configuration and the trace cannot both be read from standard input "
                      "('-'): give one of them as a file");
+  }
+}
+
+void check_calibrate(CalibrateArgs& a) {
+  check_path("TRACE", a.trace);
+  for (const std::string& k : a.keys) {
+    if (std::count(a.keys.begin(), a.keys.end(), k) > 1) {
+      throw InputError({}, "--key", "names " + bulwark::lab::quote_for_error(k) + " twice");
+    }
+  }
+  const std::string& v = a.false_opens_per_day.value;
+  double n = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (v.empty() || ec != std::errc() || end != v.data() + v.size() || !(n > 0) || n > 1e6) {
+    throw InputError(
+        {}, "--false-opens-per-day",
+        "expected a number above 0 and at most 1000000, got " + bulwark::lab::quote_for_error(v));
+  }
+  a.false_opens = n;
+  check_output("--json", a.json);
+  check_output("--svg", a.svg);
+  check_output("--toml", a.toml);
+  check_output("--scenario", a.scenario);
+  const Given* outs[] = {&a.json, &a.svg, &a.toml, &a.scenario};
+  const char* flags[] = {"--json", "--svg", "--toml", "--scenario"};
+  for (int i = 0; i < 4; ++i) {
+    for (int j = 0; j < i; ++j) {
+      if (outs[i]->given && outs[j]->given && outs[i]->value == outs[j]->value) {
+        throw InputError({}, flags[i],
+                         outs[i]->value == "-"
+                             ? std::string("only one of --json, --svg, --toml and --scenario can "
+                                           "write to "
+                                           "standard output")
+                             : std::string("names the same file as ") + flags[j]);
+      }
+    }
   }
 }
 
@@ -288,12 +328,95 @@ int run_replay(const ReplayArgs& a) {
   return 0;
 }
 
+// A progress line on standard error, for a run longer than a second, only on a
+// terminal: rows read so far, overwritten in place, and cleared at the end.
+struct Progress {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  bool shown = false;
+  static void report(std::uint64_t rows, std::uint64_t of, void* self) {
+    auto& p = *static_cast<Progress*>(self);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
+    if (s < 1) return;
+    if (of == 0) {
+      std::fprintf(stderr, "\rreading: %llu rows (%.1fs)", static_cast<unsigned long long>(rows),
+                   s);
+    } else {
+      std::fprintf(stderr, "\rchecking the proposal: %llu of %llu rows (%.1fs)\033[K",
+                   static_cast<unsigned long long>(rows), static_cast<unsigned long long>(of), s);
+    }
+    std::fflush(stderr);
+    p.shown = true;
+  }
+  ~Progress() {
+    if (shown) std::fputs("\r\033[K", stderr);
+  }
+};
+
+int run_calibrate(const CalibrateArgs& a) {
+  Output json("--json", a.json), svg("--svg", a.svg), toml("--toml", a.toml),
+      scenario("--scenario", a.scenario);
+  json.open();
+  svg.open();
+  toml.open();
+  scenario.open();
+  for (const auto& [one, other, flag] : {std::tuple{&json, &svg, "--svg"},
+                                         {&json, &toml, "--toml"},
+                                         {&svg, &toml, "--toml"},
+                                         {&json, &scenario, "--scenario"},
+                                         {&svg, &scenario, "--scenario"},
+                                         {&toml, &scenario, "--scenario"}}) {
+    if (one->same_file_as(*other)) {
+      throw InputError({}, flag, "names the same file as another output");
+    }
+  }
+  bulwark::lab::CalibrateOptions options;
+  options.false_opens_per_day = a.false_opens;
+  options.keys = a.keys;
+  Progress progress;
+  if (::isatty(::fileno(stderr))) {
+    options.progress = &Progress::report;
+    options.progress_context = &progress;
+  }
+  const bulwark::lab::Calibration c = bulwark::lab::calibrate_file(a.trace, options);
+  if ((toml.used() || scenario.used()) && c.keys.size() != 1) {
+    std::string names;
+    for (std::size_t i = 0; i < c.keys.size() && i < 5; ++i) {
+      names += (i ? ", " : "") + bulwark::lab::quote_for_error(c.keys[i].key);
+    }
+    throw InputError({}, toml.used() ? "--toml" : "--scenario",
+                     "writes one key's configuration (replay shares one configuration across "
+                     "keys), and the trace has " +
+                         std::to_string(c.keys.size()) + " keys (" + names +
+                         (c.keys.size() > 5 ? ", ..." : "") + "): pick one with --key");
+  }
+  if (json.used()) json.write(bulwark::lab::to_json(c));
+  if (svg.used()) svg.write(bulwark::lab::to_svg(c));
+  if (toml.used()) toml.write(c.keys.front().breaker_toml);
+  if (scenario.used()) scenario.write(c.keys.front().scenario_toml);
+  if (!json.is_stdout() && !svg.is_stdout() && !toml.is_stdout() && !scenario.is_stdout()) {
+    std::string text = bulwark::lab::to_text(c);
+    if (json.used()) text += "\nResults written to " + bulwark::lab::printable(a.json.value) + "\n";
+    if (svg.used()) text += "Chart written to " + bulwark::lab::printable(a.svg.value) + "\n";
+    if (toml.used()) {
+      text += "Breaker configuration written to " + bulwark::lab::printable(a.toml.value) + "\n";
+    }
+    if (scenario.used()) {
+      text += "Scenario written to " + bulwark::lab::printable(a.scenario.value) + "\n";
+    }
+    std::cout << text << std::flush;
+    if (!std::cout) throw std::runtime_error("cannot write to standard output");
+  }
+  return 0;
+}
+
 }  // namespace
 
 CommandLine::CommandLine() {
   app_ = std::make_unique<CLI::App>(
       "bulwark: the resilience lab. Runs bulwark's real circuit breaker, bulkhead, retry and\n"
-      "retry budget in virtual time: simulate an incident, or replay a recorded trace.\n"
+      "retry budget in virtual time: simulate an incident, replay a recorded trace, or\n"
+      "calibrate a configuration from one.\n"
       "Configuration reference: docs/configuration.md",
       "bulwark");
   CLI::App& app = *app_;
@@ -365,6 +488,44 @@ CommandLine::CommandLine() {
       ->required();
   replay->add_flag("--decisions", rep.decisions,
                    "Also write one line per call: permitted or rejected");
+
+  CalibrateArgs& cal = command_.cal;
+  calibrate_ = app.add_subcommand(
+      "calibrate",
+      "Propose a configuration from a recorded trace (the format replay reads): per key, the\n"
+      "normal rate, error rate and latency, and a timeout, slow-call threshold, failure and\n"
+      "slow-call rates, window, open and half-open settings and a bulkhead size, each with its\n"
+      "reason; then the proposal replayed on the trace and on injected degradations.");
+  calibrate_->add_option("trace", cal.trace, "Call trace (CSV; '-': standard input)")
+      ->type_name("TRACE.csv")
+      ->required();
+  calibrate_
+      ->add_option("--false-opens-per-day", cal.false_opens_per_day.value,
+                   "The false-open budget per key the rate margins are sized for (default 1)")
+      ->type_name("N");
+  calibrate_
+      ->add_option("--json", cal.json.value, "Write machine-readable results to FILE ('-': stdout)")
+      ->type_name("FILE");
+  calibrate_
+      ->add_option("--svg", cal.svg.value, "Write a chart of the latencies to FILE ('-': stdout)")
+      ->type_name("FILE");
+  calibrate_
+      ->add_option("--toml", cal.toml.value,
+                   "Write the proposal as a breaker file (replay --config) to FILE ('-': stdout);\n"
+                   "needs a single key (see --key)")
+      ->type_name("FILE");
+  calibrate_
+      ->add_option(
+          "--scenario", cal.scenario.value,
+          "Write a scenario for simulate to FILE ('-': stdout): the key's traffic, its\n"
+          "latency x10 for 6 minutes, unprotected and with the proposal; needs a single key")
+      ->type_name("FILE");
+  calibrate_
+      ->add_option("--key", cal.keys, "Calibrate only this key; one K per flag, repeat it for more")
+      ->type_name("K")
+      ->expected(1)
+      ->allow_extra_args(false)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 CommandLine::~CommandLine() = default;
@@ -372,10 +533,10 @@ CommandLine::~CommandLine() = default;
 Command CommandLine::parse(int argc, const char* const* argv) {
   // CLI11 would only say "A subcommand is required" for a misspelt one.
   if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "simulate" &&
-      std::string_view(argv[1]) != "replay") {
+      std::string_view(argv[1]) != "replay" && std::string_view(argv[1]) != "calibrate") {
     throw InputError({}, "",
                      "unknown subcommand " + bulwark::lab::quote_for_error(argv[1]) +
-                         " (the subcommands are simulate and replay)");
+                         " (the subcommands are simulate, replay and calibrate)");
   }
   app_->parse(argc, argv);
   SimulateArgs& sim = command_.sim;
@@ -386,9 +547,20 @@ Command CommandLine::parse(int argc, const char* const* argv) {
                                {"--timeline-step", &sim.timeline_step}}) {
     given->given = simulate_->get_option(option)->count() > 0;
   }
+  CalibrateArgs& cal = command_.cal;
+  for (auto [option, given] : {std::pair{"--false-opens-per-day", &cal.false_opens_per_day},
+                               {"--json", &cal.json},
+                               {"--svg", &cal.svg},
+                               {"--toml", &cal.toml},
+                               {"--scenario", &cal.scenario}}) {
+    given->given = calibrate_->get_option(option)->count() > 0;
+  }
   command_.simulate = simulate_->parsed();
+  command_.calibrate = calibrate_->parsed();
   if (command_.simulate) {
     check_simulate(command_.sim);
+  } else if (command_.calibrate) {
+    check_calibrate(command_.cal);
   } else {
     check_replay(command_.rep);
   }
@@ -414,6 +586,7 @@ int main(int argc, const char* const* argv) {
   }
   try {
     if (command.simulate) return run_simulate(command.sim);
+    if (command.calibrate) return run_calibrate(command.cal);
     return run_replay(command.rep);
   } catch (const InputError& e) {
     std::cout.flush();

@@ -49,10 +49,24 @@ struct ReplayArgs {
   bool decisions = false;
 };
 
+struct CalibrateArgs {
+  std::string trace;
+  Given false_opens_per_day{"1"};
+  Given json;
+  Given svg;
+  Given toml;
+  Given scenario;
+  std::vector<std::string> keys;
+  // Set by parse(): the budget, read.
+  double false_opens = 1;
+};
+
 struct Command {
-  bool simulate = true;  // else replay
+  bool simulate = true;    // else replay, or calibrate
+  bool calibrate = false;  // (simulate is false then)
   SimulateArgs sim;
   ReplayArgs rep;
+  CalibrateArgs cal;
 };
 
 class CommandLine {
@@ -72,6 +86,7 @@ class CommandLine {
  private:
   std::unique_ptr<CLI::App> app_;
   CLI::App* simulate_ = nullptr;
+  CLI::App* calibrate_ = nullptr;
   Command command_;
 };
 

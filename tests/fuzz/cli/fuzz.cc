@@ -52,6 +52,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       check(!s.duration.given || (s.duration_value && *s.duration_value > Nanos::zero()),
             "a positive duration");
     }
+  } else if (c.calibrate) {
+    check(!c.cal.trace.empty(), "no empty file name");
+    check(c.cal.false_opens > 0, "a positive false-open budget");
   } else {
     check(!c.rep.config.empty() && !c.rep.trace.empty(), "no empty file name");
     check(c.rep.config != "-" || c.rep.trace != "-", "one standard input");

@@ -1,0 +1,53 @@
+// `bulwark calibrate`: a CSV trace (the input's first byte picks the false-open budget
+// and whether the check runs). Bad input must be a clear InputError; a good trace gives
+// a proposal per key whose breaker file loads back through the lab's loader, and
+// reports (text, JSON, SVG) that hold no raw control byte.
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "bulwark/lab/calibrate.h"
+#include "bulwark/lab/config.h"
+#include "bulwark/lab/input_error.h"
+#include "fuzz_support.h"
+#include "lab_checks.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  using namespace bulwark;
+  if (size == 0) return 0;
+  lab::CalibrateOptions options;
+  constexpr double kBudgets[] = {1, 0.01, 100, 1e6};
+  options.false_opens_per_day = kBudgets[data[0] & 3];
+  options.check = (data[0] & 4) == 0;
+  const std::string_view csv(reinterpret_cast<const char*>(data) + 1, size - 1);
+  // Keys become breaker names in the proposal's TOML, which calibrate loads back.
+  if (fuzz::toml_reaches_known_ub(csv)) return 0;
+  lab::Calibration c;
+  try {
+    c = lab::calibrate_text(csv, options, "fuzz.csv");
+  } catch (const lab::InputError& e) {
+    fuzz::check_error(e);
+    return 0;
+  }
+  fuzz::check(!c.keys.empty(), "a calibration has a key");
+  for (const lab::KeyCalibration& k : c.keys) {
+    try {
+      const lab::BreakerSpec spec = lab::parse_breaker(k.breaker_toml, "proposal.toml");
+      fuzz::check(spec.config.consecutive_failures > 0 || spec.config.failure_rate ||
+                      spec.config.slow_call_rate,
+                  "the proposal has a trip rule");
+    } catch (const lab::InputError&) {
+      fuzz::check(false, "the proposal loads");
+    }
+    fuzz::check(k.bulkhead >= 1 && k.timeout > 0, "a bulkhead and a timeout");
+    fuzz::check(k.checks.size() == (options.check ? 3u : 0u), "three checks when asked");
+  }
+  const std::string text = lab::to_text(c);
+  fuzz::check(!fuzz::has_control_bytes(text), "the text report is escaped");
+  const std::string json = lab::to_json(c);
+  fuzz::check(!json.empty() && json.front() == '{', "the JSON is an object");
+  const std::string svg = lab::to_svg(c);
+  fuzz::check(!fuzz::has_control_bytes(svg), "the SVG is escaped");
+  return 0;
+}
