@@ -120,15 +120,29 @@ std::uint64_t Breaker::in_flight_slow(Ticks now) const {
 Ticks Breaker::admit_in_flight(Ticks now, std::uint64_t& id) {
   const unsigned shift = epoch_shift();
   std::uint64_t e = static_cast<std::uint64_t>(std::max<Ticks>(0, now)) >> shift;
-  auto calls_in = [&](std::uint64_t epoch) {
-    return std::any_of(in_flight_.begin(), in_flight_.end(),
-                       [&](const InFlightCall& c) { return !c.ancient && c.epoch == epoch; });
+  // Calls of `epoch` counted in slot `index` (a slot holds the calls of its parity).
+  auto calls_in = [&](std::uint64_t index, std::uint64_t epoch) {
+    return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlightCall& c) {
+      return !c.ancient && c.epoch == epoch && (c.epoch & 1) == index;
+    });
   };
-  // A clock that stepped back is no time passing: a newer epoch that still holds calls
-  // (at most 1024 epochs ahead) takes the call.
-  for (int parity : {1, 0}) {
-    const auto& slot = slot_epoch_[(e + static_cast<std::uint64_t>(parity)) & 1];
-    if (slot && *slot > e && *slot - e <= 1024 && calls_in(*slot)) e = *slot;
+
+  // The epoch's own slot takes it if it holds that epoch; else a newer epoch (at most
+  // 1024 ahead) that still holds calls takes it: a clock that stepped back is no time
+  // passing.
+  const std::uint64_t epoch_now = e;
+  for (bool moved = true; moved && slot_epoch_[e & 1] != e;) {
+    moved = false;
+    for (std::uint64_t parity : {1u, 0u}) {
+      const std::uint64_t index = (e + parity) & 1;
+      const auto& other = slot_epoch_[index];
+      if (other && *other > e && *other - e <= 1024 &&
+          (calls_in(index, *other) || epoch_now >= *other)) {
+        e = *other;
+        moved = true;
+        break;
+      }
+    }
   }
   bool new_epoch = false;
   auto& slot = slot_epoch_[e & 1];
@@ -136,7 +150,7 @@ Ticks Breaker::admit_in_flight(Ticks now, std::uint64_t& id) {
     // The first admission of this epoch in its slot: the slot's older calls are
     // ancient (slow) from now on, and the rates are evaluated.
     for (InFlightCall& c : in_flight_)
-      if (slot && !c.ancient && c.epoch == *slot) c.ancient = true;
+      if (slot && !c.ancient && c.epoch == *slot && (c.epoch & 1) == (e & 1)) c.ancient = true;
     slot = e;
     new_epoch = true;
   }
@@ -198,7 +212,7 @@ void Breaker::enter(State to, std::uint32_t reopens, TransitionReason reason, Ti
     tally_completed_ = tally_failures_ = tally_slow_ = 0;
   }
   in_flight_.clear();
-  slot_epoch_[0].reset(), slot_epoch_[1].reset();
+  slot_epoch_[0] = slot_epoch_[1] = 0;  // each slot starts a phase parked at epoch 0
   if (recording(to)) {
     window_.clear();
     newest_bucket_ = bucket_of(now);

@@ -167,9 +167,9 @@ class Breaker {
   Ticks admit_in_flight(Ticks now, std::uint64_t& id);
   void evaluate(Ticks now);
 
-  std::vector<Sample> window_;                  // this recording phase's outcomes, oldest first
-  std::vector<InFlightCall> in_flight_;         // this phase's calls in flight
-  std::optional<std::uint64_t> slot_epoch_[2];  // the epoch each slot last started
+  std::vector<Sample> window_;           // this recording phase's outcomes, oldest first
+  std::vector<InFlightCall> in_flight_;  // this phase's calls in flight
+  std::optional<std::uint64_t> slot_epoch_[2] = {0, 0};  // the epoch each slot holds
   std::uint64_t next_call_ = 1;
   std::uint64_t newest_bucket_ = 0;
   std::uint64_t rejected_ = 0, successes_ = 0, failures_ = 0, ignored_ = 0, cancelled_ = 0,
