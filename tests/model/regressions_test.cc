@@ -256,14 +256,14 @@ TEST(Regressions, ATimeWindowTreatsAClockSteppingBackBeforeItsCreationAsNoTimePa
 // tripped the breaker although no call was older than 10 ms.
 TEST(Regressions, AClockSteppingBackNeverMakesCallsInFlightSlow) {
   ManualClock clock{ManualClock::time_point(Nanos(1'000'000'000))};
-  BreakerConfig c;  // in-flight counting is not in the model's configuration
-  c.consecutive_failures = 0;
-  c.slow_call_rate = 0.5;
-  c.slow_call_duration = 10ms;
-  c.minimum_calls = 1;
-  c.window_size = 10;
-  c.count_in_flight_slow_calls = true;
-  CountBreaker b(c, clock);
+  auto b = make<CountBreaker>({.window = Window::count,
+                               .consecutive_failures = 0,
+                               .slow_call_rate = 0.5,
+                               .slow_call_duration = 10'000'000,
+                               .minimum_calls = 1,
+                               .window_size = 10,
+                               .count_in_flight_slow_calls = true},
+                              clock);
   auto first = b.try_acquire();
   ASSERT_TRUE(first);
   clock.set(Nanos(970'000'000));
