@@ -787,8 +787,10 @@ class alignas(64) BasicCircuitBreaker {
     }
     // A success only lowers the rates, unless the volume was all a rule waited for, or
     // older outcomes just left the window (once per bucket: successes aging out can
-    // leave the failures over the threshold).
-    if (!tripped && (failure || slow || rec.head.armed() || rec.dropped))
+    // leave the failures over the threshold), or calls in flight are counted: they
+    // turn slow as time passes, with nothing else evaluating the rates.
+    if (!tripped &&
+        (failure || slow || rec.head.armed() || rec.dropped || policy_->window.track_in_flight))
       evaluate(admitted.gen(), t);
   }
 

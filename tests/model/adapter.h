@@ -38,7 +38,7 @@ inline BreakerConfig to_breaker_config(const Config& c, std::function<double()> 
   b.window_size = c.window_size;
   b.window_length = Nanos(c.window_length);
   b.window_buckets = c.window_buckets;
-  b.count_in_flight_slow_calls = false;
+  b.count_in_flight_slow_calls = c.count_in_flight_slow_calls;
   b.open_duration = Nanos(c.open_duration);
   b.open_duration_multiplier = c.open_duration_multiplier;
   b.max_open_duration = Nanos(c.max_open_duration);

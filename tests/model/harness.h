@@ -103,6 +103,7 @@ inline rc::Gen<Config> gen_config(std::optional<Window> only = std::nullopt) {
       c.slow_call_duration = *rc::gen::element<Ticks>(0, 1 * kMs, 5 * kMs);
       if (c.slow_call_duration > 0 && *rc::gen::arbitrary<bool>())
         c.slow_call_rate = *rc::gen::element(0.3, 0.5, 1.0);
+      if (c.slow_call_duration > 0) c.count_in_flight_slow_calls = *rc::gen::arbitrary<bool>();
       c.minimum_calls = *rc::gen::inRange<std::uint32_t>(1, 9);
       c.window_size = *rc::gen::inRange<std::uint32_t>(1, 9);
       c.window_buckets = *rc::gen::inRange<std::uint32_t>(1, 11);
@@ -206,7 +207,7 @@ inline Snapshot from_real(const BreakerSnapshot& r) {
   s.failures = r.failures, s.ignored = r.ignored, s.cancelled = r.cancelled, s.opens = r.opens;
   if (r.window) {
     s.window = Counts{r.window->calls, r.window->failures, r.window->slow_successes,
-                      r.window->slow_failures};
+                      r.window->slow_failures, r.window->in_flight_slow};
   }
   s.failure_rate = r.failure_rate;
   s.slow_call_rate = r.slow_call_rate;
@@ -226,7 +227,7 @@ inline std::string counts_text(const std::optional<Counts>& c) {
   if (!c) return "none";
   std::ostringstream o;
   o << "{calls=" << c->calls << " failures=" << c->failures << " slow_s=" << c->slow_successes
-    << " slow_f=" << c->slow_failures << '}';
+    << " slow_f=" << c->slow_failures << " in_flight_slow=" << c->in_flight_slow << '}';
   return o.str();
 }
 

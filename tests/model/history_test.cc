@@ -62,7 +62,7 @@ std::uint64_t next_random(std::uint64_t& x) {
 }
 
 template <class B>
-void hammer(Window w, bool with_manual) {
+void hammer(Window w, bool with_manual, bool in_flight = false) {
   Config c;
   c.window = w;
   c.consecutive_failures = 4;
@@ -71,6 +71,11 @@ void hammer(Window w, bool with_manual) {
     c.minimum_calls = 6;
     c.window_size = 10;
     c.window_length = 10'000'000, c.window_buckets = 5;
+    if (in_flight) {
+      c.slow_call_rate = 0.5;
+      c.slow_call_duration = 1'000'000;
+      c.count_in_flight_slow_calls = true;
+    }
   }
   c.open_duration = kOpen;
   c.open_duration_multiplier = 2.0;
@@ -236,6 +241,9 @@ TEST(History, CountWindowBreakerUnderConcurrentTraffic) {
 TEST(History, TimeWindowBreakerUnderConcurrentTraffic) { hammer<TimeBreaker>(Window::time, false); }
 TEST(History, CountWindowBreakerWithManualTransitionsUnderConcurrentTraffic) {
   hammer<CountBreaker>(Window::count, true);
+}
+TEST(History, TimeWindowBreakerCountingSlowCallsInFlightUnderConcurrentTraffic) {
+  hammer<TimeBreaker>(Window::time, true, true);
 }
 TEST(History, NoWindowBreakerWithManualTransitionsUnderConcurrentTraffic) {
   hammer<NoWindowBreaker>(Window::none, true);

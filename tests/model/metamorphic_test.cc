@@ -2,11 +2,11 @@
 // decides. No model involved: the real breaker is compared with itself.
 //  - Time shift: the same sequence with the clock starting at 0, 20 s, 2^40 ns or a
 //    random large offset gives the same decisions and the same transitions (at times
-//    shifted by the offset). A time window's buckets are aligned to the clock's epoch,
-//    so for time windows the offset is rounded down to a whole number of buckets.
+//    shifted by the offset). A time window's buckets and the in-flight epochs are
+//    aligned to the clock's epoch, so the offset is rounded down to whole ones.
 //  - Scaling: multiplying every duration (configuration, clock steps, reported call
 //    durations) by k scales every retry_after and transition time by k and changes
-//    nothing else.
+//    nothing else (k a power of two when calls in flight are counted, as epochs are).
 //  - Idle resets: any number of resets with no call in between (thousands) leave an
 //    empty window that records the next call.
 // Sequences here never step the clock back (a step below 0 would clamp at offset 0).
@@ -14,6 +14,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
+#include <numeric>
 
 #include "harness.h"
 
@@ -27,8 +29,16 @@ std::vector<Op> without_step_back(std::vector<Op> ops) {
   return ops;
 }
 
-Ticks bucket_width(const Config& c) {
-  return c.window == Window::time ? c.window_length / c.window_buckets : 1;
+// Offsets are whole multiples of this: the time window's buckets and the in-flight
+// epochs are aligned to the clock's epoch.
+Ticks alignment(const Config& c) {
+  Ticks a = c.window == Window::time ? c.window_length / c.window_buckets : 1;
+  if (c.count_in_flight_slow_calls) {
+    const Ticks epoch = static_cast<Ticks>(
+        std::bit_ceil(static_cast<std::uint64_t>(std::max<Ticks>(2, c.slow_call_duration))));
+    a = std::lcm(a, epoch);
+  }
+  return a;
 }
 
 // Empty if `b` is `a` with times scaled by `k` and shifted by `shift`.
@@ -85,7 +95,7 @@ TEST(Metamorphic, ShiftingTheClockChangesNoDecision) {
         RC_ASSERT(run_any(c, ops, 0, draws, false, &base).empty());
         const Ticks random = *rc::gen::inRange<Ticks>(1, Ticks{1} << 52);
         for (Ticks offset : {Ticks{20'000'000'000}, Ticks{1} << 40, random}) {
-          const Ticks start = offset / bucket_width(c) * bucket_width(c);
+          const Ticks start = offset / alignment(c) * alignment(c);
           Observation shifted;
           RC_ASSERT(run_any(c, ops, start, draws, false, &shifted).empty());
           const std::string d = compare(base, shifted, 1, start);
@@ -102,7 +112,9 @@ TEST(Metamorphic, ScalingEveryDurationScalesEveryTime) {
         const auto ops = without_step_back(*rc::gen::container<std::vector<Op>>(gen_op()));
         const auto draws = *rc::gen::container<std::vector<double>>(
             8, rc::gen::map(rc::gen::inRange(0, 1000), [](int v) { return v / 1000.0; }));
-        const Ticks k = *rc::gen::element<Ticks>(2, 3, 10, 1000);
+        // Powers of two when calls in flight are counted: their epochs are powers of two.
+        const Ticks k = c.count_in_flight_slow_calls ? *rc::gen::element<Ticks>(2, 4, 1024)
+                                                     : *rc::gen::element<Ticks>(2, 3, 10, 1000);
         Observation base, big;
         RC_ASSERT(run_any(c, ops, 0, draws, false, &base).empty());
         RC_ASSERT(run_any(scaled(c, k), scaled(ops, k), 0, draws, false, &big).empty());

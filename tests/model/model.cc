@@ -1,6 +1,7 @@
 #include "model.h"
 
 #include <algorithm>
+#include <bit>
 #include <sstream>
 
 namespace bulwark::model {
@@ -31,6 +32,7 @@ std::string describe(const Config& c) {
   if (c.failure_rate) o << " failure_rate=" << *c.failure_rate;
   if (c.slow_call_rate) o << " slow_call_rate=" << *c.slow_call_rate;
   if (c.slow_call_duration) o << " slow_call_duration=" << ns(c.slow_call_duration);
+  if (c.count_in_flight_slow_calls) o << " count_in_flight_slow_calls";
   if (c.window != Window::none) o << " minimum_calls=" << c.minimum_calls;
   if (c.window == Window::count) o << " window_size=" << c.window_size;
   if (c.window == Window::time)
@@ -94,13 +96,92 @@ Counts Breaker::window_counts(Ticks now) const {
   return k;
 }
 
+unsigned Breaker::epoch_shift() const {
+  return static_cast<unsigned>(
+      std::bit_width(static_cast<std::uint64_t>(std::max<Ticks>(2, c_.slow_call_duration)) - 1));
+}
+
+std::uint64_t Breaker::in_flight_slow(Ticks now) const {
+  if (!tracks_in_flight()) return 0;
+  const unsigned shift = epoch_shift();
+  const std::uint64_t epoch_now = static_cast<std::uint64_t>(std::max<Ticks>(0, now)) >> shift;
+  std::uint64_t n = 0;
+  for (const InFlightCall& call : in_flight_) {
+    if (call.ancient) {
+      ++n;
+    } else if (call.epoch <= epoch_now &&
+               static_cast<Ticks>((call.epoch + 1) << shift) <= now - c_.slow_call_duration) {
+      ++n;  // the whole epoch is older than slow_call_duration (an epoch ahead: not slow)
+    }
+  }
+  return n;
+}
+
+Ticks Breaker::admit_in_flight(Ticks now, std::uint64_t& id) {
+  const unsigned shift = epoch_shift();
+  std::uint64_t e = static_cast<std::uint64_t>(std::max<Ticks>(0, now)) >> shift;
+  // Calls of `epoch` counted in slot `index` (a slot holds the calls of its parity).
+  auto calls_in = [&](std::uint64_t index, std::uint64_t epoch) {
+    return std::any_of(in_flight_.begin(), in_flight_.end(), [&](const InFlightCall& c) {
+      return !c.ancient && c.epoch == epoch && (c.epoch & 1) == index;
+    });
+  };
+
+  // The epoch's own slot takes it if it holds that epoch; else a newer epoch (at most
+  // 1024 ahead) that still holds calls takes it: a clock that stepped back is no time
+  // passing.
+  const std::uint64_t epoch_now = e;
+  for (bool moved = true; moved && slot_epoch_[e & 1] != e;) {
+    moved = false;
+    for (std::uint64_t parity : {1u, 0u}) {
+      const std::uint64_t index = (e + parity) & 1;
+      const auto& other = slot_epoch_[index];
+      if (other && *other > e && *other - e <= 1024 &&
+          (calls_in(index, *other) || epoch_now >= *other)) {
+        e = *other;
+        moved = true;
+        break;
+      }
+    }
+  }
+  bool new_epoch = false;
+  auto& slot = slot_epoch_[e & 1];
+  if (!slot || *slot != e) {
+    // The first admission of this epoch in its slot: the slot's older calls are
+    // ancient (slow) from now on, and the rates are evaluated.
+    for (InFlightCall& c : in_flight_)
+      if (slot && !c.ancient && c.epoch == *slot && (c.epoch & 1) == (e & 1)) c.ancient = true;
+    slot = e;
+    new_epoch = true;
+  }
+  id = next_call_++;
+  in_flight_.push_back(InFlightCall{id, e, false});
+  const Ticks start = std::max(now, static_cast<Ticks>(e << shift));
+  if (new_epoch) evaluate(start);
+  return start;
+}
+
+void Breaker::evaluate(Ticks now) {
+  if (!windowed() || state_ != State::closed) return;
+  std::optional<double> fr, sr;
+  rates(now, fr, sr);
+  if (fr && c_.failure_rate && *fr >= *c_.failure_rate) {
+    enter(State::open, trip_reopens(now), TransitionReason::failure_rate, now, true);
+  } else if (sr && c_.slow_call_rate && *sr >= *c_.slow_call_rate) {
+    enter(State::open, trip_reopens(now), TransitionReason::slow_call_rate, now, true);
+  }
+}
+
 void Breaker::rates(Ticks now, std::optional<double>& fr, std::optional<double>& sr) const {
-  const Counts k = window_counts(now);
+  Counts k = window_counts(now);
+  k.in_flight_slow = in_flight_slow(now);
+  k.calls += k.in_flight_slow;  // the volume and the rates count them as calls
   const std::uint64_t minimum =
       c_.window == Window::count ? std::min(c_.minimum_calls, c_.window_size) : c_.minimum_calls;
   if (k.calls == 0 || k.calls < minimum) return;
   fr = static_cast<double>(k.failures) / static_cast<double>(k.calls);
-  sr = static_cast<double>(k.slow_successes + k.slow_failures) / static_cast<double>(k.calls);
+  sr = static_cast<double>(k.slow_successes + k.slow_failures + k.in_flight_slow) /
+       static_cast<double>(k.calls);
 }
 
 bool Breaker::flapping_trip(Ticks now) const {
@@ -130,6 +211,8 @@ void Breaker::enter(State to, std::uint32_t reopens, TransitionReason reason, Ti
     probes_ = probe_successes_ = stage_ = 0;
     tally_completed_ = tally_failures_ = tally_slow_ = 0;
   }
+  in_flight_.clear();
+  slot_epoch_[0] = slot_epoch_[1] = 0;  // each slot starts a phase parked at epoch 0
   if (recording(to)) {
     window_.clear();
     newest_bucket_ = bucket_of(now);
@@ -146,7 +229,7 @@ Decision Breaker::acquire(Ticks now) {
   Decision d;
   auto admit = [&](Ticks start) {
     d.admitted = true;
-    d.permit = Permit{gen_, state_, stage_, start};
+    d.permit = Permit{gen_, state_, stage_, start, 0};
     return d;
   };
   auto reject = [&](RejectReason r, Ticks retry_after) {
@@ -159,8 +242,18 @@ Decision Breaker::acquire(Ticks now) {
   const Ticks elapsed = std::max<Ticks>(0, now - since_);  // a clock stepping back: no time
   switch (state_) {
     case State::closed:
-    case State::metrics_only:
-      return admit(timed ? now : 0);
+    case State::metrics_only: {
+      if (!timed) return admit(0);
+      if (!tracks_in_flight()) return admit(now);
+      const Permit admitted_in{gen_, state_, stage_, 0, 0};
+      std::uint64_t id = 0;
+      const Ticks start = admit_in_flight(now, id);  // may trip: the call is still admitted
+      d.admitted = true;
+      d.permit = admitted_in;
+      d.permit.start = start;
+      d.permit.call = id;
+      return d;
+    }
     case State::disabled:
       return admit(0);
     case State::forced_open:
@@ -214,13 +307,7 @@ void Breaker::closed_outcome(bool failure, bool slow, Ticks now) {
     }
   }
   if (!windowed() || state_ != State::closed) return;
-  std::optional<double> fr, sr;
-  rates(now, fr, sr);
-  if (fr && c_.failure_rate && *fr >= *c_.failure_rate) {
-    enter(State::open, trip_reopens(now), TransitionReason::failure_rate, now, true);
-  } else if (sr && c_.slow_call_rate && *sr >= *c_.slow_call_rate) {
-    enter(State::open, trip_reopens(now), TransitionReason::slow_call_rate, now, true);
-  }
+  evaluate(now);
 }
 
 void Breaker::probe_outcome(const Permit& p, Resolution r, bool slow, Ticks now) {
@@ -291,6 +378,8 @@ void Breaker::resolve(const Permit& p, Resolution r, Ticks duration, Ticks now) 
   const Ticks took = duration > 0 ? duration : (timed ? std::max<Ticks>(0, now - p.start) : 0);
   const bool slow = timed && counted && took > c_.slow_call_duration;
   if (recording(p.state)) {
+    if (p.call != 0 && p.gen == gen_)
+      std::erase_if(in_flight_, [&](const InFlightCall& c) { return c.id == p.call; });
     if (counted && p.gen == gen_) closed_outcome(r == Resolution::failure, slow, now);
   } else if (p.state == State::half_open) {
     probe_outcome(p, r, slow, now);
@@ -362,6 +451,7 @@ Snapshot Breaker::snapshot(Ticks now) const {
                               s.time_in_state >= c_.flapping_period);
   if (windowed() && recording(state_)) {
     s.window = window_counts(now);
+    s.window->in_flight_slow = in_flight_slow(now);
     rates(now, s.failure_rate, s.slow_call_rate);
   }
   return s;

@@ -5,8 +5,11 @@
 // encodes the behaviour documented in circuit_breaker.h, breaker_config.h and
 // sliding_window.h, and is driven one operation at a time with an explicit time.
 //
-// Not modelled: counting slow calls still in flight (count_in_flight_slow_calls is
-// left off in generated configurations), concurrency (history_test.cc checks that).
+// Slow calls still in flight (count_in_flight_slow_calls) follow the documented epoch
+// rule: calls are grouped by admission into epochs of E (the power of two nanoseconds at
+// or above slow_call_duration), and an epoch's calls count as slow once the whole
+// epoch is older than slow_call_duration; the first admission of each epoch
+// re-evaluates the rates. Not modelled: concurrency (history_test.cc checks that).
 
 #ifndef BULWARK_TESTS_MODEL_MODEL_H_
 #define BULWARK_TESTS_MODEL_MODEL_H_
@@ -37,6 +40,7 @@ struct Config {
   std::uint32_t window_size = 100;
   Ticks window_length = 60'000'000'000;
   std::uint32_t window_buckets = 10;
+  bool count_in_flight_slow_calls = false;
   Ticks open_duration = 60'000'000'000;
   double open_duration_multiplier = 1.0;
   Ticks max_open_duration = 0;
@@ -58,7 +62,8 @@ struct Permit {
   std::uint32_t gen;  // generation it was admitted in
   State state;        // state it was admitted in
   std::uint32_t stage;
-  Ticks start;  // when it was admitted (0 unless slowness is judged)
+  Ticks start;             // when it was admitted (0 unless slowness is judged)
+  std::uint64_t call = 0;  // counted in flight under this id (0: not counted)
 };
 
 struct Decision {
@@ -80,6 +85,7 @@ struct Event {
 
 struct Counts {
   std::uint64_t calls = 0, failures = 0, slow_successes = 0, slow_failures = 0;
+  std::uint64_t in_flight_slow = 0;
   bool operator==(const Counts&) const = default;
 };
 
@@ -149,7 +155,22 @@ class Breaker {
   std::uint32_t tally_completed_ = 0, tally_failures_ = 0, tally_slow_ = 0;
   Ticks since_ = 0;
   bool flapping_ = false;
-  std::vector<Sample> window_;  // this recording phase's outcomes, oldest first
+  struct InFlightCall {
+    std::uint64_t id;
+    std::uint64_t epoch;
+    bool ancient;  // its epoch's slot was recycled: slow
+  };
+  bool tracks_in_flight() const { return windowed() && c_.count_in_flight_slow_calls; }
+  unsigned epoch_shift() const;
+  std::uint64_t in_flight_slow(Ticks now) const;
+  // Counts an admission in flight; returns the call's start.
+  Ticks admit_in_flight(Ticks now, std::uint64_t& id);
+  void evaluate(Ticks now);
+
+  std::vector<Sample> window_;           // this recording phase's outcomes, oldest first
+  std::vector<InFlightCall> in_flight_;  // this phase's calls in flight
+  std::optional<std::uint64_t> slot_epoch_[2] = {0, 0};  // the epoch each slot holds
+  std::uint64_t next_call_ = 1;
   std::uint64_t newest_bucket_ = 0;
   std::uint64_t rejected_ = 0, successes_ = 0, failures_ = 0, ignored_ = 0, cancelled_ = 0,
                 opens_ = 0;

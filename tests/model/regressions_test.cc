@@ -256,14 +256,14 @@ TEST(Regressions, ATimeWindowTreatsAClockSteppingBackBeforeItsCreationAsNoTimePa
 // tripped the breaker although no call was older than 10 ms.
 TEST(Regressions, AClockSteppingBackNeverMakesCallsInFlightSlow) {
   ManualClock clock{ManualClock::time_point(Nanos(1'000'000'000))};
-  BreakerConfig c;  // in-flight counting is not in the model's configuration
-  c.consecutive_failures = 0;
-  c.slow_call_rate = 0.5;
-  c.slow_call_duration = 10ms;
-  c.minimum_calls = 1;
-  c.window_size = 10;
-  c.count_in_flight_slow_calls = true;
-  CountBreaker b(c, clock);
+  auto b = make<CountBreaker>({.window = Window::count,
+                               .consecutive_failures = 0,
+                               .slow_call_rate = 0.5,
+                               .slow_call_duration = 10'000'000,
+                               .minimum_calls = 1,
+                               .window_size = 10,
+                               .count_in_flight_slow_calls = true},
+                              clock);
   auto first = b.try_acquire();
   ASSERT_TRUE(first);
   clock.set(Nanos(970'000'000));
@@ -276,6 +276,28 @@ TEST(Regressions, AClockSteppingBackNeverMakesCallsInFlightSlow) {
   // Once time really passes, both count as slow.
   clock.set(Nanos(1'100'000'000));
   EXPECT_EQ(b.snapshot().window->in_flight_slow, 2u);
+}
+
+// With calls in flight counted, the rates rise as those calls age, with no outcome in
+// between. A completion must evaluate them: a fast success completing while an older
+// call had been in flight for an hour left the breaker CLOSED with its snapshot showing
+// a slow-call rate at the threshold.
+TEST(Regressions, ACompletionEvaluatesTheSlowCallsInFlight) {
+  ManualClock clock;
+  auto b = make<CountBreaker>({.window = Window::count,
+                               .consecutive_failures = 0,
+                               .slow_call_rate = 0.5,
+                               .slow_call_duration = 5'000'000,
+                               .minimum_calls = 1,
+                               .window_size = 1,
+                               .count_in_flight_slow_calls = true},
+                              clock);
+  auto fast = b.try_acquire();
+  auto hanging = b.try_acquire();
+  ASSERT_TRUE(fast && hanging);
+  clock.advance(1h);
+  fast->record_success(1ns);
+  EXPECT_EQ(b.state(), State::open);
 }
 
 }  // namespace
