@@ -1,0 +1,536 @@
+#include "bulwark/http/client.h"
+
+#include <curl/curl.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cctype>
+#include <chrono>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "bulwark/config_error.h"
+#include "bulwark/http/retry_after.h"
+#include "bulwark/pipeline.h"
+#include "hosts.h"
+
+namespace bulwark::http {
+
+namespace {
+
+char lower(char c) noexcept {
+  return (c >= 'A' && c <= 'Z') ? static_cast<char>(c - 'A' + 'a') : c;
+}
+
+bool iequals(std::string_view a, std::string_view b) noexcept {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+
+// RFC 9110 token characters (methods, header names).
+bool is_token(std::string_view s) noexcept {
+  if (s.empty()) return false;
+  for (const char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (std::isalnum(u) != 0) continue;
+    if (std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos) continue;
+    return false;
+  }
+  return true;
+}
+
+// A header value may not hold CR, LF or NUL (no header injection).
+bool is_field_value(std::string_view s) noexcept {
+  return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
+}
+
+Outcome default_classify(long status) noexcept {
+  if (status >= 500 || status == 429) return Outcome::failure;
+  if (status >= 400) return Outcome::ignored;
+  return Outcome::success;
+}
+
+std::string random_key() {
+  thread_local std::mt19937_64 gen{std::random_device{}()};
+  char buf[33];
+  std::snprintf(buf, sizeof buf, "%016llx%016llx", static_cast<unsigned long long>(gen()),
+                static_cast<unsigned long long>(gen()));
+  return std::string(buf, 32);
+}
+
+void global_init() {
+  static std::once_flag once;
+  std::call_once(once, [] { curl_global_init(CURL_GLOBAL_DEFAULT); });
+}
+
+struct ParsedUrl {
+  std::string origin;  // scheme://host:port
+  std::string path;
+};
+
+// Parses an absolute http(s) URL with libcurl's URL parser.
+Expected<ParsedUrl, std::string> parse_url(const std::string& url) {
+  CURLU* u = curl_url();
+  if (u == nullptr) return Unexpected(std::string("out of memory"));
+  struct Free {
+    CURLU* u;
+    ~Free() { curl_url_cleanup(u); }
+  } guard{u};
+  if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) != CURLUE_OK)
+    return Unexpected("malformed URL '" + url + "'");
+  auto part = [&](CURLUPart p, unsigned flags) -> std::string {
+    char* s = nullptr;
+    if (curl_url_get(u, p, &s, flags) != CURLUE_OK || s == nullptr) return {};
+    std::string out(s);
+    curl_free(s);
+    return out;
+  };
+  std::string scheme = part(CURLUPART_SCHEME, 0);
+  if (scheme != "http" && scheme != "https")
+    return Unexpected("unsupported scheme '" + scheme + "' in URL '" + url + "' (http, https)");
+  std::string host = part(CURLUPART_HOST, 0);
+  if (host.empty()) return Unexpected("no host in URL '" + url + "'");
+  std::string port = part(CURLUPART_PORT, CURLU_DEFAULT_PORT);
+  return ParsedUrl{scheme + "://" + host + ":" + port, part(CURLUPART_PATH, 0)};
+}
+
+bool idempotent_method(std::string_view m) noexcept {
+  return m == "GET" || m == "HEAD" || m == "PUT" || m == "DELETE" || m == "OPTIONS" || m == "TRACE";
+}
+
+Error make_error(ErrorKind kind, Outcome outcome, bool retryable, std::string message,
+                 long status = 0) {
+  Error e;
+  e.kind = kind;
+  e.outcome_ = outcome;
+  e.retryable_ = retryable;
+  e.message = std::move(message);
+  e.status = status;
+  return e;
+}
+
+// One transfer's state, shared with libcurl's callbacks.
+struct Transfer {
+  Response response;
+  std::size_t max_body = 0;
+  std::size_t max_headers = 0;
+  std::size_t header_bytes = 0;
+  bool body_over = false;
+  bool headers_over = false;
+  bool cancelled = false;
+  const Context* ctx = nullptr;
+};
+
+std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t len = size * n;
+  if (len > t->max_body - std::min(t->max_body, t->response.body.size())) {
+    t->body_over = true;
+    return 0;  // ends the transfer with CURLE_WRITE_ERROR
+  }
+  t->response.body.append(p, len);
+  return len;
+}
+
+std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
+  auto* t = static_cast<Transfer*>(user);
+  const std::size_t len = size * n;
+  t->header_bytes += len;
+  if (t->header_bytes > t->max_headers) {
+    t->headers_over = true;
+    return 0;
+  }
+  std::string_view line(p, len);
+  while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
+  if (line.starts_with("HTTP/")) {
+    t->response.headers.clear();  // a new response (after a redirect or a 100 Continue)
+    t->response.body.clear();
+    return len;
+  }
+  const auto colon = line.find(':');
+  if (colon == std::string_view::npos || colon == 0) return len;
+  std::string_view value = line.substr(colon + 1);
+  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
+  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
+  t->response.headers.push_back({std::string(line.substr(0, colon)), std::string(value)});
+  return len;
+}
+
+int on_progress(void* user, curl_off_t, curl_off_t, curl_off_t, curl_off_t) {
+  auto* t = static_cast<Transfer*>(user);
+  if (t->ctx->stop_requested()) {
+    t->cancelled = true;
+    return 1;
+  }
+  return 0;
+}
+
+std::int64_t ceil_ms(Nanos d) { return std::chrono::ceil<std::chrono::milliseconds>(d).count(); }
+
+Expected<void, ConfigError> validate_config(const Config& c) {
+  const auto bad = [&](std::string field, std::string msg) -> Expected<void, ConfigError> {
+    return Unexpected(
+        ConfigError{"http client '" + c.name + "'", std::move(field), std::move(msg)});
+  };
+  if (c.name.empty()) return bad("name", "must not be empty");
+  if (c.default_timeout <= Nanos::zero()) return bad("default_timeout", "must be positive");
+  if (c.connect_timeout <= Nanos::zero()) return bad("connect_timeout", "must be positive");
+  if (c.attempt_timeout < Nanos::zero()) return bad("attempt_timeout", "must not be negative");
+  if (c.max_retry_after < Nanos::zero()) return bad("max_retry_after", "must not be negative");
+  if (c.max_body_bytes == 0) return bad("max_body_bytes", "must be positive");
+  if (c.max_header_bytes < 256) return bad("max_header_bytes", "must be at least 256");
+  if (c.max_redirects > 50)
+    return bad("max_redirects", "must be at most 50 (got " + std::to_string(c.max_redirects) + ")");
+  if (!is_token(c.idempotency_header))
+    return bad("idempotency_header", "must be a header name (got '" + c.idempotency_header + "')");
+  if (auto ok = validate(c.bulkhead); !ok) return ok;
+  if (auto ok = validate(c.retry); !ok) return ok;
+  if (auto ok = validate(c.budget); !ok) return ok;
+  return {};
+}
+
+}  // namespace
+
+std::optional<std::string_view> find_header(const Headers& headers, std::string_view name) {
+  for (const Header& h : headers) {
+    if (iequals(h.name, name)) return std::string_view(h.value);
+  }
+  return std::nullopt;
+}
+
+std::string_view to_string(ErrorKind k) noexcept {
+  switch (k) {
+    case ErrorKind::invalid_request:
+      return "invalid_request";
+    case ErrorKind::transport:
+      return "transport";
+    case ErrorKind::timeout:
+      return "timeout";
+    case ErrorKind::status:
+      return "status";
+    case ErrorKind::body_too_large:
+      return "body_too_large";
+    case ErrorKind::redirect:
+      return "redirect";
+    case ErrorKind::rejected_by_breaker:
+      return "rejected_by_breaker";
+    case ErrorKind::bulkhead_full:
+      return "bulkhead_full";
+    case ErrorKind::cancelled:
+      return "cancelled";
+  }
+  return "unknown";
+}
+
+std::optional<Nanos> Error::retry_after_hint() const noexcept {
+  if (!has_hint_) return std::nullopt;
+  return retry_after;
+}
+
+class Client::Impl {
+ public:
+  explicit Impl(Config c) : config(checked(std::move(c))), hosts(config) {
+    if (!config.classify) config.classify = default_classify;
+    if (!config.key_generator) config.key_generator = random_key;
+  }
+  ~Impl() {
+    for (CURL* h : pool) curl_easy_cleanup(h);
+  }
+
+  static Config checked(Config c) {
+    if (auto ok = validate_config(c); !ok)
+      bulwark::detail::raise_config_error(std::move(ok).error());
+    global_init();
+    return c;
+  }
+
+  CURL* take_handle() {
+    {
+      std::lock_guard lock(pool_mu);
+      if (!pool.empty()) {
+        CURL* h = pool.back();
+        pool.pop_back();
+        return h;
+      }
+    }
+    handles_created.fetch_add(1, std::memory_order_relaxed);
+    return curl_easy_init();
+  }
+  void give_handle(CURL* h) {
+    curl_easy_reset(h);  // options back to defaults; live connections are kept
+    {
+      std::lock_guard lock(pool_mu);
+      if (pool.size() < config.max_idle_handles) {
+        pool.push_back(h);
+        return;
+      }
+    }
+    curl_easy_cleanup(h);
+  }
+
+  std::string key_of(const ParsedUrl& u, const std::string& route) const {
+    if (config.key_by == KeyBy::host) return u.origin;
+    return u.origin + " " + (route.empty() ? u.path : route);
+  }
+
+  Expected<Response, Error> attempt(CURL* h, const Request& req, curl_slist* headers,
+                                    const Context& ctx);
+  Expected<Response, Error> request(const Request& req, const Context& ctx);
+
+  Config config;
+  detail::Hosts hosts;
+  std::mutex pool_mu;
+  std::vector<CURL*> pool;
+  std::atomic<std::uint64_t> requests{0};
+  std::atomic<std::uint64_t> attempts{0};
+  std::atomic<std::uint64_t> hostile_retry_after{0};
+  std::atomic<std::uint64_t> handles_created{0};
+};
+
+Expected<Response, Error> Client::Impl::attempt(CURL* h, const Request& req, curl_slist* headers,
+                                                const Context& ctx) {
+  Nanos budget = ctx.remaining();
+  if (config.attempt_timeout > Nanos::zero()) budget = std::min(budget, config.attempt_timeout);
+  if (budget < std::chrono::milliseconds(1)) {
+    // Nothing was sent: the caller's time ran out, the server did nothing wrong.
+    return Unexpected(
+        make_error(ErrorKind::timeout, Outcome::ignored, false, "no time left for an attempt"));
+  }
+  attempts.fetch_add(1, std::memory_order_relaxed);
+  const std::int64_t timeout_ms = ceil_ms(budget);
+  const std::int64_t connect_ms = std::min(timeout_ms, ceil_ms(config.connect_timeout));
+
+  Transfer t;
+  t.max_body = config.max_body_bytes;
+  t.max_headers = config.max_header_bytes;
+  t.ctx = &ctx;
+  std::array<char, CURL_ERROR_SIZE> errbuf{};
+
+  curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
+  curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
+  curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, config.max_redirects > 0 ? 1L : 0L);
+  curl_easy_setopt(h, CURLOPT_MAXREDIRS, static_cast<long>(config.max_redirects));
+  curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms));
+  curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(connect_ms));
+  curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &on_body);
+  curl_easy_setopt(h, CURLOPT_WRITEDATA, &t);
+  curl_easy_setopt(h, CURLOPT_HEADERFUNCTION, &on_header);
+  curl_easy_setopt(h, CURLOPT_HEADERDATA, &t);
+  curl_easy_setopt(h, CURLOPT_NOPROGRESS, 0L);
+  curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &on_progress);
+  curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
+  curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(config.max_body_bytes));
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf.data());
+  curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
+  curl_easy_setopt(h, CURLOPT_USERAGENT, config.user_agent.c_str());
+  if (req.method == "GET") {
+    curl_easy_setopt(h, CURLOPT_HTTPGET, 1L);
+  } else if (req.method == "HEAD") {
+    curl_easy_setopt(h, CURLOPT_NOBODY, 1L);
+  } else {
+    curl_easy_setopt(h, CURLOPT_POSTFIELDSIZE_LARGE, static_cast<curl_off_t>(req.body.size()));
+    curl_easy_setopt(h, CURLOPT_POSTFIELDS, req.body.data());
+    if (req.method != "POST") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
+  }
+
+  const CURLcode rc = curl_easy_perform(h);
+  const std::string detail =
+      errbuf[0] != '\0' ? std::string(errbuf.data()) : curl_easy_strerror(rc);
+  if (rc != CURLE_OK) {
+    if (t.cancelled || ctx.stop_requested())
+      return Unexpected(make_error(ErrorKind::cancelled, Outcome::ignored, false, "cancelled"));
+    if (t.body_over || rc == CURLE_FILESIZE_EXCEEDED) {
+      return Unexpected(make_error(
+          ErrorKind::body_too_large, Outcome::failure, false,
+          "response body exceeds max_body_bytes (" + std::to_string(config.max_body_bytes) + ")"));
+    }
+    if (t.headers_over) {
+      return Unexpected(make_error(ErrorKind::transport, Outcome::failure, false,
+                                   "response headers exceed max_header_bytes (" +
+                                       std::to_string(config.max_header_bytes) + ")"));
+    }
+    switch (rc) {
+      case CURLE_OPERATION_TIMEDOUT:
+        return Unexpected(make_error(ErrorKind::timeout, Outcome::failure, true, detail));
+      case CURLE_TOO_MANY_REDIRECTS:
+        return Unexpected(make_error(
+            ErrorKind::redirect, Outcome::ignored, false,
+            "more than max_redirects (" + std::to_string(config.max_redirects) + "): " + detail));
+      case CURLE_UNSUPPORTED_PROTOCOL:
+      case CURLE_URL_MALFORMAT:
+        return Unexpected(make_error(ErrorKind::invalid_request, Outcome::ignored, false, detail));
+      default:
+        return Unexpected(make_error(ErrorKind::transport, Outcome::failure, true, detail));
+    }
+  }
+
+  long status = 0;
+  curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
+  t.response.status = status;
+  if (status >= 300 && status < 400 && status != 304 && config.max_redirects == 0) {
+    const auto location = t.response.header("Location");
+    Error e = make_error(ErrorKind::redirect, Outcome::ignored, false,
+                         "redirect not followed (max_redirects is 0) to '" +
+                             std::string(location.value_or("")) + "'",
+                         status);
+    e.response = std::move(t.response);
+    return Unexpected(std::move(e));
+  }
+  const Outcome outcome = config.classify(status);
+  if (outcome == Outcome::success) return std::move(t.response);
+
+  Error e = make_error(ErrorKind::status, outcome, outcome == Outcome::failure,
+                       "HTTP " + std::to_string(status), status);
+  if (const auto value = t.response.header("Retry-After")) {
+    const RetryAfter ra =
+        parse_retry_after(*value, std::chrono::system_clock::now(), config.max_retry_after);
+    if (ra.status == RetryAfter::Status::ok) {
+      e.retry_after = ra.delay;
+      e.has_hint_ = true;
+    } else {
+      hostile_retry_after.fetch_add(1, std::memory_order_relaxed);
+      e.message +=
+          ra.status == RetryAfter::Status::too_large
+              ? " (Retry-After '" + std::string(*value) + "' above max_retry_after: ignored)"
+              : " (Retry-After '" + std::string(*value) + "' malformed: ignored)";
+    }
+  }
+  e.response = std::move(t.response);
+  return Unexpected(std::move(e));
+}
+
+Expected<Response, Error> Client::Impl::request(const Request& req, const Context& ctx) {
+  requests.fetch_add(1, std::memory_order_relaxed);
+  const auto invalid = [](std::string msg) {
+    return Unexpected(
+        make_error(ErrorKind::invalid_request, Outcome::ignored, false, std::move(msg)));
+  };
+  if (!is_token(req.method)) return invalid("invalid method '" + req.method + "'");
+  for (const Header& hd : req.headers) {
+    if (!is_token(hd.name)) return invalid("invalid header name '" + hd.name + "'");
+    if (!is_field_value(hd.value)) return invalid("header '" + hd.name + "' has CR, LF or NUL");
+  }
+  auto url = parse_url(req.url);
+  if (!url) return invalid(std::move(url).error());
+  if (req.timeout < Nanos::zero()) return invalid("negative timeout");
+
+  // The idempotency key: one per logical request, sent on every attempt.
+  std::string key;
+  const bool needs_key = !idempotent_method(req.method);
+  if (needs_key) {
+    if (const auto given = find_header(req.headers, config.idempotency_header)) {
+      key = std::string(*given);  // the caller sent it itself
+    } else if (!req.idempotency_key.empty()) {
+      if (!is_field_value(req.idempotency_key)) return invalid("idempotency key has CR, LF or NUL");
+      key = req.idempotency_key;
+    } else if (config.make_idempotency_keys) {
+      key = config.key_generator();
+    }
+  }
+  const bool retry_allowed = !needs_key || !key.empty();
+
+  struct SList {
+    curl_slist* list = nullptr;
+    ~SList() { curl_slist_free_all(list); }
+    void add(const std::string& line) {
+      if (curl_slist* l = curl_slist_append(list, line.c_str())) list = l;
+    }
+  } headers;
+  for (const Header& hd : req.headers) headers.add(hd.name + ": " + hd.value);
+  if (needs_key && !key.empty() && !find_header(req.headers, config.idempotency_header))
+    headers.add(config.idempotency_header + ": " + key);
+  headers.add("Expect:");  // no 100-continue round trip for large bodies
+
+  const Context rctx =
+      ctx.with_timeout(req.timeout > Nanos::zero() ? req.timeout : config.default_timeout);
+  detail::Hosts::Entry host = hosts.get(key_of(*url, req.route));
+  detail::HostState& state = host.state();
+
+  struct Lease {
+    Impl* impl;
+    CURL* h;
+    ~Lease() {
+      if (h != nullptr) impl->give_handle(h);
+    }
+  } lease{this, take_handle()};
+  if (lease.h == nullptr) {
+    return Unexpected(make_error(ErrorKind::transport, Outcome::ignored, false,
+                                 "could not create a curl handle"));
+  }
+
+  const auto pipe =
+      bulwark::pipeline(bulwark::breaker(host.breaker()), bulwark::bulkhead(*state.bulkhead),
+                        bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
+                          return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+                        }));
+  auto result =
+      pipe.execute(rctx, [&](const Context& c) { return attempt(lease.h, req, headers.list, c); });
+  if (result) return std::move(*result);
+
+  Failure<Error> f = std::move(result).error();
+  Error out;
+  if (f.error) {
+    out = std::move(*f.error);
+  } else {
+    switch (f.reason) {
+      case Reason::breaker_open:
+      case Reason::breaker_half_open_full:
+      case Reason::breaker_forced_open:
+        out = make_error(ErrorKind::rejected_by_breaker, Outcome::ignored, false,
+                         "the breaker of " + key_of(*url, req.route) + " is open");
+        out.retry_after = f.retry_after;
+        break;
+      case Reason::bulkhead_full:
+        out = make_error(ErrorKind::bulkhead_full, Outcome::ignored, false,
+                         "the bulkhead of " + key_of(*url, req.route) + " is full");
+        break;
+      case Reason::cancelled:
+        out = make_error(ErrorKind::cancelled, Outcome::ignored, false, "cancelled");
+        break;
+      default:
+        out = make_error(ErrorKind::timeout, Outcome::ignored, false,
+                         std::string("no attempt: ") + std::string(to_string(f.reason)));
+        break;
+    }
+  }
+  if (f.reason == Reason::cancelled) out.kind = ErrorKind::cancelled;
+  // An attempt aborted by the stop_token is the request's cancellation too.
+  out.reason = out.kind == ErrorKind::cancelled ? Reason::cancelled : f.reason;
+  out.attempts = f.attempts;
+  return Unexpected(std::move(out));
+}
+
+Client::Client(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Client::~Client() = default;
+
+Expected<Response, Error> Client::request(const Request& request, const Context& ctx) {
+  return impl_->request(request, ctx);
+}
+
+ClientStats Client::stats() const noexcept {
+  return {impl_->requests.load(std::memory_order_relaxed),
+          impl_->attempts.load(std::memory_order_relaxed),
+          impl_->hostile_retry_after.load(std::memory_order_relaxed),
+          impl_->handles_created.load(std::memory_order_relaxed)};
+}
+
+const Config& Client::config() const noexcept { return impl_->config; }
+
+const Breaker* Client::breaker_for(const std::string& url, const std::string& route) {
+  auto u = parse_url(url);
+  if (!u) return nullptr;
+  return &impl_->hosts.get(impl_->key_of(*u, route)).breaker();
+}
+
+}  // namespace bulwark::http
