@@ -50,7 +50,8 @@ struct ReplayArgs {
 };
 
 struct Command {
-  bool simulate = true;  // else replay
+  bool simulate = true;  // else replay (or demo)
+  bool demo = false;     // `bulwark demo`: the live loopback incident (demo.h)
   SimulateArgs sim;
   ReplayArgs rep;
 };
@@ -72,6 +73,7 @@ class CommandLine {
  private:
   std::unique_ptr<CLI::App> app_;
   CLI::App* simulate_ = nullptr;
+  CLI::App* demo_ = nullptr;
   Command command_;
 };
 
