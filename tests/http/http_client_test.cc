@@ -411,5 +411,37 @@ TEST(HttpClient, BulkheadFullRejectsAtOnce) {
   EXPECT_EQ(up.requests(), 1);
 }
 
+// Many threads share one client (its handle pool, its per-host breaker and bulkhead).
+TEST(HttpClient, ConcurrentRequestsShareOneClient) {
+  Upstream up([](int n, const httplib::Request&, httplib::Response& res) {
+    if (n % 5 == 0) {
+      res.status = 503;  // retried
+    } else {
+      res.set_content("ok", "text/plain");
+    }
+  });
+  Config c = quick(3);
+  constexpr int kThreads = 4, kPerThread = 25;
+  c.max_idle_handles = kThreads;  // never more in use at once, so none is ever dropped
+  Client client(c);
+  std::atomic<int> ok{0};
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          auto r = client.get(up.url("/r/" + std::to_string(t)));
+          if (r && r->body == "ok") ++ok;
+        }
+      });
+    }
+  }
+  EXPECT_EQ(ok.load(), kThreads * kPerThread);
+  EXPECT_EQ(client.stats().requests, static_cast<std::uint64_t>(kThreads * kPerThread));
+  EXPECT_EQ(client.stats().attempts, static_cast<std::uint64_t>(up.requests()));
+  EXPECT_LE(client.stats().handles_created, static_cast<std::uint64_t>(kThreads))
+      << "handles are reused, not made per request";
+}
+
 }  // namespace
 }  // namespace bulwark::http
