@@ -128,6 +128,7 @@ struct Transfer {
   bool headers_over = false;
   bool cancelled = false;
   const Context* ctx = nullptr;
+  std::array<char, CURL_ERROR_SIZE> errbuf{};
 };
 
 std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
@@ -236,6 +237,30 @@ std::optional<Nanos> Error::retry_after_hint() const noexcept {
   return retry_after;
 }
 
+// A curl header list, freed with its owner.
+struct SList {
+  curl_slist* list = nullptr;
+  SList() = default;
+  SList(SList&& o) noexcept : list(std::exchange(o.list, nullptr)) {}
+  SList& operator=(SList&& o) noexcept {
+    std::swap(list, o.list);
+    return *this;
+  }
+  ~SList() { curl_slist_free_all(list); }
+  void add(const std::string& line) {
+    if (curl_slist* l = curl_slist_append(list, line.c_str())) list = l;
+  }
+};
+
+// A request checked and ready for the pipeline.
+struct Prepared {
+  std::string key;     // the registry key: host, or host and route
+  bool retry_allowed;  // idempotent, or with a key
+  SList headers;
+  Context ctx;  // with the request's deadline
+  detail::Hosts::Entry host;
+};
+
 class Client::Impl {
  public:
   explicit Impl(Config c) : config(checked(std::move(c))), hosts(config) {
@@ -282,8 +307,15 @@ class Client::Impl {
     return u.origin + " " + (route.empty() ? u.path : route);
   }
 
+  // One attempt, in three steps so the async client shares them: set the options
+  // (an error if no time is left), perform, read the result.
+  std::optional<Error> prepare(CURL* h, const Request& req, curl_slist* headers, const Context& ctx,
+                               Transfer& t);
+  Expected<Response, Error> finish(CURL* h, CURLcode rc, Transfer& t, const Context& ctx);
   Expected<Response, Error> attempt(CURL* h, const Request& req, curl_slist* headers,
                                     const Context& ctx);
+  Expected<Prepared, Error> prepare_request(const Request& req, const Context& ctx);
+  static Error convert(Failure<Error>&& f, const std::string& key);
   Expected<Response, Error> request(const Request& req, const Context& ctx);
 
   Config config;
@@ -296,24 +328,21 @@ class Client::Impl {
   std::atomic<std::uint64_t> handles_created{0};
 };
 
-Expected<Response, Error> Client::Impl::attempt(CURL* h, const Request& req, curl_slist* headers,
-                                                const Context& ctx) {
+std::optional<Error> Client::Impl::prepare(CURL* h, const Request& req, curl_slist* headers,
+                                           const Context& ctx, Transfer& t) {
   Nanos budget = ctx.remaining();
   if (config.attempt_timeout > Nanos::zero()) budget = std::min(budget, config.attempt_timeout);
   if (budget < std::chrono::milliseconds(1)) {
     // Nothing was sent: the caller's time ran out, the server did nothing wrong.
-    return Unexpected(
-        make_error(ErrorKind::timeout, Outcome::ignored, false, "no time left for an attempt"));
+    return make_error(ErrorKind::timeout, Outcome::ignored, false, "no time left for an attempt");
   }
   attempts.fetch_add(1, std::memory_order_relaxed);
   const std::int64_t timeout_ms = ceil_ms(budget);
   const std::int64_t connect_ms = std::min(timeout_ms, ceil_ms(config.connect_timeout));
 
-  Transfer t;
   t.max_body = config.max_body_bytes;
   t.max_headers = config.max_header_bytes;
   t.ctx = &ctx;
-  std::array<char, CURL_ERROR_SIZE> errbuf{};
 
   curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
@@ -331,7 +360,7 @@ Expected<Response, Error> Client::Impl::attempt(CURL* h, const Request& req, cur
   curl_easy_setopt(h, CURLOPT_XFERINFOFUNCTION, &on_progress);
   curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(config.max_body_bytes));
-  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, errbuf.data());
+  curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t.errbuf.data());
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(h, CURLOPT_USERAGENT, config.user_agent.c_str());
   if (req.method == "GET") {
@@ -344,9 +373,20 @@ Expected<Response, Error> Client::Impl::attempt(CURL* h, const Request& req, cur
     if (req.method != "POST") curl_easy_setopt(h, CURLOPT_CUSTOMREQUEST, req.method.c_str());
   }
 
-  const CURLcode rc = curl_easy_perform(h);
+  return std::nullopt;
+}
+
+Expected<Response, Error> Client::Impl::attempt(CURL* h, const Request& req, curl_slist* headers,
+                                                const Context& ctx) {
+  Transfer t;
+  if (auto e = prepare(h, req, headers, ctx, t)) return Unexpected(std::move(*e));
+  return finish(h, curl_easy_perform(h), t, ctx);
+}
+
+Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t,
+                                               const Context& ctx) {
   const std::string detail =
-      errbuf[0] != '\0' ? std::string(errbuf.data()) : curl_easy_strerror(rc);
+      t.errbuf[0] != '\0' ? std::string(t.errbuf.data()) : curl_easy_strerror(rc);
   if (rc != CURLE_OK) {
     if (t.cancelled || ctx.stop_requested())
       return Unexpected(make_error(ErrorKind::cancelled, Outcome::ignored, false, "cancelled"));
@@ -410,7 +450,7 @@ Expected<Response, Error> Client::Impl::attempt(CURL* h, const Request& req, cur
   return Unexpected(std::move(e));
 }
 
-Expected<Response, Error> Client::Impl::request(const Request& req, const Context& ctx) {
+Expected<Prepared, Error> Client::Impl::prepare_request(const Request& req, const Context& ctx) {
   requests.fetch_add(1, std::memory_order_relaxed);
   const auto invalid = [](std::string msg) {
     return Unexpected(
@@ -438,47 +478,21 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
       key = config.key_generator();
     }
   }
-  const bool retry_allowed = !needs_key || !key.empty();
-
-  struct SList {
-    curl_slist* list = nullptr;
-    ~SList() { curl_slist_free_all(list); }
-    void add(const std::string& line) {
-      if (curl_slist* l = curl_slist_append(list, line.c_str())) list = l;
-    }
-  } headers;
-  for (const Header& hd : req.headers) headers.add(hd.name + ": " + hd.value);
+  Prepared p{
+      .key = key_of(*url, req.route),
+      .retry_allowed = !needs_key || !key.empty(),
+      .headers = {},
+      .ctx = ctx.with_timeout(req.timeout > Nanos::zero() ? req.timeout : config.default_timeout),
+      .host = {}};
+  for (const Header& hd : req.headers) p.headers.add(hd.name + ": " + hd.value);
   if (needs_key && !key.empty() && !find_header(req.headers, config.idempotency_header))
-    headers.add(config.idempotency_header + ": " + key);
-  headers.add("Expect:");  // no 100-continue round trip for large bodies
+    p.headers.add(config.idempotency_header + ": " + key);
+  p.headers.add("Expect:");  // no 100-continue round trip for large bodies
+  p.host = hosts.get(p.key);
+  return p;
+}
 
-  const Context rctx =
-      ctx.with_timeout(req.timeout > Nanos::zero() ? req.timeout : config.default_timeout);
-  detail::Hosts::Entry host = hosts.get(key_of(*url, req.route));
-  detail::HostState& state = host.state();
-
-  struct Lease {
-    Impl* impl;
-    CURL* h;
-    ~Lease() {
-      if (h != nullptr) impl->give_handle(h);
-    }
-  } lease{this, take_handle()};
-  if (lease.h == nullptr) {
-    return Unexpected(make_error(ErrorKind::transport, Outcome::ignored, false,
-                                 "could not create a curl handle"));
-  }
-
-  const auto pipe =
-      bulwark::pipeline(bulwark::breaker(host.breaker()), bulwark::bulkhead(*state.bulkhead),
-                        bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
-                          return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
-                        }));
-  auto result =
-      pipe.execute(rctx, [&](const Context& c) { return attempt(lease.h, req, headers.list, c); });
-  if (result) return std::move(*result);
-
-  Failure<Error> f = std::move(result).error();
+Error Client::Impl::convert(Failure<Error>&& f, const std::string& key) {
   Error out;
   if (f.error) {
     out = std::move(*f.error);
@@ -488,12 +502,12 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
       case Reason::breaker_half_open_full:
       case Reason::breaker_forced_open:
         out = make_error(ErrorKind::rejected_by_breaker, Outcome::ignored, false,
-                         "the breaker of " + key_of(*url, req.route) + " is open");
+                         "the breaker of " + key + " is open");
         out.retry_after = f.retry_after;
         break;
       case Reason::bulkhead_full:
         out = make_error(ErrorKind::bulkhead_full, Outcome::ignored, false,
-                         "the bulkhead of " + key_of(*url, req.route) + " is full");
+                         "the bulkhead of " + key + " is full");
         break;
       case Reason::cancelled:
         out = make_error(ErrorKind::cancelled, Outcome::ignored, false, "cancelled");
@@ -508,7 +522,37 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
   // An attempt aborted by the stop_token is the request's cancellation too.
   out.reason = out.kind == ErrorKind::cancelled ? Reason::cancelled : f.reason;
   out.attempts = f.attempts;
-  return Unexpected(std::move(out));
+  return out;
+}
+
+Expected<Response, Error> Client::Impl::request(const Request& req, const Context& ctx) {
+  auto prepared = prepare_request(req, ctx);
+  if (!prepared) return Unexpected(std::move(prepared).error());
+  Prepared& p = *prepared;
+  detail::HostState& state = p.host.state();
+
+  struct Lease {
+    Impl* impl;
+    CURL* h;
+    ~Lease() {
+      if (h != nullptr) impl->give_handle(h);
+    }
+  } lease{this, take_handle()};
+  if (lease.h == nullptr) {
+    return Unexpected(make_error(ErrorKind::transport, Outcome::ignored, false,
+                                 "could not create a curl handle"));
+  }
+
+  const bool retry_allowed = p.retry_allowed;
+  const auto pipe =
+      bulwark::pipeline(bulwark::breaker(p.host.breaker()), bulwark::bulkhead(*state.bulkhead),
+                        bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
+                          return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+                        }));
+  auto result = pipe.execute(
+      p.ctx, [&](const Context& c) { return attempt(lease.h, req, p.headers.list, c); });
+  if (result) return std::move(*result);
+  return Unexpected(convert(std::move(result).error(), p.key));
 }
 
 Client::Client(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
