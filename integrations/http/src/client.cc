@@ -578,3 +578,270 @@ const Breaker* Client::breaker_for(const std::string& url, const std::string& ro
 }
 
 }  // namespace bulwark::http
+
+#if defined(BULWARK_HTTP_ASYNC)
+// ---------------------------------------------------------------------------------
+// AsyncClient: curl's multi interface driven by an Asio executor.
+// ---------------------------------------------------------------------------------
+
+#include <asio/associated_cancellation_slot.hpp>
+#include <asio/associated_executor.hpp>
+#include <asio/async_result.hpp>
+#include <asio/posix/stream_descriptor.hpp>
+#include <asio/post.hpp>
+#include <asio/steady_timer.hpp>
+#include <asio/this_coro.hpp>
+#include <asio/use_awaitable.hpp>
+#include <memory>
+#include <unordered_map>
+
+#include "bulwark/asio/bulkhead.h"
+#include "bulwark/asio/pipeline.h"
+#include "bulwark/http/async_client.h"
+
+namespace bulwark::http {
+namespace {
+
+// One transfer in the multi handle, waiting for its completion.
+struct MultiOp {
+  virtual ~MultiOp() = default;
+  virtual void complete(CURLcode rc) = 0;
+};
+
+template <class Handler>
+struct MultiOpFor final : MultiOp {
+  explicit MultiOpFor(Handler&& h) : handler(std::move(h)) {}
+  void complete(CURLcode rc) override {
+    // Never called from inside the slot's own handler (see async_perform).
+    auto slot = ::asio::get_associated_cancellation_slot(handler);
+    if (slot.is_connected()) slot.clear();
+    auto ex = ::asio::get_associated_executor(handler);
+    ::asio::post(ex, [h = std::move(handler), rc]() mutable { std::move(h)(rc); });
+  }
+  Handler handler;
+};
+
+}  // namespace
+
+class AsyncClient::Impl {
+ public:
+  Impl(::asio::any_io_executor ex, Config c)
+      : core(std::move(c)),
+        executor(ex),
+        timer(ex),
+        bulkhead(bulwark::asio::AsyncBulkheadConfig{
+            .name = core.config.bulkhead.name,
+            .max_concurrent = core.config.bulkhead.max_concurrent,
+            .max_queue = core.config.bulkhead.max_wait > Nanos::zero() ? 1024u : 0u,
+            .max_wait = core.config.bulkhead.max_wait > Nanos::zero()
+                            ? core.config.bulkhead.max_wait
+                            : std::chrono::seconds(1)}) {
+    multi = curl_multi_init();
+    curl_multi_setopt(multi, CURLMOPT_SOCKETFUNCTION, &Impl::on_socket);
+    curl_multi_setopt(multi, CURLMOPT_SOCKETDATA, this);
+    curl_multi_setopt(multi, CURLMOPT_TIMERFUNCTION, &Impl::on_timer);
+    curl_multi_setopt(multi, CURLMOPT_TIMERDATA, this);
+  }
+  ~Impl() {
+    *alive = false;  // handlers still queued on the executor see it and do nothing
+    for (auto& [h, op] : ops) curl_multi_remove_handle(multi, h);
+    ops.clear();
+    for (auto& [fd, sock] : sockets) {
+      sock->closed = true;
+      ::asio::error_code ignored;
+      sock->sd.cancel(ignored);
+      (void)sock->sd.release();  // curl owns the descriptor
+    }
+    sockets.clear();
+    curl_multi_cleanup(multi);
+  }
+
+  struct Socket {
+    explicit Socket(::asio::any_io_executor ex, curl_socket_t fd) : sd(ex, fd) {}
+    ::asio::posix::stream_descriptor sd;
+    int want = 0;
+    bool reading = false, writing = false, closed = false;
+  };
+
+  static int on_socket(CURL*, curl_socket_t fd, int what, void* user, void*) {
+    auto* self = static_cast<Impl*>(user);
+    auto it = self->sockets.find(fd);
+    if (what == CURL_POLL_REMOVE) {
+      if (it != self->sockets.end()) {
+        it->second->closed = true;
+        ::asio::error_code ignored;
+        it->second->sd.cancel(ignored);
+        (void)it->second->sd.release();
+        self->sockets.erase(it);
+      }
+      return 0;
+    }
+    std::shared_ptr<Socket> sock;
+    if (it == self->sockets.end()) {
+      sock = std::make_shared<Socket>(self->executor, fd);
+      self->sockets.emplace(fd, sock);
+    } else {
+      sock = it->second;
+    }
+    sock->want = what;
+    self->arm(fd, sock);
+    return 0;
+  }
+
+  void arm(curl_socket_t fd, const std::shared_ptr<Socket>& sock) {
+    if ((sock->want & CURL_POLL_IN) != 0 && !sock->reading) {
+      sock->reading = true;
+      sock->sd.async_wait(::asio::posix::stream_descriptor::wait_read,
+                          [this, fd, sock, alive_ = alive](const ::asio::error_code& ec) {
+                            sock->reading = false;
+                            if (!*alive_ || sock->closed || ec) return;
+                            action(fd, CURL_CSELECT_IN);
+                            if (!sock->closed) arm(fd, sock);
+                          });
+    }
+    if ((sock->want & CURL_POLL_OUT) != 0 && !sock->writing) {
+      sock->writing = true;
+      sock->sd.async_wait(::asio::posix::stream_descriptor::wait_write,
+                          [this, fd, sock, alive_ = alive](const ::asio::error_code& ec) {
+                            sock->writing = false;
+                            if (!*alive_ || sock->closed || ec) return;
+                            action(fd, CURL_CSELECT_OUT);
+                            if (!sock->closed) arm(fd, sock);
+                          });
+    }
+  }
+
+  static int on_timer(CURLM*, long ms, void* user) {
+    auto* self = static_cast<Impl*>(user);
+    self->timer.cancel();
+    if (ms < 0) return 0;
+    self->timer.expires_after(std::chrono::milliseconds(ms));
+    self->timer.async_wait([self, alive_ = self->alive](const ::asio::error_code& ec) {
+      if (ec || !*alive_) return;
+      self->action(CURL_SOCKET_TIMEOUT, 0);
+    });
+    return 0;
+  }
+
+  void action(curl_socket_t fd, int events) {
+    int running = 0;
+    curl_multi_socket_action(multi, fd, events, &running);
+    int left = 0;
+    while (CURLMsg* m = curl_multi_info_read(multi, &left)) {
+      if (m->msg != CURLMSG_DONE) continue;
+      CURL* h = m->easy_handle;
+      const CURLcode rc = m->data.result;
+      curl_multi_remove_handle(multi, h);
+      auto it = ops.find(h);
+      if (it == ops.end()) continue;
+      std::unique_ptr<MultiOp> op = std::move(it->second);
+      ops.erase(it);
+      op->complete(rc);
+    }
+  }
+
+  // Runs `h` in the multi handle; completes with its CURLcode. The cancellation slot
+  // removes it from the multi handle at once and completes with CURLE_ABORTED_BY_CALLBACK.
+  template <class Token>
+  auto async_perform(CURL* h, Token&& token) {
+    return ::asio::async_initiate<Token, void(CURLcode)>(
+        [this, h](auto handler) {
+          auto slot = ::asio::get_associated_cancellation_slot(handler);
+          if (slot.is_connected()) {
+            slot.assign([this, h, alive_ = alive](::asio::cancellation_type) {
+              // Completing here would destroy this very handler (complete() clears
+              // the slot): abort from a fresh handler on the executor instead.
+              ::asio::post(executor, [this, h, alive_] {
+                if (!*alive_) return;
+                auto it = ops.find(h);
+                if (it == ops.end()) return;
+                curl_multi_remove_handle(multi, h);
+                std::unique_ptr<MultiOp> op = std::move(it->second);
+                ops.erase(it);
+                op->complete(CURLE_ABORTED_BY_CALLBACK);
+              });
+            });
+          }
+          ops.emplace(h, std::make_unique<MultiOpFor<decltype(handler)>>(std::move(handler)));
+          if (curl_multi_add_handle(multi, h) != CURLM_OK) {
+            std::unique_ptr<MultiOp> op = std::move(ops[h]);
+            ops.erase(h);
+            op->complete(CURLE_FAILED_INIT);
+          }
+        },
+        token);
+  }
+
+  ::asio::awaitable<Expected<Response, Error>> attempt(CURL* h, const Request& req,
+                                                       curl_slist* headers, Context ctx) {
+    Transfer t;
+    if (auto e = core.prepare(h, req, headers, ctx, t)) co_return Unexpected(std::move(*e));
+    const CURLcode rc = co_await async_perform(h, ::asio::use_awaitable);
+    if (rc == CURLE_ABORTED_BY_CALLBACK && !t.cancelled) {
+      // Aborted by the pipeline at the deadline (or the attempt's timeout): a timeout.
+      if (ctx.expired()) {
+        co_return Unexpected(
+            make_error(ErrorKind::timeout, Outcome::failure, true, "the attempt ran out of time"));
+      }
+      co_return Unexpected(make_error(ErrorKind::cancelled, Outcome::ignored, false,
+                                      "cancelled: the transfer was aborted"));
+    }
+    co_return core.finish(h, rc, t, ctx);
+  }
+
+  Client::Impl core;
+  ::asio::any_io_executor executor;
+  ::asio::steady_timer timer;
+  bulwark::asio::AsyncBulkhead bulkhead;
+  CURLM* multi = nullptr;
+  std::unordered_map<curl_socket_t, std::shared_ptr<Socket>> sockets;
+  std::unordered_map<CURL*, std::unique_ptr<MultiOp>> ops;
+  std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+};
+
+AsyncClient::AsyncClient(::asio::any_io_executor executor, Config config)
+    : impl_(std::make_shared<Impl>(executor, std::move(config))) {}
+AsyncClient::~AsyncClient() = default;
+
+::asio::awaitable<Expected<Response, Error>> AsyncClient::async_request(Request req, Context ctx) {
+  // A cancellation is a result (ErrorKind::cancelled), not an exception.
+  co_await ::asio::this_coro::throw_if_cancelled(false);
+  Impl& impl = *impl_;
+  auto prepared = impl.core.prepare_request(req, ctx);
+  if (!prepared) co_return Unexpected(std::move(prepared).error());
+  Prepared p = std::move(*prepared);
+  detail::HostState& state = p.host.state();
+  CURL* h = impl.core.take_handle();
+  if (h == nullptr) {
+    co_return Unexpected(make_error(ErrorKind::transport, Outcome::ignored, false,
+                                    "could not create a curl handle"));
+  }
+  struct Lease {
+    Client::Impl* core;
+    CURL* h;
+    ~Lease() { core->give_handle(h); }
+  } lease{&impl.core, h};
+
+  const bool retry_allowed = p.retry_allowed;
+  const auto pipe = bulwark::asio::pipeline(
+      bulwark::breaker(p.host.breaker()), bulwark::asio::bulkhead(impl.bulkhead),
+      bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
+        return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+      }));
+  curl_slist* headers = p.headers.list;
+  auto result = co_await pipe.execute(p.ctx, [&impl, h, &req, headers](const Context& c) {
+    return impl.attempt(h, req, headers, c);
+  });
+  if (result) co_return std::move(*result);
+  co_return Unexpected(Client::Impl::convert(std::move(result).error(), p.key));
+}
+
+ClientStats AsyncClient::stats() const noexcept {
+  const Client::Impl& c = impl_->core;
+  return {c.requests.load(std::memory_order_relaxed), c.attempts.load(std::memory_order_relaxed),
+          c.hostile_retry_after.load(std::memory_order_relaxed),
+          c.handles_created.load(std::memory_order_relaxed)};
+}
+
+}  // namespace bulwark::http
+#endif  // BULWARK_HTTP_ASYNC
