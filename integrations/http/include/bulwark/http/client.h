@@ -149,12 +149,15 @@ struct Error {
   std::uint32_t attempts = 0;         // attempts that reached the server (0: none)
   std::optional<Response> response;   // the error response, for ErrorKind::status
 
-  // For the resilience stages (error_traits.h). `outcome_` is set by the client.
+  // What the error means to the breaker: failure (the server's fault) or ignored.
   Outcome outcome() const noexcept { return outcome_; }
+  // The server's Retry-After, if it sent a valid one (the retry honours it).
   std::optional<Nanos> retry_after_hint() const noexcept;
+
+  // Set by the client as it classifies the error; read through the functions above.
   Outcome outcome_ = Outcome::failure;
-  bool has_hint_ = false;
-  bool retryable_ = true;
+  bool has_hint_ = false;  // retry_after holds the server's valid Retry-After
+  bool retryable_ = true;  // a retry could succeed (false for a body cap, a redirect, ...)
 };
 
 // Totals since the client was built. Relaxed atomics.
