@@ -389,7 +389,7 @@ Command CommandLine::parse(int argc, const char* const* argv) {
       std::string_view(argv[1]) != "replay" && std::string_view(argv[1]) != "demo") {
     throw InputError({}, "",
                      "unknown subcommand " + bulwark::lab::quote_for_error(argv[1]) +
-                         " (the subcommands are simulate and replay)");
+                         " (the subcommands are simulate, replay and demo)");
   }
   app_->parse(argc, argv);
   SimulateArgs& sim = command_.sim;
