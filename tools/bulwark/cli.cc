@@ -1,5 +1,9 @@
 #include "cli.h"
 
+#if defined(BULWARK_CLI_DEMO)
+#include "demo.h"
+#endif
+
 #include <fcntl.h>
 #include <stdio.h>  // fileno
 #include <sys/stat.h>
@@ -526,6 +530,15 @@ CommandLine::CommandLine() {
       ->expected(1)
       ->allow_extra_args(false)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+#if defined(BULWARK_CLI_DEMO)
+  // `bulwark demo`: no options; the run and its table are demo.h's.
+  demo_ = app.add_subcommand(
+      "demo",
+      "Run the hotel-reviews incident live on 127.0.0.1 (about 30 s): a reviews upstream\n"
+      "degrades from 12 ms to 1.4 s without errors while pages call it through\n"
+      "bulwark::http, before (a long timeout) and after (timeout, slow-call breaker,\n"
+      "bulkhead, fallback). Prints a before/after table.");
+#endif
 }
 
 CommandLine::~CommandLine() = default;
@@ -533,10 +546,11 @@ CommandLine::~CommandLine() = default;
 Command CommandLine::parse(int argc, const char* const* argv) {
   // CLI11 would only say "A subcommand is required" for a misspelt one.
   if (argc > 1 && argv[1][0] != '-' && std::string_view(argv[1]) != "simulate" &&
-      std::string_view(argv[1]) != "replay" && std::string_view(argv[1]) != "calibrate") {
+      std::string_view(argv[1]) != "replay" && std::string_view(argv[1]) != "calibrate" &&
+      std::string_view(argv[1]) != "demo") {
     throw InputError({}, "",
                      "unknown subcommand " + bulwark::lab::quote_for_error(argv[1]) +
-                         " (the subcommands are simulate, replay and calibrate)");
+                         " (the subcommands are simulate, replay, calibrate and demo)");
   }
   app_->parse(argc, argv);
   SimulateArgs& sim = command_.sim;
@@ -557,6 +571,8 @@ Command CommandLine::parse(int argc, const char* const* argv) {
   }
   command_.simulate = simulate_->parsed();
   command_.calibrate = calibrate_->parsed();
+  command_.demo = demo_ != nullptr && demo_->parsed();
+  if (command_.demo) return command_;
   if (command_.simulate) {
     check_simulate(command_.sim);
   } else if (command_.calibrate) {
@@ -585,6 +601,9 @@ int main(int argc, const char* const* argv) {
     return kBadInput;
   }
   try {
+#if defined(BULWARK_CLI_DEMO)
+    if (command.demo) return run_demo(DemoOptions{}, std::cout);
+#endif
     if (command.simulate) return run_simulate(command.sim);
     if (command.calibrate) return run_calibrate(command.cal);
     return run_replay(command.rep);

@@ -62,8 +62,9 @@ struct CalibrateArgs {
 };
 
 struct Command {
-  bool simulate = true;    // else replay, or calibrate
+  bool simulate = true;    // else replay, calibrate or demo
   bool calibrate = false;  // (simulate is false then)
+  bool demo = false;       // `bulwark demo`: the live loopback incident (demo.h)
   SimulateArgs sim;
   ReplayArgs rep;
   CalibrateArgs cal;
@@ -87,6 +88,7 @@ class CommandLine {
   std::unique_ptr<CLI::App> app_;
   CLI::App* simulate_ = nullptr;
   CLI::App* calibrate_ = nullptr;
+  CLI::App* demo_ = nullptr;
   Command command_;
 };
 

@@ -1,0 +1,257 @@
+// bulwark/http/client.h — a resilient HTTP client over libcurl's easy interface.
+//
+// Every request goes through a bulwark pipeline — breaker ∘ bulkhead ∘ retry — whose
+// breaker and bulkhead are those of the request's host (or of its route template, see
+// Config::key_by), created on first use and kept in a keyed registry:
+//
+//   bulwark::http::Client reviews({
+//       .name = "reviews",
+//       .breaker = {.name = "reviews", .consecutive_failures = 5, .open_duration = 10s},
+//       .bulkhead = {.name = "reviews", .max_concurrent = 20},
+//       .retry = {.name = "reviews", .max_attempts = 3},
+//       .default_timeout = 300ms,
+//   });
+//   auto r = reviews.request({.url = "http://reviews:8080/reviews/42"});
+//   if (r) render(r->body);
+//   else if (r.error().kind == bulwark::http::ErrorKind::rejected_by_breaker)
+//     omit_reviews(r.error().retry_after);
+//
+// Time. A request has one deadline: the context's, shortened by Request::timeout (or
+// Config::default_timeout when that is zero). Each attempt is given what is left of it
+// (and at most Config::attempt_timeout) as CURLOPT_TIMEOUT_MS, and at most
+// Config::connect_timeout of that as CURLOPT_CONNECTTIMEOUT_MS, so no attempt and no
+// backoff outlives the deadline. The context's stop_token aborts a transfer in flight
+// (checked by curl's progress callback, about once a second and on every chunk).
+//
+// Classification (Config::classify): a transport error, a timeout, and by default a
+// 5xx or 429 are failures — counted by the breaker, retried; any other 4xx is the
+// caller's fault — ignored by the breaker, never retried. 1xx-3xx are responses.
+//
+// Retry-After (retry_after.h), on any error status, in either form: honoured by the
+// retry in place of the backoff — but a wait that would end past the deadline ends the
+// request at once (Reason::deadline_exceeded) — and handed to the caller in
+// Error::retry_after. A value that is not well-formed, or longer than
+// Config::max_retry_after, is ignored (the backoff applies) and counted in
+// stats().hostile_retry_after.
+//
+// Idempotency. GET, HEAD, PUT, DELETE, OPTIONS and TRACE are retried. POST and PATCH
+// are retried only with an idempotency key: Request::idempotency_key, or one the client
+// makes (Config::make_idempotency_keys) once per request; the same key is sent on every
+// attempt in the Config::idempotency_header header.
+//
+// Limits. Response bodies above Config::max_body_bytes end the transfer
+// (ErrorKind::body_too_large). Redirects are not followed by default: a 3xx other than
+// 304 is ErrorKind::redirect (ignored by the breaker). With max_redirects = N > 0, up
+// to N http/https redirects are followed, and more is ErrorKind::redirect.
+//
+// Connection reuse: a small pool of curl easy handles per client (at most
+// Config::max_idle_handles kept idle). A request takes a handle for all its attempts
+// and gives it back; each handle keeps its own connections alive, so consecutive
+// requests to a host reuse a connection. The pool is guarded by a mutex held only to
+// push or pop a pointer.
+//
+// Cost. The resilience stages cost what pipeline.h says (a lookup in the host
+// registry: one hash and probe, no lock once the host exists). The request itself
+// allocates (URL parsing, headers, the response) and makes a blocking libcurl
+// transfer on the calling thread. bench/http measures the overhead against bare libcurl.
+//
+// Thread-safety: request() may be called concurrently from any thread. The client must
+// outlive every call. No thread is created.
+
+#ifndef BULWARK_HTTP_CLIENT_H_
+#define BULWARK_HTTP_CLIENT_H_
+
+#include <atomic>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bulwark/bulkhead.h"
+#include "bulwark/circuit_breaker.h"
+#include "bulwark/clock.h"
+#include "bulwark/context.h"
+#include "bulwark/error_traits.h"
+#include "bulwark/expected.h"
+#include "bulwark/fallback.h"
+#include "bulwark/outcome.h"
+#include "bulwark/retry.h"
+#include "bulwark/retry_budget.h"
+
+namespace bulwark::http {
+
+// The breaker kept per host: a count window, so that rate and slow-call rules are
+// available (with only consecutive_failures set, the window is unused).
+using Breaker = CountWindowBreaker;
+
+struct Header {
+  std::string name;
+  std::string value;
+};
+using Headers = std::vector<Header>;
+
+// The value of the first header named `name` (ASCII case-insensitive), if any.
+std::optional<std::string_view> find_header(const Headers& headers, std::string_view name);
+
+struct Request {
+  std::string method = "GET";
+  std::string url;  // absolute http:// or https:// URL
+  Headers headers = {};
+  std::string body = {};
+  // The whole request's time, all attempts and backoffs included. Zero: the client's
+  // default_timeout. Shortens the context's deadline, never extends it.
+  Nanos timeout = Nanos::zero();
+  // POST/PATCH: the key that makes a retry safe; sent on every attempt. Empty: none
+  // (unless the client makes one). Ignored for the other methods.
+  std::string idempotency_key = {};
+  // With Config::key_by == route: the route template ("/reviews/{id}") whose breaker
+  // and bulkhead this request uses. Empty: the URL's path.
+  std::string route = {};
+};
+
+struct Response {
+  long status = 0;
+  Headers headers;
+  std::string body;
+
+  std::optional<std::string_view> header(std::string_view name) const {
+    return find_header(headers, name);
+  }
+};
+
+enum class ErrorKind : std::uint8_t {
+  invalid_request,      // a bad URL, method or header: nothing was sent
+  transport,            // connection refused or reset, name resolution, TLS, ...
+  timeout,              // an attempt ran out of time, or no time was left for one
+  status,               // the server answered with an error status (see `status`)
+  body_too_large,       // the response body exceeded max_body_bytes
+  redirect,             // a redirect not followed (policy off), or too many
+  rejected_by_breaker,  // the host's breaker is open: see retry_after
+  bulkhead_full,        // the host's bulkhead had no free slot
+  cancelled,            // the context's stop_token was triggered
+};
+std::string_view to_string(ErrorKind k) noexcept;
+
+struct Error {
+  ErrorKind kind = ErrorKind::transport;
+  // Why the pipeline stopped: call_error (not retried), retries_exhausted,
+  // deadline_exceeded, budget_exhausted, breaker_open, ... (fallback.h).
+  Reason reason = Reason::call_error;
+  long status = 0;      // the HTTP status for ErrorKind::status (and redirect), else 0
+  std::string message;  // human-readable detail (curl's error text, the Location, ...)
+  Nanos retry_after = Nanos::zero();  // the server's valid Retry-After, or the breaker's
+                                      // remaining open time; zero if neither
+  std::uint32_t attempts = 0;         // attempts that reached the server (0: none)
+  std::optional<Response> response;   // the error response, for ErrorKind::status
+
+  // What the error means to the breaker: failure (the server's fault) or ignored.
+  Outcome outcome() const noexcept { return outcome_; }
+  // The server's Retry-After, if it sent a valid one (the retry honours it).
+  std::optional<Nanos> retry_after_hint() const noexcept;
+
+  // Set by the client as it classifies the error; read through the functions above.
+  Outcome outcome_ = Outcome::failure;
+  bool has_hint_ = false;  // retry_after holds the server's valid Retry-After
+  bool retryable_ = true;  // a retry could succeed (false for a body cap, a redirect, ...)
+};
+
+// Totals since the client was built. Relaxed atomics.
+struct ClientStats {
+  std::uint64_t requests;             // request() calls
+  std::uint64_t attempts;             // transfers started
+  std::uint64_t hostile_retry_after;  // Retry-After values ignored (invalid or too large)
+  std::uint64_t handles_created;      // curl easy handles made (reuse keeps this small)
+};
+
+enum class KeyBy : std::uint8_t {
+  host,   // one breaker and bulkhead per scheme://host:port
+  route,  // one per host and route template (Request::route, or the path)
+};
+
+struct Config {
+  // Names the client's registry in metrics and errors.
+  std::string name = "http";
+  // Each host's (or route's) breaker. Rate and slow-call rules use a count window.
+  typename Breaker::Config breaker{
+      .name = "http", .consecutive_failures = 5, .open_duration = std::chrono::seconds(30)};
+  // Each host's bulkhead; max_wait > 0 lets a request queue for a slot (within its deadline).
+  BulkheadConfig bulkhead{.name = "http", .max_concurrent = 64};
+  // Each host's retry. Its idempotency_key hook is not used (see Request).
+  RetryConfig retry{};
+  // Each host's retry budget.
+  RetryBudgetConfig budget{};
+  KeyBy key_by = KeyBy::host;
+
+  Nanos default_timeout = std::chrono::seconds(10);  // > 0: a request without its own timeout
+  Nanos attempt_timeout = Nanos::zero();             // one attempt's cap; zero: none
+  Nanos connect_timeout = std::chrono::seconds(2);   // > 0
+
+  // Status → outcome: success returns the response; failure and ignored return
+  // ErrorKind::status (failures are retried). Empty: 5xx and 429 fail, other 4xx are
+  // ignored, anything below 400 succeeds.
+  std::function<Outcome(long status)> classify = {};
+
+  Nanos max_retry_after = std::chrono::minutes(2);  // longer Retry-After values are ignored
+  std::size_t max_body_bytes = 8u << 20;            // response body cap
+  std::size_t max_header_bytes = 64u << 10;         // response header cap (all headers)
+  std::uint32_t max_redirects = 0;                  // 0: redirects are not followed
+
+  std::string idempotency_header = "Idempotency-Key";
+  // Make a key for POST/PATCH requests that have none, so they can be retried. Only
+  // safe when the server deduplicates by that key.
+  bool make_idempotency_keys = false;
+  // Makes keys; empty: 128 random bits in hex. Called concurrently: thread-safe.
+  std::function<std::string()> key_generator = {};
+
+  std::size_t max_idle_handles = 16;  // curl handles kept for reuse
+  std::string user_agent = "bulwark-http/0.1";
+};
+
+class Client {
+ public:
+  // Validates `config` (throws InvalidConfig naming the field) and initialises libcurl
+  // once per process.
+  explicit Client(Config config);
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Sends `request` through the host's breaker, bulkhead and retry. Blocks the calling
+  // thread for at most the request's deadline (plus scheduling).
+  Expected<Response, Error> request(const Request& request, const Context& ctx = Context());
+
+  Expected<Response, Error> get(std::string url, Nanos timeout = Nanos::zero()) {
+    return request(Request{.url = std::move(url), .timeout = timeout});
+  }
+
+  ClientStats stats() const noexcept;
+  const Config& config() const noexcept;
+
+  // The breaker of `url`'s host (created if needed), for inspection and tests. Null
+  // for a URL that does not parse. Valid while the client lives.
+  const Breaker* breaker_for(const std::string& url, const std::string& route = {});
+
+  class Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace bulwark::http
+
+namespace bulwark {
+template <>
+struct ErrorTraits<http::Error> {
+  static Outcome outcome(const http::Error& e) noexcept { return e.outcome(); }
+  static std::optional<Nanos> retry_after(const http::Error& e) noexcept {
+    return e.retry_after_hint();
+  }
+};
+}  // namespace bulwark
+
+#endif  // BULWARK_HTTP_CLIENT_H_

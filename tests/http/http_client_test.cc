@@ -1,0 +1,447 @@
+// bulwark::http::Client against real cpp-httplib servers on 127.0.0.1.
+//
+// Assertions are on what the server saw and on the client's typed errors. Where
+// timing matters the server holds requests until the test releases them, so a loaded
+// machine makes a test slower, never flaky.
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <stop_token>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "bulwark/http/client.h"
+#include "bulwark/http/retry_after.h"
+#include "upstream.h"
+
+namespace bulwark::http {
+namespace {
+
+using namespace std::chrono_literals;
+using bulwark::testing::Upstream;
+
+// A client whose retries wait 1 ms, so tests run fast.
+Config quick(std::uint32_t attempts = 4) {
+  Config c;
+  c.name = "test";
+  c.breaker = {.name = "test", .consecutive_failures = 100, .open_duration = 1h};
+  c.retry =
+      RetryConfig{.name = "test", .max_attempts = attempts, .backoff = Backoff::constant(1ms)};
+  c.default_timeout = 10s;
+  return c;
+}
+
+void fail_first(int failures, int n, httplib::Response& res, int status = 503) {
+  if (n <= failures) {
+    res.status = status;
+  } else {
+    res.set_content("ok", "text/plain");
+  }
+}
+
+TEST(HttpClient, GetRetriesTwo503sThenSucceeds) {
+  Upstream up(
+      [](int n, const httplib::Request&, httplib::Response& res) { fail_first(2, n, res); });
+  Client client(quick());
+  auto r = client.get(up.url("/reviews/1"));
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->status, 200);
+  EXPECT_EQ(r->body, "ok");
+  EXPECT_EQ(up.requests(), 3);
+  EXPECT_EQ(client.stats().attempts, 3u);
+}
+
+TEST(HttpClient, PostWithMadeKeyRetriesWithTheSameKey) {
+  Upstream up(
+      [](int n, const httplib::Request&, httplib::Response& res) { fail_first(2, n, res); });
+  Config c = quick();
+  c.make_idempotency_keys = true;
+  Client client(c);
+  auto r = client.request({.method = "POST", .url = up.url("/orders"), .body = "{}"});
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(up.requests(), 3);
+  const auto keys = up.keys();
+  EXPECT_FALSE(keys[0].empty());
+  EXPECT_EQ(keys, (std::vector<std::string>{keys[0], keys[0], keys[0]}));
+  EXPECT_EQ(up.methods(), (std::vector<std::string>{"POST", "POST", "POST"}));
+  // The next logical operation gets a new key.
+  (void)client.request({.method = "POST", .url = up.url("/orders"), .body = "{}"});
+  EXPECT_NE(up.keys().back(), keys[0]);
+}
+
+TEST(HttpClient, PostWithCallerKeyUsesItOnEveryAttempt) {
+  Upstream up([](int n, const httplib::Request&, httplib::Response& res) { fail_first(1, n, res); },
+              "X-Request-Key");
+  Config c = quick();
+  c.idempotency_header = "X-Request-Key";
+  Client client(c);
+  auto r = client.request(
+      {.method = "PATCH", .url = up.url("/orders/7"), .body = "{}", .idempotency_key = "op-7"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(up.keys(), (std::vector<std::string>{"op-7", "op-7"}));
+}
+
+TEST(HttpClient, PostWithoutKeyIsNotRetried) {
+  Upstream up(
+      [](int n, const httplib::Request&, httplib::Response& res) { fail_first(2, n, res); });
+  Client client(quick());
+  auto r = client.request({.method = "POST", .url = up.url("/orders"), .body = "{}"});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::status);
+  EXPECT_EQ(r.error().status, 503);
+  EXPECT_EQ(r.error().reason, Reason::call_error);
+  EXPECT_EQ(r.error().attempts, 1u);
+  EXPECT_EQ(up.requests(), 1);
+  EXPECT_EQ(up.keys(), (std::vector<std::string>{""}));
+}
+
+TEST(HttpClient, SlowUpstreamIsCutByTheDeadline) {
+  Upstream* self = nullptr;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    self->hold();  // answers only when the test ends
+    res.set_content("late", "text/plain");
+  });
+  self = &up;
+  Config c = quick(50);
+  c.attempt_timeout = 100ms;
+  Client client(c);
+  auto r = client.request({.url = up.url("/slow"), .timeout = 500ms});
+  // The request returned while the server still held every attempt: the deadline cut it.
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::timeout);
+  EXPECT_EQ(r.error().reason, Reason::deadline_exceeded);
+  EXPECT_GE(r.error().attempts, 1u);
+  EXPECT_LT(r.error().attempts, 50u) << "the deadline, not max_attempts, ended it";
+  EXPECT_TRUE(up.wait_in_handler(1));
+}
+
+TEST(HttpClient, ConnectionRefusedIsATransportFailureAndRetried) {
+  Client client(quick(2));
+  auto r = client.get("http://127.0.0.1:" + std::to_string(bulwark::testing::closed_port()) + "/");
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::transport);
+  EXPECT_EQ(r.error().outcome(), Outcome::failure);
+  EXPECT_EQ(r.error().reason, Reason::retries_exhausted);
+  EXPECT_EQ(r.error().attempts, 2u);
+  EXPECT_FALSE(r.error().message.empty());
+}
+
+TEST(HttpClient, RetryAfterSecondsIsHonoured) {
+  Upstream up([](int n, const httplib::Request&, httplib::Response& res) {
+    if (n == 1) {
+      res.status = 503;
+      res.set_header("Retry-After", "1");
+    } else {
+      res.set_content("ok", "text/plain");
+    }
+  });
+  Client client(quick());
+  const auto start = std::chrono::steady_clock::now();
+  auto r = client.get(up.url());
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(up.requests(), 2);
+  // The retry waited the server's second instead of the 1 ms backoff (a lower bound:
+  // a loaded machine only makes it longer).
+  EXPECT_GE(std::chrono::steady_clock::now() - start, 1s);
+}
+
+TEST(HttpClient, RetryAfterPastTheDeadlineEndsAtOnceAndReachesTheCaller) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) {
+    res.status = 503;
+    res.set_header("Retry-After", "30");
+  });
+  Client client(quick());
+  auto r = client.request({.url = up.url(), .timeout = 2s});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().reason, Reason::deadline_exceeded);
+  EXPECT_EQ(r.error().retry_after, 30s);
+  EXPECT_EQ(r.error().attempts, 1u);
+  EXPECT_EQ(up.requests(), 1);
+}
+
+TEST(HttpClient, RetryAfterHttpDate) {
+  const auto at = std::chrono::system_clock::now() + 40s;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    res.status = 429;
+    res.set_header("Retry-After", format_http_date(at));
+  });
+  Client client(quick());
+  auto r = client.request({.url = up.url(), .timeout = 2s});
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().status, 429);
+  EXPECT_EQ(r.error().reason, Reason::deadline_exceeded);
+  EXPECT_GT(r.error().retry_after, 30s);
+  EXPECT_LE(r.error().retry_after, 40s);
+  EXPECT_EQ(up.requests(), 1);
+}
+
+TEST(HttpClient, HostileRetryAfterIsIgnoredAndCounted) {
+  const std::vector<std::string> hostile = {"-5",  "99999999999999999999999999",    "soon", "3600",
+                                            "1.5", "Sun, 06 Nov 1994 08:49:37 UTC", "5 s"};
+  // Odd requests fail with the next hostile value, even ones succeed.
+  Upstream up([&](int n, const httplib::Request&, httplib::Response& res) {
+    if (n % 2 == 1) {
+      res.status = 503;
+      res.set_header("Retry-After", hostile[static_cast<std::size_t>(n / 2) % hostile.size()]);
+    } else {
+      res.set_content("ok", "text/plain");
+    }
+  });
+  Client client(quick());
+  for (std::size_t i = 0; i < hostile.size(); ++i) {
+    auto r = client.request({.url = up.url(), .timeout = 5s});
+    ASSERT_TRUE(r) << "'" << hostile[i] << "': " << r.error().message;
+    EXPECT_EQ(up.requests(), static_cast<int>(2 * (i + 1))) << "retried on the backoff";
+    EXPECT_EQ(client.stats().hostile_retry_after, i + 1) << hostile[i];
+  }
+}
+
+TEST(HttpClient, BreakerOpensAndFailsFastWithRetryAfter) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) { res.status = 500; });
+  Config c = quick(1);
+  c.breaker = {.name = "test", .consecutive_failures = 2, .open_duration = 1h};
+  Client client(c);
+  for (int i = 0; i < 2; ++i) {
+    auto r = client.get(up.url());
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().status, 500);
+  }
+  auto r = client.get(up.url("/other-path-same-host"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::rejected_by_breaker);
+  EXPECT_EQ(r.error().attempts, 0u);
+  EXPECT_GT(r.error().retry_after, 59min);
+  EXPECT_EQ(up.requests(), 2);
+  EXPECT_EQ(client.breaker_for(up.url())->state(), State::open);
+}
+
+TEST(HttpClient, RouteKeysSeparateBreakers) {
+  Upstream up([](int, const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/bad")
+      res.status = 500;
+    else
+      res.set_content("ok", "text/plain");
+  });
+  Config c = quick(1);
+  c.key_by = KeyBy::route;
+  c.breaker = {.name = "test", .consecutive_failures = 1, .open_duration = 1h};
+  Client client(c);
+  EXPECT_FALSE(client.get(up.url("/bad")));
+  EXPECT_EQ(client.get(up.url("/bad")).error().kind, ErrorKind::rejected_by_breaker);
+  EXPECT_TRUE(client.get(up.url("/good")));
+}
+
+TEST(HttpClient, FourXxIsNotRetriedAndIgnoredByTheBreaker) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) {
+    res.status = 404;
+    res.set_content("no such review", "text/plain");
+  });
+  Config c = quick();
+  c.breaker = {.name = "test", .consecutive_failures = 2, .open_duration = 1h};
+  Client client(c);
+  for (int i = 0; i < 5; ++i) {
+    auto r = client.get(up.url("/reviews/404"));
+    ASSERT_FALSE(r);
+    EXPECT_EQ(r.error().kind, ErrorKind::status);
+    EXPECT_EQ(r.error().status, 404);
+    EXPECT_EQ(r.error().outcome(), Outcome::ignored);
+    EXPECT_EQ(r.error().reason, Reason::call_error);
+    ASSERT_TRUE(r.error().response);
+    EXPECT_EQ(r.error().response->body, "no such review");
+  }
+  EXPECT_EQ(up.requests(), 5) << "one request each: never retried";
+  EXPECT_EQ(client.breaker_for(up.url())->state(), State::closed);
+}
+
+TEST(HttpClient, ClassificationIsConfigurable) {
+  Upstream up(
+      [](int n, const httplib::Request&, httplib::Response& res) { fail_first(1, n, res, 409); });
+  Config c = quick();
+  c.classify = [](long s) { return s == 409 ? Outcome::failure : Outcome::success; };
+  Client client(c);
+  auto r = client.get(up.url());
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(up.requests(), 2);
+}
+
+TEST(HttpClient, BodyCap) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) {
+    res.set_content(std::string(5000, 'x'), "text/plain");
+  });
+  Config c = quick();
+  c.max_body_bytes = 1000;
+  Client client(c);
+  auto r = client.get(up.url());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::body_too_large);
+  EXPECT_NE(r.error().message.find("max_body_bytes"), std::string::npos);
+  EXPECT_EQ(up.requests(), 1) << "not retried";
+  c.max_body_bytes = 5000;
+  Client roomy(c);
+  EXPECT_TRUE(roomy.get(up.url()));
+}
+
+TEST(HttpClient, RedirectsAreOffByDefaultAndBoundedWhenOn) {
+  Upstream up([](int, const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/final") {
+      res.set_content("here", "text/plain");
+    } else if (req.path == "/loop") {
+      res.set_redirect("/loop");
+    } else {
+      res.set_redirect("/final");
+    }
+  });
+  Client off(quick());
+  auto r = off.get(up.url("/start"));
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::redirect);
+  EXPECT_EQ(r.error().status, 302);
+  EXPECT_NE(r.error().message.find("/final"), std::string::npos);
+
+  Config c = quick();
+  c.max_redirects = 3;
+  Client on(c);
+  auto followed = on.get(up.url("/start"));
+  ASSERT_TRUE(followed) << followed.error().message;
+  EXPECT_EQ(followed->body, "here");
+  auto looped = on.get(up.url("/loop"));
+  ASSERT_FALSE(looped);
+  EXPECT_EQ(looped.error().kind, ErrorKind::redirect);
+  EXPECT_EQ(looped.error().attempts, 1u) << "not retried";
+}
+
+TEST(HttpClient, BadInputIsRejectedBeforeSending) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) { res.status = 200; });
+  Client client(quick());
+  const std::vector<Request> bad = {
+      {.url = "not a url"},
+      {.url = "ftp://127.0.0.1/"},
+      {.method = "GE T", .url = up.url()},
+      {.url = up.url(), .headers = {{"X-Evil", "a\r\nInjected: yes"}}},
+      {.url = up.url(), .headers = {{"Bad Name", "v"}}},
+  };
+  for (const Request& req : bad) {
+    auto r = client.request(req);
+    ASSERT_FALSE(r) << req.url;
+    EXPECT_EQ(r.error().kind, ErrorKind::invalid_request) << req.url;
+    EXPECT_FALSE(r.error().message.empty());
+  }
+  EXPECT_EQ(up.requests(), 0);
+}
+
+TEST(HttpClient, InvalidConfigNamesTheField) {
+  Config c = quick();
+  c.default_timeout = Nanos::zero();
+  try {
+    Client client(c);
+    FAIL() << "accepted a zero default_timeout";
+  } catch (const InvalidConfig& e) {
+    EXPECT_EQ(e.error().field, "default_timeout");
+  }
+  c = quick();
+  c.retry.max_attempts = 0;
+  EXPECT_THROW(Client client(c), InvalidConfig);
+  c = quick();
+  c.idempotency_header = "Bad Header";
+  EXPECT_THROW(Client client(c), InvalidConfig);
+}
+
+TEST(HttpClient, ReusesHandlesAndConnections) {
+  std::mutex mu;
+  std::set<int> client_ports;
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    {
+      std::lock_guard lock(mu);
+      client_ports.insert(req.remote_port);
+    }
+    res.set_content("ok", "text/plain");
+  });
+  Client client(quick());
+  for (int i = 0; i < 5; ++i) ASSERT_TRUE(client.get(up.url()));
+  EXPECT_EQ(client.stats().handles_created, 1u);
+  EXPECT_EQ(client_ports.size(), 1u) << "one kept-alive connection served all five";
+}
+
+TEST(HttpClient, CancellationAbortsTheTransfer) {
+  Upstream* self = nullptr;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    self->hold();
+    res.set_content("late", "text/plain");
+  });
+  self = &up;
+  Client client(quick());
+  std::stop_source stop;
+  std::thread canceller([&] {
+    up.wait_in_handler(1);
+    stop.request_stop();
+  });
+  const Context ctx(SteadyClock{}, stop.get_token());
+  auto r = client.request({.url = up.url(), .timeout = 20s}, ctx);
+  canceller.join();
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::cancelled);
+  EXPECT_EQ(r.error().reason, Reason::cancelled);
+  EXPECT_EQ(client.breaker_for(up.url())->snapshot().failures, 0u) << "not the server's fault";
+}
+
+TEST(HttpClient, BulkheadFullRejectsAtOnce) {
+  Upstream* self = nullptr;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    self->hold();
+    res.set_content("done", "text/plain");
+  });
+  self = &up;
+  Config c = quick();
+  c.bulkhead = {.name = "test", .max_concurrent = 1};
+  Client client(c);
+  std::optional<Expected<Response, Error>> held;
+  std::thread t([&] { held.emplace(client.get(up.url())); });
+  ASSERT_TRUE(up.wait_in_handler(1));
+  auto r = client.get(up.url());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::bulkhead_full);
+  EXPECT_EQ(r.error().attempts, 0u);
+  up.release();
+  t.join();
+  ASSERT_TRUE(held && *held);
+  EXPECT_EQ(up.requests(), 1);
+}
+
+// Many threads share one client (its handle pool, its per-host breaker and bulkhead).
+TEST(HttpClient, ConcurrentRequestsShareOneClient) {
+  Upstream up([](int n, const httplib::Request&, httplib::Response& res) {
+    if (n % 5 == 0) {
+      res.status = 503;  // retried
+    } else {
+      res.set_content("ok", "text/plain");
+    }
+  });
+  Config c = quick(3);
+  constexpr int kThreads = 4, kPerThread = 25;
+  c.max_idle_handles = kThreads;  // never more in use at once, so none is ever dropped
+  Client client(c);
+  std::atomic<int> ok{0};
+  {
+    std::vector<std::jthread> threads;
+    for (int t = 0; t < kThreads; ++t) {
+      threads.emplace_back([&, t] {
+        for (int i = 0; i < kPerThread; ++i) {
+          auto r = client.get(up.url("/r/" + std::to_string(t)));
+          if (r && r->body == "ok") ++ok;
+        }
+      });
+    }
+  }
+  EXPECT_EQ(ok.load(), kThreads * kPerThread);
+  EXPECT_EQ(client.stats().requests, static_cast<std::uint64_t>(kThreads * kPerThread));
+  EXPECT_EQ(client.stats().attempts, static_cast<std::uint64_t>(up.requests()));
+  EXPECT_LE(client.stats().handles_created, static_cast<std::uint64_t>(kThreads))
+      << "handles are reused, not made per request";
+}
+
+}  // namespace
+}  // namespace bulwark::http
