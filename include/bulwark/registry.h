@@ -242,7 +242,7 @@ void append_key_text(std::string& out, const Key& key) {
   }
 }
 
-// The policy type a breaker is built from (BreakerPolicy<C> today), read from the
+// The policy type a breaker is built from (BreakerPolicy<C, Window> today), read from the
 // breaker itself so the registry follows the breaker's template parameters.
 template <class Breaker>
 using policy_of = std::remove_cvref_t<decltype(std::declval<const Breaker&>().policy())>;
@@ -252,14 +252,14 @@ struct RegistryOptions {
   // Identifies the registry in metrics (the `registry` label) and errors. Non-empty.
   std::string name = "default";
   // The configuration every key's breaker shares (one policy for all: no per-key cost).
-  BreakerConfig breaker{};
+  typename Breaker::Config breaker{};
   // Optional: a configuration for keys that need their own. Return std::nullopt for
   // keys that use `breaker`. Each returned configuration is validated (an invalid one
   // makes get() throw InvalidConfig naming the field) and becomes a policy of its own,
   // which costs a few hundred bytes per key: return nullopt whenever you can.
   // Called without any registry lock held, before the key is created; may run more
   // than once for one key when threads race to create it.
-  std::function<std::optional<BreakerConfig>(const Key&)> config_for{};
+  std::function<std::optional<typename Breaker::Config>(const Key&)> config_for{};
   // Builds a key's Extra (say, a struct holding its Bulkhead and RetryBudget). Required
   // unless Extra is NoExtra, constructible from the key, or default-constructible.
   // Called without any registry lock held.
@@ -289,12 +289,9 @@ namespace detail {
 // Checks a breaker configuration for the breaker type it will build: the checks
 // depend on its sliding window (a failure_rate needs one).
 template <class Breaker>
-Expected<void, ConfigError> validate_for(const BreakerConfig& config) {
-  if constexpr (requires { Breaker::window_type::kind; }) {
-    using W = typename Breaker::window_type;
-    std::uint32_t capacity = 0;
-    if constexpr (requires { W::capacity; }) capacity = W::capacity;
-    return validate(config, W::kind, capacity);
+Expected<void, ConfigError> validate_for(const typename Breaker::Config& config) {
+  if constexpr (requires { Breaker::window_type::capacity; }) {
+    return validate(config, Breaker::window_type::capacity);
   } else {
     return validate(config);
   }
@@ -306,7 +303,7 @@ Expected<void, ConfigError> validate_registry(const std::string& name, std::uint
 }  // namespace detail
 
 // Checks every field; the error names the first one that is wrong (breaker fields are
-// checked by bulwark::validate(BreakerConfig)).
+// checked by bulwark::validate(typename Breaker::Config)).
 template <class Key, class Breaker, class Extra>
 Expected<void, ConfigError> validate(const RegistryOptions<Key, Breaker, Extra>& o) {
   if (auto ok = detail::validate_registry(o.name, o.shards, o.idle_ttl, o.evict_batch); !ok)
@@ -861,7 +858,7 @@ class BasicRegistry {
     return o.name;
   }
 
-  Policy make_policy(BreakerConfig config) const {
+  Policy make_policy(typename Breaker::Config config) const {
     if constexpr (std::is_empty_v<clock_type>) {
       return Policy(std::move(config));
     } else {
@@ -984,7 +981,7 @@ class BasicRegistry {
     // User code first, with no lock held: it may even call back into the registry.
     std::optional<Policy> own_policy;
     if (config_for_) {
-      if (std::optional<BreakerConfig> cfg = config_for_(owned); cfg.has_value()) {
+      if (std::optional<typename Breaker::Config> cfg = config_for_(owned); cfg.has_value()) {
         if (auto ok = detail::validate_for<Breaker>(*cfg); !ok) {
           detail::raise_config_error(std::move(ok).error());
         }
@@ -1461,7 +1458,7 @@ class BasicRegistry {
 
   const detail::ClockRef<clock_type> clock_;
   const std::string name_;
-  const std::function<std::optional<BreakerConfig>(const Key&)> config_for_;
+  const std::function<std::optional<typename Breaker::Config>(const Key&)> config_for_;
   const std::function<Extra(const Key&)> extra_for_;
   Policy shared_policy_;
   std::shared_ptr<Router> router_;
