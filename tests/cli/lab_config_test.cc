@@ -206,6 +206,16 @@ TEST(BreakerToml, TheLibrarysOwnValidationIsMappedToTheKeyAndLine) {
                "breaker.slow_call_duration", "must be set when slow_call_rate is set");
   expect_error("[breaker]\nhalf_open_fraction = 0.5\nhalf_open_ramp = [0.25]\n", "b.toml:3:18",
                "breaker.half_open_ramp", "stage 1 must be in (0, 1] and at least 0.5");
+  // The library's dotted fields come back as the flat keys, in the message too.
+  expect_error("[breaker]\nhalf_open_max_calls = 2\nhalf_open_fraction = 0.5\n", "b.toml:2:23",
+               "breaker.half_open_max_calls", "must not be set together with half_open_fraction");
+  expect_error("[breaker]\nwindow = \"time\"\nwindow_length = \"5ms\"\nfailure_rate = 0.5\n",
+               "b.toml:1:1", "breaker.window_buckets", "window_length 5ms / 10 buckets");
+  // A window and no trip rule: a breaker that could never open.
+  expect_error("[breaker]\nwindow = \"count\"\n", "b.toml:1:1", "breaker.failure_rate",
+               "`bulwark calibrate`");
+  expect_error("[breaker]\nconsecutive_failures = 0\n", "b.toml:2:24",
+               "breaker.consecutive_failures", "must be between 1 and 65535 (got 0)");
 }
 
 TEST(BreakerToml, KeysThisWindowWouldIgnoreAreErrors) {

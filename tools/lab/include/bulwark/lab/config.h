@@ -1,7 +1,8 @@
 // bulwark/lab/config.h — resilience configurations and simulation scenarios, from TOML.
 //
 // Every option of the breaker, retry, retry budget, bulkhead and fallback can be set
-// in TOML under the library's own field name (docs/configuration.md is the reference):
+// in TOML, under the library's own field name or, for the breaker, one flat key per
+// field (docs/configuration.md is the reference):
 //
 //   [breaker]                        # what `bulwark replay --config` reads
 //   window = "time"                  # none | count | time: picks the breaker type
