@@ -64,12 +64,12 @@
 
 namespace bulwark {
 
+// Why try_acquire() refused a call, as a value (cheap to copy, no allocation).
 struct Rejection {
   RejectReason reason;
-  // How long until a probe may be admitted (Polly's RetryAfter), for a Retry-After
-  // header or a client's backoff. OPEN: the rest of the open period. HALF_OPEN (full or
-  // throttled): until the half-open max wait frees the probe slots (or one open period
-  // if it is off).
+  // How long until a probe may be admitted, for a Retry-After header or a client's
+  // backoff. OPEN: the rest of the open period. HALF_OPEN (full or throttled): until
+  // half_open.max_wait frees the probe slots (or one open period if it is off).
   // FORCED_OPEN: Nanos::max(), as nothing will reopen it by itself.
   Nanos retry_after;
 };
@@ -432,6 +432,8 @@ class alignas(64) BasicCircuitBreaker {
     return static_cast<State>(Word(word_.load(std::memory_order_acquire)).state());
   }
 
+  // The configured name, the configuration as given, and the (shared) policy. The
+  // first two read the immutable policy; policy() adds a reference to it.
   std::string_view name() const noexcept { return policy_->config.name; }
   const Config& config() const noexcept { return policy_->config; }
   Policy policy() const noexcept { return Policy(policy_); }
@@ -454,6 +456,9 @@ class alignas(64) BasicCircuitBreaker {
   // event unless the breaker already was CLOSED.
   void reset() noexcept { (void)manual(State::closed, Request::manual_reset); }
 
+  // What the breaker says about itself now (BreakerSnapshot). A few relaxed loads and
+  // one clock read, plus the window's counters for a windowed breaker; no lock, no
+  // allocation; changes nothing.
   BreakerSnapshot snapshot() const noexcept {
     const Word w(word_.load(std::memory_order_acquire));
     const State s = static_cast<State>(w.state());

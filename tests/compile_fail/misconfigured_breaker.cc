@@ -17,7 +17,7 @@ int main() {
   using namespace std::chrono_literals;
   bulwark::CircuitBreaker plain(bulwark::CircuitBreaker::Config{.consecutive_failures = 3});
   bulwark::CountWindowBreaker counted({.window = {.size = 20}, .failure_rate = 0.5});
-  bulwark::TimeWindowBreaker timed({.window = {.length = 10s}, .failure_rate = 0.3});
+  bulwark::TimeWindowBreaker timed{{.window = {.length = 10s}, .failure_rate = 0.3}};
 #if defined(BULWARK_MISCONFIGURED_RATE_ON_CIRCUIT_BREAKER)
   bulwark::CircuitBreaker::Config rated{.failure_rate = 0.3};
 #endif
