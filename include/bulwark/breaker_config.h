@@ -156,9 +156,10 @@ using TimeWindowConfig = RateBreakerConfig<TimeWindowShape>;
 // Which sliding window a breaker has.
 enum class WindowKind : std::uint8_t { none, count, time };
 
-// Check every field; the error names the first wrong one by its dotted path. Cheap (no
-// allocation unless there is an error) and thread-safe. A time window's bucket count is
-// checked against `bucket_capacity`, the breaker type's capacity (TimeWindowBreaker: 10).
+// Check every field; the error names the first wrong one by its dotted path. Costs a
+// copy of the configuration; thread-safe. A time window's bucket count is checked
+// against `bucket_capacity`, the breaker type's capacity (TimeWindowBreaker: 10).
+// Building a breaker or a BreakerPolicy runs the same checks and throws InvalidConfig.
 Expected<void, ConfigError> validate(const BreakerConfig& config);
 Expected<void, ConfigError> validate(const CountWindowConfig& config);
 Expected<void, ConfigError> validate(const TimeWindowConfig& config,

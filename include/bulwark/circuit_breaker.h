@@ -196,7 +196,7 @@ inline constexpr bool is_breaker_config_v =
 // breakers (one per host, per operation, per partition) of one type can share. Window
 // is the breakers' sliding window and picks the configuration type (Config). Copying
 // a policy shares it (a reference count); it is immutable except for its listener
-// list. Building one allocates once. Thread-safe.
+// list. Building one allocates its shared block once. Thread-safe.
 template <Clock C = SteadyClock, class Window = NoWindow>
 class BreakerPolicy {
  public:
