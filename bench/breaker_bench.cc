@@ -186,7 +186,7 @@ void BM_HalfOpen_Reject(benchmark::State& state) {
   static bulwark::CircuitBreaker breaker({.name = "half-open",
                                           .consecutive_failures = 1,
                                           .open_duration = 1ns,
-                                          .half_open_max_wait = 24h});
+                                          .half_open = {.max_wait = 24h}});
   static const auto probe = [] {
     breaker.try_acquire()->record_failure();
     while (breaker.state() != bulwark::State::half_open) {
@@ -217,7 +217,7 @@ BENCHMARK(BM_Baseline_MeasureDuration)->Threads(1)->Threads(2);
 
 void BM_Closed_CountWindow(benchmark::State& state) {
   static bulwark::CountWindowBreaker breaker(
-      {.name = "count", .failure_rate = 0.5, .window_size = 100});
+      {.name = "count", .window = {.size = 100}, .failure_rate = 0.5});
   for (auto _ : state) breaker.try_acquire()->record_success();
 }
 BENCHMARK(BM_Closed_CountWindow)->Threads(1)->Threads(2);
@@ -230,11 +230,10 @@ void BM_CountWindow_Failures(benchmark::State& state) {
   static std::vector<std::unique_ptr<bulwark::CountWindowBreaker>> breakers;
   const auto size = static_cast<std::uint32_t>(state.range(0));
   auto b = std::make_unique<bulwark::CountWindowBreaker>(
-      bulwark::BreakerConfig{.name = "count-failures",
-                             .consecutive_failures = 0,
-                             .failure_rate = 0.99,
-                             .minimum_calls = 1,
-                             .window_size = size});
+      bulwark::CountWindowConfig{.name = "count-failures",
+                                 .window = {.size = size},
+                                 .minimum_calls = 1,
+                                 .failure_rate = 0.99});
   for (std::uint32_t i = 0; i < size; ++i) b->try_acquire()->record_success();  // fill it
   bool fail = false;
   for (auto _ : state) {
@@ -247,7 +246,7 @@ BENCHMARK(BM_CountWindow_Failures)->Arg(100)->Arg(65535);
 
 void BM_Closed_TimeWindow(benchmark::State& state) {
   static bulwark::TimeWindowBreaker breaker(
-      {.name = "time", .failure_rate = 0.5, .window_length = 10s});
+      {.name = "time", .window = {.length = 10s}, .failure_rate = 0.5});
   for (auto _ : state) breaker.try_acquire()->record_success();
 }
 BENCHMARK(BM_Closed_TimeWindow)->Threads(1)->Threads(2);
@@ -256,10 +255,10 @@ BENCHMARK(BM_Closed_TimeWindow)->Threads(1)->Threads(2);
 // judge slowness.
 void BM_Closed_TimeWindow_SlowTracking(benchmark::State& state) {
   static bulwark::TimeWindowBreaker breaker({.name = "time-slow",
+                                             .window = {.length = 10s},
                                              .failure_rate = 0.5,
                                              .slow_call_rate = 0.5,
                                              .slow_call_duration = 1s,
-                                             .window_length = 10s,
                                              .count_in_flight_slow_calls = false});
   for (auto _ : state) breaker.try_acquire()->record_success();
 }
@@ -268,10 +267,10 @@ BENCHMARK(BM_Closed_TimeWindow_SlowTracking)->Threads(1)->Threads(2);
 // ...and also counts calls in flight, so that slow ones count before they end.
 void BM_Closed_TimeWindow_SlowTracking_InFlight(benchmark::State& state) {
   static bulwark::TimeWindowBreaker breaker({.name = "time-slow-in-flight",
+                                             .window = {.length = 10s},
                                              .failure_rate = 0.5,
                                              .slow_call_rate = 0.5,
                                              .slow_call_duration = 1s,
-                                             .window_length = 10s,
                                              .count_in_flight_slow_calls = true});
   for (auto _ : state) breaker.try_acquire()->record_success();
 }

@@ -15,15 +15,11 @@ using namespace std::chrono_literals;
 int main() {
   bulwark::ManualClock clock;
   bulwark::BreakerPolicy<bulwark::ManualClock> policy(
-      {
-          .name = "inventory",
-          .consecutive_failures = 3,
-          .open_duration = 10s,
-          .open_duration_multiplier = 2.0,
-          .max_open_duration = 60s,
-          .half_open_max_calls = 1,
-          .half_open_successes = 2,
-      },
+      {.name = "inventory",
+       .consecutive_failures = 3,
+       .open_duration = 10s,
+       .open_growth = {.multiplier = 2.0, .max = 60s},
+       .half_open = {.probes = 2, .max_in_flight = 1}},
       clock);
   policy.on_transition([](const bulwark::TransitionEvent& e) {
     std::printf("  t=%5.1fs  %-9s -> %-9s (%s)\n", static_cast<double>(e.at) / 1e9,

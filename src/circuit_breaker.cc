@@ -11,14 +11,6 @@
 namespace bulwark {
 namespace {
 
-ConfigError breaker_error(const BreakerConfig& c, std::string field, std::string message) {
-  return ConfigError{"circuit breaker '" + c.name + "'", std::move(field), std::move(message)};
-}
-
-}  // namespace
-
-namespace {
-
 std::string number(double v) {
   std::ostringstream out;
   out << v;
@@ -31,84 +23,171 @@ bool in_unit_interval(double v) { return std::isfinite(v) && v > 0.0 && v <= 1.0
 
 namespace detail {
 
-// The checks that do not depend on the breaker's window.
-Expected<void, ConfigError> validate_common(const BreakerConfig& c) {
+BreakerSpec spec_of(BreakerConfig c) {
+  BreakerSpec s;
+  s.name = std::move(c.name);
+  s.consecutive_failures = c.consecutive_failures;
+  s.open_duration = c.open_duration;
+  s.open_growth = c.open_growth;
+  s.half_open = std::move(c.half_open);
+  s.flapping_period = c.flapping_period;
+  return s;
+}
+
+namespace {
+template <class Shape>
+BreakerSpec rate_spec(RateBreakerConfig<Shape>&& c, WindowKind kind) {
+  BreakerSpec s;
+  s.name = std::move(c.name);
+  s.window = kind;
+  s.minimum_calls = c.minimum_calls;
+  s.failure_rate = c.failure_rate;
+  s.slow_call_rate = c.slow_call_rate;
+  s.slow_call_duration = c.slow_call_duration;
+  s.count_in_flight_slow_calls = c.count_in_flight_slow_calls;
+  s.consecutive_failures = c.consecutive_failures;
+  s.open_duration = c.open_duration;
+  s.open_growth = c.open_growth;
+  s.half_open = std::move(c.half_open);
+  s.flapping_period = c.flapping_period;
+  return s;
+}
+}  // namespace
+
+BreakerSpec spec_of(CountWindowConfig c) {
+  const CountWindowShape window = c.window;
+  BreakerSpec s = rate_spec(std::move(c), WindowKind::count);
+  s.window_size = window.size;
+  return s;
+}
+
+BreakerSpec spec_of(TimeWindowConfig c) {
+  const TimeWindowShape window = c.window;
+  BreakerSpec s = rate_spec(std::move(c), WindowKind::time);
+  s.window_length = window.length;
+  s.window_buckets = window.buckets;
+  return s;
+}
+
+Expected<void, ConfigError> validate_spec(const BreakerSpec& c, std::uint32_t capacity) {
   constexpr std::uint32_t kMaxCount = Word::kCountMax;
+  const bool windowed = c.window != WindowKind::none;
   auto fail = [&](std::string field, std::string message) {
-    return Unexpected(breaker_error(c, std::move(field), std::move(message)));
+    return Unexpected(
+        ConfigError{"circuit breaker '" + c.name + "'", std::move(field), std::move(message)});
   };
   if (c.name.empty()) return fail("name", "must not be empty");
-  if (c.consecutive_failures > kMaxCount) {
+  if (windowed ? c.consecutive_failures > kMaxCount
+               : (c.consecutive_failures < 1 || c.consecutive_failures > kMaxCount)) {
     return fail("consecutive_failures",
-                "must be at most 65535 (got " + std::to_string(c.consecutive_failures) + ")");
+                std::string(windowed ? "must be at most 65535" : "must be between 1 and 65535") +
+                    " (got " + std::to_string(c.consecutive_failures) + ")");
   }
-  for (const auto& [field, rate] :
-       {std::pair{"failure_rate", c.failure_rate}, std::pair{"slow_call_rate", c.slow_call_rate}}) {
-    if (rate && !in_unit_interval(*rate)) {
-      return fail(field, "must be in (0, 1] (got " + number(*rate) +
-                             "); leave it unset to turn the rule off");
+  if (c.window == WindowKind::count && (c.window_size < 1 || c.window_size > kMaxCount)) {
+    return fail("window.size",
+                "must be between 1 and 65535 calls (got " + std::to_string(c.window_size) + ")");
+  }
+  if (c.window == WindowKind::time) {
+    if (c.window_length <= Nanos::zero()) {
+      return fail("window.length",
+                  "must be positive (got " + format_duration(c.window_length) + ")");
+    }
+    if (c.window_buckets < 1 || c.window_buckets > capacity) {
+      return fail("window.buckets", "must be between 1 and " + std::to_string(capacity) +
+                                        " (this breaker type's capacity; got " +
+                                        std::to_string(c.window_buckets) + ")");
+    }
+    if (c.window_length / c.window_buckets < std::chrono::milliseconds(1)) {
+      return fail("window.buckets", "must make buckets of at least 1ms (window.length " +
+                                        format_duration(c.window_length) + " / " +
+                                        std::to_string(c.window_buckets) + " buckets is less)");
     }
   }
-  if (c.slow_call_duration < Nanos::zero()) {
-    return fail("slow_call_duration",
-                "must not be negative (got " + format_duration(c.slow_call_duration) + ")");
+  if (windowed) {
+    if (c.minimum_calls < 1) return fail("minimum_calls", "must be at least 1 (got 0)");
+    for (const auto& [field, rate] : {std::pair{"failure_rate", c.failure_rate},
+                                      std::pair{"slow_call_rate", c.slow_call_rate}}) {
+      if (rate && !in_unit_interval(*rate)) {
+        return fail(field, "must be in (0, 1] (got " + number(*rate) +
+                               "); leave it unset to turn the rule off");
+      }
+    }
+    if (c.slow_call_duration < Nanos::zero()) {
+      return fail("slow_call_duration",
+                  "must not be negative (got " + format_duration(c.slow_call_duration) + ")");
+    }
+    if (c.slow_call_rate && c.slow_call_duration == Nanos::zero()) {
+      return fail("slow_call_duration",
+                  "must be set when slow_call_rate is set (it says what is slow)");
+    }
+    if (c.count_in_flight_slow_calls && c.slow_call_duration == Nanos::zero()) {
+      return fail("count_in_flight_slow_calls",
+                  "needs slow_call_duration (it says when a call in flight is slow)");
+    }
+    if (c.count_in_flight_slow_calls && c.slow_call_duration < std::chrono::milliseconds(1)) {
+      return fail("slow_call_duration", "must be at least 1ms to count calls in flight (got " +
+                                            format_duration(c.slow_call_duration) + ")");
+    }
+    if (!c.failure_rate && !c.slow_call_rate && c.consecutive_failures == 0) {
+      return fail("failure_rate",
+                  "must be set: this breaker has no trip rule (set failure_rate, "
+                  "slow_call_rate or consecutive_failures; `bulwark calibrate` suggests "
+                  "values from a recorded trace)");
+    }
   }
-  if (c.slow_call_rate && c.slow_call_duration == Nanos::zero()) {
-    return fail("slow_call_duration",
-                "must be set when slow_call_rate is set (it says what is slow)");
-  }
-  if (c.minimum_calls < 1) return fail("minimum_calls", "must be at least 1 (got 0)");
   if (c.open_duration <= Nanos::zero()) {
     return fail("open_duration", "must be positive (got " + format_duration(c.open_duration) + ")");
   }
-  if (!std::isfinite(c.open_duration_multiplier) || c.open_duration_multiplier < 1.0) {
-    return fail("open_duration_multiplier",
-                "must be a finite number >= 1 (got " + number(c.open_duration_multiplier) + ")");
+  const OpenGrowth& g = c.open_growth;
+  if (!std::isfinite(g.multiplier) || g.multiplier < 1.0) {
+    return fail("open_growth.multiplier",
+                "must be a finite number >= 1 (got " + number(g.multiplier) + ")");
   }
-  if (c.max_open_duration != Nanos::zero() && c.max_open_duration < c.open_duration) {
-    return fail("max_open_duration", "must be at least open_duration (got " +
-                                         format_duration(c.max_open_duration) + " < " +
-                                         format_duration(c.open_duration) + ")");
+  if (g.max != Nanos::zero() && g.max < c.open_duration) {
+    return fail("open_growth.max", "must be at least open_duration (got " + format_duration(g.max) +
+                                       " < " + format_duration(c.open_duration) + ")");
   }
-  if (c.max_open_duration == Nanos::zero() && c.open_duration_multiplier > 1.0) {
-    return fail("max_open_duration",
-                "must be set when open_duration_multiplier is above 1 (it caps the growth)");
+  if (g.max == Nanos::zero() && g.multiplier > 1.0) {
+    return fail("open_growth.max",
+                "must be set when open_growth.multiplier is above 1 (it caps the growth)");
   }
-  if (c.half_open_max_calls && (*c.half_open_max_calls < 1 || *c.half_open_max_calls > kMaxCount)) {
-    return fail("half_open_max_calls",
-                "must be between 1 and 65535 (got " + std::to_string(*c.half_open_max_calls) + ")");
+  const HalfOpen& h = c.half_open;
+  if (h.probes < 1 || h.probes > Word::kSuccessMax) {
+    return fail("half_open.probes", "must be between 1 and " + std::to_string(Word::kSuccessMax) +
+                                        " (got " + std::to_string(h.probes) + ")");
   }
-  if (c.half_open_successes < 1 || c.half_open_successes > Word::kSuccessMax) {
-    return fail("half_open_successes", "must be between 1 and " +
-                                           std::to_string(Word::kSuccessMax) + " (got " +
-                                           std::to_string(c.half_open_successes) + ")");
+  if (h.max_in_flight && (*h.max_in_flight < 1 || *h.max_in_flight > kMaxCount)) {
+    return fail("half_open.max_in_flight",
+                "must be between 1 and 65535 (got " + std::to_string(*h.max_in_flight) + ")");
   }
-  if (c.half_open_fraction && !in_unit_interval(*c.half_open_fraction)) {
-    return fail("half_open_fraction",
-                "must be in (0, 1] (got " + number(*c.half_open_fraction) + ")");
+  if (h.fraction && !in_unit_interval(*h.fraction)) {
+    return fail("half_open.fraction", "must be in (0, 1] (got " + number(*h.fraction) + ")");
   }
-  if (!c.half_open_ramp.empty()) {
-    if (!c.half_open_fraction)
-      return fail("half_open_ramp", "needs half_open_fraction (the first stage)");
-    if (c.half_open_ramp.size() > Word::kStageMax) {
-      return fail("half_open_ramp", "has at most " + std::to_string(Word::kStageMax) +
-                                        " stages (got " + std::to_string(c.half_open_ramp.size()) +
-                                        ")");
+  if (h.fraction && h.max_in_flight) {
+    return fail("half_open.max_in_flight",
+                "must not be set together with half_open.fraction (the fraction limits the "
+                "probes)");
+  }
+  if (!h.ramp.empty()) {
+    if (!h.fraction) return fail("half_open.ramp", "needs half_open.fraction (the first stage)");
+    if (h.ramp.size() > Word::kStageMax) {
+      return fail("half_open.ramp", "has at most " + std::to_string(Word::kStageMax) +
+                                        " stages (got " + std::to_string(h.ramp.size()) + ")");
     }
-    double previous = *c.half_open_fraction;
-    for (std::size_t i = 0; i < c.half_open_ramp.size(); ++i) {
-      const double f = c.half_open_ramp[i];
+    double previous = *h.fraction;
+    for (std::size_t i = 0; i < h.ramp.size(); ++i) {
+      const double f = h.ramp[i];
       if (!in_unit_interval(f) || f < previous) {
-        return fail("half_open_ramp", "stage " + std::to_string(i + 1) +
+        return fail("half_open.ramp", "stage " + std::to_string(i + 1) +
                                           " must be in (0, 1] and at least " + number(previous) +
                                           " (got " + number(f) + ")");
       }
       previous = f;
     }
   }
-  if (c.half_open_max_wait < Nanos::zero()) {
-    return fail("half_open_max_wait",
-                "must not be negative (got " + format_duration(c.half_open_max_wait) + ")");
+  if (h.max_wait < Nanos::zero()) {
+    return fail("half_open.max_wait",
+                "must not be negative (got " + format_duration(h.max_wait) + ")");
   }
   if (c.flapping_period < Nanos::zero()) {
     return fail("flapping_period",
@@ -117,57 +196,18 @@ Expected<void, ConfigError> validate_common(const BreakerConfig& c) {
   return {};
 }
 
-// The checks that depend on the window the breaker has.
-Expected<void, ConfigError> validate_window(const BreakerConfig& c, WindowKind kind,
-                                            std::uint32_t capacity) {
-  auto fail = [&](std::string field, std::string message) {
-    return Unexpected(breaker_error(c, std::move(field), std::move(message)));
-  };
-  if (kind == WindowKind::none) {
-    const char* needs = "needs a sliding window: build a CountWindowBreaker or a TimeWindowBreaker";
-    if (c.failure_rate) return fail("failure_rate", needs);
-    if (c.slow_call_rate) return fail("slow_call_rate", needs);
-    if (c.slow_call_duration != Nanos::zero()) return fail("slow_call_duration", needs);
-    if (c.count_in_flight_slow_calls) return fail("count_in_flight_slow_calls", needs);
-    return {};
-  }
-  if (kind == WindowKind::count && (c.window_size < 1 || c.window_size > Word::kCountMax)) {
-    return fail("window_size",
-                "must be between 1 and 65535 calls (got " + std::to_string(c.window_size) + ")");
-  }
-  if (kind == WindowKind::time) {
-    if (c.window_length <= Nanos::zero()) {
-      return fail("window_length",
-                  "must be positive (got " + format_duration(c.window_length) + ")");
-    }
-    if (c.window_buckets < 1 || c.window_buckets > capacity) {
-      return fail("window_buckets", "must be between 1 and " + std::to_string(capacity) +
-                                        " (this breaker type's capacity; got " +
-                                        std::to_string(c.window_buckets) + ")");
-    }
-    if (c.window_length / c.window_buckets < std::chrono::milliseconds(1)) {
-      return fail("window_buckets", "make buckets of at least 1ms (window_length " +
-                                        format_duration(c.window_length) + " / " +
-                                        std::to_string(c.window_buckets) + " buckets is less)");
-    }
-  }
-  if (c.count_in_flight_slow_calls && c.slow_call_duration == Nanos::zero()) {
-    return fail("count_in_flight_slow_calls",
-                "needs slow_call_duration (it says when a call in flight is slow)");
-  }
-  if (c.count_in_flight_slow_calls && c.slow_call_duration < std::chrono::milliseconds(1)) {
-    return fail("slow_call_duration", "must be at least 1ms to count calls in flight (got " +
-                                          format_duration(c.slow_call_duration) + ")");
-  }
-  return {};
-}
-
 }  // namespace detail
 
-Expected<void, ConfigError> validate(const BreakerConfig& c, WindowKind window,
-                                     std::uint32_t bucket_capacity) {
-  if (auto ok = detail::validate_common(c); !ok) return ok;
-  return detail::validate_window(c, window, bucket_capacity);
+Expected<void, ConfigError> validate(const BreakerConfig& c) {
+  return detail::validate_spec(detail::spec_of(c), 0);
+}
+
+Expected<void, ConfigError> validate(const CountWindowConfig& c) {
+  return detail::validate_spec(detail::spec_of(c), 0);
+}
+
+Expected<void, ConfigError> validate(const TimeWindowConfig& c, std::uint32_t bucket_capacity) {
+  return detail::validate_spec(detail::spec_of(c), bucket_capacity);
 }
 
 namespace detail {
@@ -207,57 +247,57 @@ std::string format_duration(Nanos d) {
 }
 
 namespace {
-BreakerConfig&& checked(BreakerConfig& config) {
-  if (auto ok = validate_common(config); !ok) raise_config_error(std::move(ok).error());
-  return std::move(config);
+BreakerSpec&& checked(BreakerSpec& spec, std::uint32_t capacity) {
+  if (auto ok = validate_spec(spec, capacity); !ok) raise_config_error(std::move(ok).error());
+  return std::move(spec);
 }
 }  // namespace
 
-PolicyCore::PolicyCore(BreakerConfig config_in)
-    : config(checked(config_in)),
-      consecutive_failures(config.consecutive_failures),
-      half_open_max_calls(
-          config.half_open_max_calls.value_or(config.half_open_fraction ? Word::kInFlightMax : 1)),
-      half_open_successes(config.half_open_successes),
-      half_open_max_wait(config.half_open_max_wait.count()),
-      failure_rate(config.failure_rate.value_or(-1.0)),
-      slow_call_rate(config.slow_call_rate.value_or(-1.0)),
-      minimum_calls(config.minimum_calls),
-      slow_call_duration(config.slow_call_duration.count()),
-      flapping_period(config.flapping_period.count()),
-      window{.size = config.window_size,
-             .buckets = config.window_buckets,
+PolicyCore::PolicyCore(BreakerSpec spec_in, std::uint32_t bucket_capacity)
+    : spec(checked(spec_in, bucket_capacity)),
+      consecutive_failures(spec.consecutive_failures),
+      half_open_max_calls(spec.half_open.max_in_flight.value_or(
+          spec.half_open.fraction ? Word::kInFlightMax : spec.half_open.probes)),
+      half_open_successes(spec.half_open.probes),
+      half_open_max_wait(spec.half_open.max_wait.count()),
+      failure_rate(spec.failure_rate.value_or(-1.0)),
+      slow_call_rate(spec.slow_call_rate.value_or(-1.0)),
+      minimum_calls(spec.minimum_calls),
+      slow_call_duration(spec.slow_call_duration.count()),
+      flapping_period(spec.flapping_period.count()),
+      window{.size = spec.window_size,
+             .buckets = spec.window_buckets,
              .bucket_width =
-                 (config.window_length / std::max<std::uint32_t>(1, config.window_buckets)).count(),
-             .slow_call_duration = config.slow_call_duration.count(),
+                 (spec.window_length / std::max<std::uint32_t>(1, spec.window_buckets)).count(),
+             .slow_call_duration = spec.slow_call_duration.count(),
              .track_in_flight =
-                 config.count_in_flight_slow_calls && config.slow_call_duration > Nanos::zero(),
+                 spec.count_in_flight_slow_calls && spec.slow_call_duration > Nanos::zero(),
              .epoch_shift = static_cast<unsigned>(std::bit_width(
-                 static_cast<std::uint64_t>(std::max<Ticks>(2, config.slow_call_duration.count())) -
+                 static_cast<std::uint64_t>(std::max<Ticks>(2, spec.slow_call_duration.count())) -
                  1))},
-      rng_(config.random_seed) {
+      rng_(spec.half_open.random_seed) {
   // The r-th consecutive opening lasts base * multiplier^(r-1), capped. Computed once
   // in long double and clamped, so no later arithmetic can overflow or go negative.
   const Nanos max =
-      config.max_open_duration == Nanos::zero() ? config.open_duration : config.max_open_duration;
-  const long double base = static_cast<long double>(config.open_duration.count());
+      spec.open_growth.max == Nanos::zero() ? spec.open_duration : spec.open_growth.max;
+  const long double base = static_cast<long double>(spec.open_duration.count());
   const long double cap = static_cast<long double>(max.count());
   long double period = base;
   for (std::uint32_t r = 1; r <= Word::kReopenMax; ++r) {
     open_periods_[r] = static_cast<Ticks>(std::min(period, cap));
-    period = std::min(period * static_cast<long double>(config.open_duration_multiplier), cap);
+    period = std::min(period * static_cast<long double>(spec.open_growth.multiplier), cap);
   }
   open_periods_[0] = open_periods_[1];
-  if (config.half_open_fraction) {
-    stage_fraction_[0] = *config.half_open_fraction;
-    for (std::size_t i = 0; i < config.half_open_ramp.size(); ++i)
-      stage_fraction_[i + 1] = config.half_open_ramp[i];
-    last_stage = static_cast<std::uint32_t>(config.half_open_ramp.size());
+  if (spec.half_open.fraction) {
+    stage_fraction_[0] = *spec.half_open.fraction;
+    for (std::size_t i = 0; i < spec.half_open.ramp.size(); ++i)
+      stage_fraction_[i + 1] = spec.half_open.ramp[i];
+    last_stage = static_cast<std::uint32_t>(spec.half_open.ramp.size());
   }
 }
 
 double PolicyCore::draw() const noexcept {
-  if (config.random) return config.random();
+  if (spec.half_open.random) return spec.half_open.random();
   // splitmix64 over a shared counter: lock-free, and deterministic for a given seed.
   std::uint64_t z =
       rng_.fetch_add(0x9E3779B97F4A7C15ull, std::memory_order_relaxed) + 0x9E3779B97F4A7C15ull;
@@ -265,11 +305,6 @@ double PolicyCore::draw() const noexcept {
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   z ^= z >> 31;
   return static_cast<double>(z >> 11) * 0x1.0p-53;
-}
-
-void check_window(const PolicyCore& policy, WindowKind kind, std::uint32_t capacity) {
-  if (auto ok = validate_window(policy.config, kind, capacity); !ok)
-    raise_config_error(std::move(ok).error());
 }
 
 }  // namespace detail

@@ -76,20 +76,22 @@ std::optional<Nanos> run_incident(ManualClock& clock, B& breaker, Incident inc =
 
 TEST(SeedIncident, ABreakerCountingOnlyErrorsStaysClosed) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 5, .failure_rate = 0.3, .minimum_calls = 20, .window_length = 10s},
-      clock);
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 20,
+                 .failure_rate = 0.3,
+                 .consecutive_failures = 5},
+                clock);
   EXPECT_EQ(run_incident(clock, b), std::nullopt)
       << "the service answered successfully, very slowly";
 }
 
 TEST(SeedIncident, CountingCompletedSlowCallsOpensOnlyAfterTheFirstSlowCompletions) {
   ManualClock clock;
-  TimeBreaker b({.failure_rate = 0.3,
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 20,
+                 .failure_rate = 0.3,
                  .slow_call_rate = 0.3,
                  .slow_call_duration = 400ms,
-                 .minimum_calls = 20,
-                 .window_length = 10s,
                  .count_in_flight_slow_calls = false},
                 clock);
   const auto opened = run_incident(clock, b);
@@ -100,11 +102,11 @@ TEST(SeedIncident, CountingCompletedSlowCallsOpensOnlyAfterTheFirstSlowCompletio
 
 TEST(SeedIncident, CountingInFlightSlowCallsOpensBeforeAnyCallCompletes) {
   ManualClock clock;
-  TimeBreaker b({.failure_rate = 0.3,
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 20,
+                 .failure_rate = 0.3,
                  .slow_call_rate = 0.3,
                  .slow_call_duration = 400ms,
-                 .minimum_calls = 20,
-                 .window_length = 10s,
                  .count_in_flight_slow_calls = true},
                 clock);
   const auto opened = run_incident(clock, b);
@@ -122,10 +124,10 @@ TEST(SeedIncident,
      InFlightSlowCallsTripWithinAboutTheSlowDurationPlusABucketWhenTheRuleAsksForOneBucket) {
   ManualClock clock;
   // A rule that fires when one bucket's worth (10 %) of the window is slow.
-  TimeBreaker b({.slow_call_rate = 0.1,
-                 .slow_call_duration = 400ms,
+  TimeBreaker b({.window = {.length = 10s},
                  .minimum_calls = 20,
-                 .window_length = 10s,
+                 .slow_call_rate = 0.1,
+                 .slow_call_duration = 400ms,
                  .count_in_flight_slow_calls = true},
                 clock);
   const auto opened = run_incident(clock, b);
@@ -137,13 +139,13 @@ TEST(SeedIncident,
 TEST(SeedIncident, TheSeedsFixesOpenWithinSeconds) {
   ManualClock clock;
   // 800 ms timeout, slow > 400 ms, 30 %, minimum 20, 30 s open, 10 % half-open.
-  TimeBreaker b({.failure_rate = 0.3,
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 20,
+                 .failure_rate = 0.3,
                  .slow_call_rate = 0.3,
                  .slow_call_duration = 400ms,
-                 .minimum_calls = 20,
-                 .window_length = 10s,
                  .open_duration = 30s,
-                 .half_open_fraction = 0.10},
+                 .half_open = {.fraction = 0.10}},
                 clock);
   const auto opened = run_incident(clock, b, {.timeout = 800ms});
   ASSERT_TRUE(opened);
@@ -154,9 +156,11 @@ TEST(SeedIncident, TheSeedsFixesOpenWithinSeconds) {
 
 TEST(RateRules, TwoFailuresInThreeCallsNeverOpenWithAMinimumOfTwenty) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 20, .window_length = 60s},
-      clock);
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 20,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure, 2);
   record(b, Outcome::success);
   EXPECT_EQ(b.state(), State::closed);
@@ -168,9 +172,11 @@ TEST(RateRules, TwoFailuresInThreeCallsNeverOpenWithAMinimumOfTwenty) {
 
 TEST(RateRules, NineCallsAtExactlyTheRateAreNotEnoughTenAre) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 10, .window_length = 60s},
-      clock);
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 10,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure, 5);
   record(b, Outcome::success, 4);  // 9 calls, 5 failures: over the rate, under the volume
   EXPECT_EQ(b.state(), State::closed);
@@ -180,9 +186,11 @@ TEST(RateRules, NineCallsAtExactlyTheRateAreNotEnoughTenAre) {
 
 TEST(RateRules, JustBelowTheRateStaysClosed) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.3, .minimum_calls = 10, .window_length = 60s},
-      clock);
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 10,
+                 .failure_rate = 0.3,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure, 2);
   record(b, Outcome::success, 8);  // 20 %
   EXPECT_EQ(b.state(), State::closed);
@@ -194,11 +202,11 @@ TEST(RateRules, JustBelowTheRateStaysClosed) {
 
 TEST(RateRules, SlowMeansStrictlySlowerThanTheThreshold) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 1,
                  .slow_call_rate = 1.0,
                  .slow_call_duration = 100ms,
-                 .minimum_calls = 1,
-                 .window_length = 60s},
+                 .consecutive_failures = 0},
                 clock);
   record(b, Outcome::success, 1, 100ms);
   EXPECT_EQ(b.state(), State::closed) << "exactly the threshold is not slow";
@@ -209,11 +217,11 @@ TEST(RateRules, SlowMeansStrictlySlowerThanTheThreshold) {
 
 TEST(RateRules, SlowFailuresAndSlowSuccessesBothCountAsSlow) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 4,
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 100ms,
-                 .minimum_calls = 4,
-                 .window_length = 60s},
+                 .consecutive_failures = 0},
                 clock);
   record(b, Outcome::success, 2, 10ms);
   record(b, Outcome::success, 1, 150ms);
@@ -225,11 +233,11 @@ TEST(RateRules, SlowFailuresAndSlowSuccessesBothCountAsSlow) {
 
 TEST(RateRules, TheBreakerMeasuresDurationsItselfWhenTheCallerDoesNot) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 2,
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 100ms,
-                 .minimum_calls = 2,
-                 .window_length = 60s},
+                 .consecutive_failures = 0},
                 clock);
   auto fast = b.try_acquire();
   auto slow = b.try_acquire();
@@ -244,7 +252,7 @@ TEST(RateRules, TheBreakerMeasuresDurationsItselfWhenTheCallerDoesNot) {
 TEST(RateRules, ACountWindowUsesItsSizeWhenTheMinimumIsLarger) {
   ManualClock clock;
   CountBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 100, .window_size = 4},
+      {.window = {.size = 4}, .minimum_calls = 100, .failure_rate = 0.5, .consecutive_failures = 0},
       clock);
   record(b, Outcome::success, 2);
   record(b, Outcome::failure, 1);
@@ -256,7 +264,7 @@ TEST(RateRules, ACountWindowUsesItsSizeWhenTheMinimumIsLarger) {
 TEST(RateRules, ACountWindowHoldsExactlyTheLastNCalls) {
   ManualClock clock;
   CountBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 5, .window_size = 5},
+      {.window = {.size = 5}, .minimum_calls = 5, .failure_rate = 0.5, .consecutive_failures = 0},
       clock);
   record(b, Outcome::failure, 2);
   record(b, Outcome::success, 8);  // the failures have left the window
@@ -272,9 +280,11 @@ TEST(RateRules, ACountWindowHoldsExactlyTheLastNCalls) {
 
 TEST(RateRules, RulesCombineAnyOneTrips) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 3, .failure_rate = 0.9, .minimum_calls = 100, .window_length = 60s},
-      clock);
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 100,
+                 .failure_rate = 0.9,
+                 .consecutive_failures = 3},
+                clock);
   record(b, Outcome::failure, 3);
   EXPECT_EQ(b.state(), State::open)
       << "consecutive failures fire while the rate rule waits for volume";
@@ -282,9 +292,11 @@ TEST(RateRules, RulesCombineAnyOneTrips) {
 
 TEST(RateRules, IgnoredAndRejectedCallsCountNowhere) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 4, .window_length = 60s},
-      clock);
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 4,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::ignored, 10);
   record(b, Outcome::failure, 1);
   record(b, Outcome::success, 1);
@@ -296,13 +308,12 @@ TEST(RateRules, IgnoredAndRejectedCallsCountNowhere) {
 // away, and the probe's success alone decides.
 TEST(RateRules, RejectedCallsDoNotCountAgainstTheProbes) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
-                 .failure_rate = 0.5,
+  TimeBreaker b({.window = {.length = 60s},
                  .minimum_calls = 2,
-                 .window_length = 60s,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0,
                  .open_duration = 5s,
-                 .half_open_max_calls = 1,
-                 .half_open_successes = 1},
+                 .half_open = {.probes = 1, .max_in_flight = 1}},
                 clock);
   record(b, Outcome::failure, 2);
   ASSERT_EQ(b.state(), State::open);
@@ -319,9 +330,11 @@ TEST(RateRules, RejectedCallsDoNotCountAgainstTheProbes) {
 // can leave the failures over the threshold, and the next call — a success — trips.
 TEST(RateRules, SuccessesAgingOutOfATimeWindowCanTripTheBreaker) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 10, .window_length = 10s},
-      clock);
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 10,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::success, 20);  // t = 0
   clock.set(5s);
   record(b, Outcome::failure, 15);  // 15 of 35: below the threshold
@@ -336,9 +349,11 @@ TEST(RateRules, SuccessesAgingOutOfATimeWindowCanTripTheBreaker) {
 
 TEST(TimeWindowEdges, BucketsRollOverAtExactBoundaries) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 1.0, .minimum_calls = 1000, .window_length = 10s},
-      clock);
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 1000,
+                 .failure_rate = 1.0,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure);  // t = 0, bucket 0
   clock.set(1s - 1ns);
   record(b, Outcome::failure);  // still bucket 0
@@ -354,9 +369,11 @@ TEST(TimeWindowEdges, BucketsRollOverAtExactBoundaries) {
 
 TEST(TimeWindowEdges, AnIdleGapLongerThanTheWindowEmptiesIt) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 3, .window_length = 10s},
-      clock);
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 3,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure, 2);
   clock.advance(3h);
   EXPECT_EQ(b.snapshot().window->calls, 0u);
@@ -367,9 +384,11 @@ TEST(TimeWindowEdges, AnIdleGapLongerThanTheWindowEmptiesIt) {
 
 TEST(TimeWindowEdges, AJumpOfTenToTheTwelveSecondsCostsOnlyTheBuckets) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 3, .window_length = 10s},
-      clock);
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 3,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure, 2);
   // 10^12 s is past the end of nanosecond time: the clock saturates there, and the
   // window clears in O(buckets) and keeps working.
@@ -388,9 +407,11 @@ TEST(TimeWindowEdges, AJumpOfTenToTheTwelveSecondsCostsOnlyTheBuckets) {
 TEST(TimeWindowEdges, AGapThatWrapsTheBucketTagsDoesNotBringOldCountsBack) {
   ManualClock clock;
   clock.set(1000s);
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 5, .window_length = 10ms},
-      clock);
+  TimeBreaker b({.window = {.length = 10ms},
+                 .minimum_calls = 5,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure, 4);  // below the minimum volume
   clock.advance(327'680ms);        // lcm(10 buckets, 65536) periods of 1 ms
   record(b, Outcome::success);
@@ -402,9 +423,11 @@ TEST(TimeWindowEdges, AGapThatWrapsTheBucketTagsDoesNotBringOldCountsBack) {
 TEST(TimeWindowEdges, AClockSteppingBackIsNoTimePassing) {
   ManualClock clock;
   clock.set(100s);
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.9, .minimum_calls = 1000, .window_length = 10s},
-      clock);
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 1000,
+                 .failure_rate = 0.9,
+                 .consecutive_failures = 0},
+                clock);
   record(b, Outcome::failure, 2);
   clock.set(50s);  // back by 50 s
   record(b, Outcome::success, 3);
@@ -419,9 +442,11 @@ TEST(TimeWindowEdges, AClockSteppingBackIsNoTimePassing) {
 
 TEST(TimeWindowEdges, ACallLongerThanTheWindowCountsWhenItCompletes) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 1, .window_length = 10s},
-      clock);
+  TimeBreaker b({.window = {.length = 10s},
+                 .minimum_calls = 1,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 0},
+                clock);
   auto long_call = b.try_acquire();
   clock.advance(25s);
   EXPECT_EQ(b.snapshot().window->calls, 0u);
@@ -433,12 +458,12 @@ TEST(TimeWindowEdges, ACallLongerThanTheWindowCountsWhenItCompletes) {
 
 TEST(InFlightSlowCalls, ADependencyThatStopsAnsweringTripsBeforeAnyCallCompletes) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
+  TimeBreaker b({.window = {.length = 30s},
+                 .minimum_calls = 10,
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 1s,
-                 .minimum_calls = 10,
-                 .window_length = 30s,
-                 .count_in_flight_slow_calls = true},
+                 .count_in_flight_slow_calls = true,
+                 .consecutive_failures = 0},
                 clock);
   std::vector<TimeBreaker::Permit> hanging;
   for (int i = 0; i < 100 && b.state() == State::closed; ++i) {  // 10 calls a second, none answers
@@ -454,12 +479,12 @@ TEST(InFlightSlowCalls, ADependencyThatStopsAnsweringTripsBeforeAnyCallCompletes
 
 TEST(InFlightSlowCalls, TheSnapshotShowsThem) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
+  TimeBreaker b({.window = {.length = 30s},
+                 .minimum_calls = 1000,
                  .slow_call_rate = 1.0,
                  .slow_call_duration = 1s,
-                 .minimum_calls = 1000,
-                 .window_length = 30s,
-                 .count_in_flight_slow_calls = true},
+                 .count_in_flight_slow_calls = true,
+                 .consecutive_failures = 0},
                 clock);
   std::vector<TimeBreaker::Permit> hanging;
   for (int i = 0; i < 5; ++i) hanging.push_back(std::move(*b.try_acquire()));
@@ -493,12 +518,12 @@ TEST(InFlightSlowCalls, ALateAdmissionNeverMakesFreshCallsSlow) {
 
 TEST(InFlightSlowCalls, CanBeSwitchedOff) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
+  TimeBreaker b({.window = {.length = 30s},
+                 .minimum_calls = 10,
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 1s,
-                 .minimum_calls = 10,
-                 .window_length = 30s,
-                 .count_in_flight_slow_calls = false},
+                 .count_in_flight_slow_calls = false,
+                 .consecutive_failures = 0},
                 clock);
   std::vector<TimeBreaker::Permit> hanging;
   for (int i = 0; i < 100; ++i) {
@@ -511,12 +536,12 @@ TEST(InFlightSlowCalls, CanBeSwitchedOff) {
 
 TEST(InFlightSlowCalls, CallsFromBeforeAResetDoNotCount) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 0,
+  TimeBreaker b({.window = {.length = 30s},
+                 .minimum_calls = 1,
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 1s,
-                 .minimum_calls = 1,
-                 .window_length = 30s,
-                 .count_in_flight_slow_calls = true},
+                 .count_in_flight_slow_calls = true,
+                 .consecutive_failures = 0},
                 clock);
   std::vector<TimeBreaker::Permit> hanging;
   for (int i = 0; i < 3; ++i) hanging.push_back(std::move(*b.try_acquire()));
@@ -540,9 +565,11 @@ Outcome by_status(const Response& r) {
 
 TEST(Classification, ACallersErrorIsIgnoredAndCountsNowhere) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 2, .failure_rate = 0.5, .minimum_calls = 2, .window_length = 60s},
-      clock);
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 2,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 2},
+                clock);
   for (int i = 0; i < 10; ++i) {
     auto r = b.execute([] { return Response{404}; }, by_status);
     ASSERT_TRUE(r);
@@ -601,13 +628,12 @@ TEST(Classification, ExceptionsCanBeClassifiedAndAreAlwaysRethrownUnchanged) {
 
 TEST(HalfOpenRates, TheProbesDecideByTheirOwnRatesWithoutAMinimum) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 1,
-                 .failure_rate = 0.5,
+  TimeBreaker b({.window = {.length = 60s},
                  .minimum_calls = 100,
-                 .window_length = 60s,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 1,
                  .open_duration = 1s,
-                 .half_open_max_calls = 10,
-                 .half_open_successes = 4},
+                 .half_open = {.probes = 4, .max_in_flight = 10}},
                 clock);
   record(b, Outcome::failure);
   clock.advance(1s);
@@ -620,13 +646,12 @@ TEST(HalfOpenRates, TheProbesDecideByTheirOwnRatesWithoutAMinimum) {
 
 TEST(HalfOpenRates, SlowProbesReopen) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 1,
+  TimeBreaker b({.window = {.length = 60s},
                  .slow_call_rate = 0.5,
                  .slow_call_duration = 100ms,
-                 .window_length = 60s,
+                 .consecutive_failures = 1,
                  .open_duration = 1s,
-                 .half_open_max_calls = 10,
-                 .half_open_successes = 5},
+                 .half_open = {.probes = 5, .max_in_flight = 10}},
                 clock);
   record(b, Outcome::failure);
   clock.advance(1s);
@@ -642,13 +667,12 @@ TEST(HalfOpenRates, SlowProbesReopen) {
 // outcome is certain either way.
 TEST(HalfOpenRates, ARoundIsDecidedOnItsProbesNotOnTheFirstOneIn) {
   ManualClock clock;
-  TimeBreaker b({.consecutive_failures = 1,
-                 .failure_rate = 0.5,
+  TimeBreaker b({.window = {.length = 60s},
                  .minimum_calls = 100,
-                 .window_length = 60s,
+                 .failure_rate = 0.5,
+                 .consecutive_failures = 1,
                  .open_duration = 1s,
-                 .half_open_max_calls = 4,
-                 .half_open_successes = 4},
+                 .half_open = {.probes = 4, .max_in_flight = 4}},
                 clock);
   record(b, Outcome::failure);
   clock.advance(1s);
@@ -691,10 +715,10 @@ TEST(HalfOpenFraction, AdmitsTheFractionWithinStatisticalBounds) {
   std::uniform_real_distribution<double> u(0, 1);
   BasicCircuitBreaker<ManualClock> b(
       {.open_duration = 1s,
-       .half_open_successes = 8191,  // stay half-open for the whole test
-       .half_open_fraction = 0.10,
-       .half_open_max_wait = 0s,
-       .random = [&] { return u(rng); }},
+       .half_open = {.probes = 8191,  // stay half-open for the whole test
+                     .fraction = 0.10,
+                     .max_wait = 0s,
+                     .random = [&] { return u(rng); }}},
       clock);
   to_half_open(b, clock);
   constexpr int kRequests = 20'000;
@@ -719,10 +743,10 @@ TEST(HalfOpenFraction, RampsUpWhileTheProbesSucceed) {
   std::mt19937_64 rng(7);
   std::uniform_real_distribution<double> u(0, 1);
   BasicCircuitBreaker<ManualClock> b({.open_duration = 1s,
-                                      .half_open_successes = 400,
-                                      .half_open_fraction = 0.10,
-                                      .half_open_ramp = {0.25, 0.5, 1.0},
-                                      .random = [&] { return u(rng); }},
+                                      .half_open = {.probes = 400,
+                                                    .fraction = 0.10,
+                                                    .ramp = {0.25, 0.5, 1.0},
+                                                    .random = [&] { return u(rng); }}},
                                      clock);
   to_half_open(b, clock);
   // Count requests needed per stage: ~400/f.
@@ -750,7 +774,7 @@ TEST(HalfOpenFraction, RampsUpWhileTheProbesSucceed) {
 
 TEST(HalfOpenFraction, AnyProbeFailureStillReopens) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock> b({.open_duration = 1s, .half_open_fraction = 1.0}, clock);
+  BasicCircuitBreaker<ManualClock> b({.open_duration = 1s, .half_open = {.fraction = 1.0}}, clock);
   to_half_open(b, clock);
   record(b, Outcome::failure);
   EXPECT_EQ(b.state(), State::open);
@@ -759,11 +783,9 @@ TEST(HalfOpenFraction, AnyProbeFailureStillReopens) {
 TEST(HalfOpenFraction, TheBuiltInSourceIsDeterministicForASeed) {
   auto admitted_pattern = [](std::uint64_t seed) {
     ManualClock clock;
-    BasicCircuitBreaker<ManualClock> b({.open_duration = 1s,
-                                        .half_open_successes = 8191,
-                                        .half_open_fraction = 0.3,
-                                        .random_seed = seed},
-                                       clock);
+    BasicCircuitBreaker<ManualClock> b(
+        {.open_duration = 1s, .half_open = {.probes = 8191, .fraction = 0.3, .random_seed = seed}},
+        clock);
     EXPECT_TRUE(b.transition_to(State::open));
     clock.advance(1s);
     std::string pattern;
@@ -839,8 +861,7 @@ TEST(Flapping, AFlappingReopeningContinuesTheGrowth) {
   ManualClock clock;
   BreakerPolicy<ManualClock> policy({.consecutive_failures = 1,
                                      .open_duration = 10s,
-                                     .open_duration_multiplier = 2.0,
-                                     .max_open_duration = 80s,
+                                     .open_growth = {.multiplier = 2.0, .max = 80s},
                                      .flapping_period = 60s},
                                     clock);
   std::vector<Nanos> periods;
@@ -877,8 +898,7 @@ TEST(Flapping, AManualResetStartsTheGrowthAgain) {
   ManualClock clock;
   BasicCircuitBreaker<ManualClock> b({.consecutive_failures = 1,
                                       .open_duration = 10s,
-                                      .open_duration_multiplier = 2.0,
-                                      .max_open_duration = 80s,
+                                      .open_growth = {.multiplier = 2.0, .max = 80s},
                                       .flapping_period = 60s},
                                      clock);
   record(b, Outcome::failure);
@@ -900,11 +920,11 @@ TEST(Flapping, AManualResetStartsTheGrowthAgain) {
 TEST(WindowPhases, AfterRecoveringAWindowHoldsNoCallsFromBeforeTheOutage) {
   for (Nanos start : {Nanos(0), Nanos(20s), Nanos(std::int64_t{1} << 40)}) {
     ManualClock clock{ManualClock::time_point(start)};
-    TimeBreaker b({.consecutive_failures = 0,
+    TimeBreaker b({.window = {.length = 10s},
+                   .minimum_calls = 10,
                    .slow_call_rate = 0.5,
                    .slow_call_duration = 100ms,
-                   .minimum_calls = 10,
-                   .window_length = 10s,
+                   .consecutive_failures = 0,
                    .open_duration = 5s},
                   clock);
     clock.advance(1s);
@@ -925,9 +945,8 @@ TEST(WindowPhases, AfterRecoveringAWindowHoldsNoCallsFromBeforeTheOutage) {
 // (the window kept 12 bits of the generation, the count ring 5: after 4,096 resets the
 // window from before came back).
 template <class B>
-void resets_leave_an_empty_window(BreakerConfig config) {
+void resets_leave_an_empty_window(typename B::Config config) {
   ManualClock clock{ManualClock::time_point(Nanos(7s))};
-  config.consecutive_failures = 0;
   config.failure_rate = 0.5;
   config.minimum_calls = 10;
   B b(config, clock);
@@ -941,10 +960,10 @@ void resets_leave_an_empty_window(BreakerConfig config) {
   EXPECT_EQ(b.snapshot().window->calls, 0u);
 }
 TEST(WindowPhases, ResetLeavesAnEmptyCountWindow) {
-  resets_leave_an_empty_window<CountBreaker>({.window_size = 20});
+  resets_leave_an_empty_window<CountBreaker>({.window = {.size = 20}});
 }
 TEST(WindowPhases, ResetLeavesAnEmptyTimeWindow) {
-  resets_leave_an_empty_window<TimeBreaker>({.window_length = 60s});
+  resets_leave_an_empty_window<TimeBreaker>({.window = {.length = 60s}});
 }
 
 // After a long idle gap within one generation, an in-flight slot from long ago must not
@@ -954,12 +973,12 @@ TEST(WindowPhases, ALongIdleGapDoesNotHideTheNextSlowCall) {
   constexpr Ticks kEpoch = Ticks{1} << 20;  // slow_call_duration 1 ms: epochs of 2^20 ns
   for (Ticks epochs : {(Ticks{1} << 21) - 5, (Ticks{1} << 28) - 5, (Ticks{1} << 28) + 3}) {
     ManualClock clock{ManualClock::time_point(Nanos(1s))};
-    TimeBreaker b({.consecutive_failures = 0,
+    TimeBreaker b({.window = {.length = 10s},
+                   .minimum_calls = 100,
                    .slow_call_rate = 0.5,
                    .slow_call_duration = 1ms,
-                   .minimum_calls = 100,
-                   .window_length = 10s,
-                   .count_in_flight_slow_calls = true},
+                   .count_in_flight_slow_calls = true,
+                   .consecutive_failures = 0},
                   clock);
     record(b, Outcome::success);  // one fast call: its epoch's slot stays behind
     clock.advance(Nanos(epochs * kEpoch));
@@ -976,9 +995,11 @@ TEST(WindowPhases, ALongIdleGapDoesNotHideTheNextSlowCall) {
 
 TEST(WindowedManualControl, MetricsOnlyReportsRatesButNeverRejects) {
   ManualClock clock;
-  TimeBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.2, .minimum_calls = 10, .window_length = 60s},
-      clock);
+  TimeBreaker b({.window = {.length = 60s},
+                 .minimum_calls = 10,
+                 .failure_rate = 0.2,
+                 .consecutive_failures = 0},
+                clock);
   ASSERT_TRUE(b.transition_to(State::metrics_only));
   record(b, Outcome::failure, 5);
   record(b, Outcome::success, 15);
@@ -992,7 +1013,7 @@ TEST(WindowedManualControl, MetricsOnlyReportsRatesButNeverRejects) {
 TEST(WindowedManualControl, OutcomesFromBeforeAResetCountNowhere) {
   ManualClock clock;
   CountBreaker b(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 2, .window_size = 10},
+      {.window = {.size = 10}, .minimum_calls = 2, .failure_rate = 0.5, .consecutive_failures = 0},
       clock);
   auto before = b.try_acquire();
   record(b, Outcome::failure);
@@ -1008,11 +1029,11 @@ TEST(WindowedManualControl, OutcomesFromBeforeAResetCountNowhere) {
 
 TEST(WindowSnapshot, SlowSplitsIntoSlowSuccessesAndSlowFailures) {
   ManualClock clock;
-  CountBreaker b({.consecutive_failures = 0,
+  CountBreaker b({.window = {.size = 100},
+                  .minimum_calls = 1000,
                   .slow_call_rate = 1.0,
                   .slow_call_duration = 10ms,
-                  .minimum_calls = 1000,
-                  .window_size = 100},
+                  .consecutive_failures = 0},
                  clock);
   record(b, Outcome::success, 3, 20ms);
   record(b, Outcome::failure, 2, 20ms);
@@ -1028,63 +1049,100 @@ TEST(WindowSnapshot, SlowSplitsIntoSlowSuccessesAndSlowFailures) {
 // --- Configuration ---------------------------------------------------------------
 
 TEST(PolicyConfig, EveryBadFieldIsNamed) {
-  struct Case {
-    BreakerConfig config;
-    WindowKind kind;
-    std::string field;
+  // Each field by its dotted path, for the configuration type that has it.
+  const std::vector<std::pair<TimeWindowConfig, std::string>> time = {
+      {{.failure_rate = 1.5}, "failure_rate"},
+      {{.failure_rate = 0.0}, "failure_rate"},
+      {{.slow_call_rate = 2.0, .slow_call_duration = 1s}, "slow_call_rate"},
+      {{.slow_call_rate = 0.5}, "slow_call_duration"},
+      {{.failure_rate = 0.5, .slow_call_duration = -1s}, "slow_call_duration"},
+      {{.minimum_calls = 0, .failure_rate = 0.5}, "minimum_calls"},
+      {{.window = {.length = 0s}, .failure_rate = 0.5}, "window.length"},
+      {{.window = {.buckets = 0}, .failure_rate = 0.5}, "window.buckets"},
+      {{.window = {.buckets = 11}, .failure_rate = 0.5}, "window.buckets"},
+      {{.window = {.length = 5ms, .buckets = 10}, .failure_rate = 0.5}, "window.buckets"},
+      {{.failure_rate = 0.5, .open_growth = {.multiplier = 0.9}}, "open_growth.multiplier"},
+      {{.failure_rate = 0.5, .count_in_flight_slow_calls = true}, "count_in_flight_slow_calls"},
+      {{.failure_rate = 0.5, .consecutive_failures = 65'536}, "consecutive_failures"},
+      {{.failure_rate = 0.5, .half_open = {.fraction = 0.0}}, "half_open.fraction"},
+      {{.failure_rate = 0.5, .half_open = {.ramp = {0.5}}}, "half_open.ramp"},
+      {{.failure_rate = 0.5,
+        .half_open = {.fraction = 0.1, .ramp = {0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9}}},
+       "half_open.ramp"},
+      {{.failure_rate = 0.5, .half_open = {.probes = 9000}}, "half_open.probes"},
+      {{.failure_rate = 0.5, .half_open = {.max_in_flight = 1, .fraction = 0.5}},
+       "half_open.max_in_flight"},
+      {{.failure_rate = 0.5, .flapping_period = -1s}, "flapping_period"},
+      {{}, "failure_rate"},  // no trip rule at all
   };
-  const std::vector<Case> cases = {
-      {{.failure_rate = 1.5}, WindowKind::time, "failure_rate"},
-      {{.failure_rate = 0.0}, WindowKind::time, "failure_rate"},
-      {{.failure_rate = -0.1}, WindowKind::count, "failure_rate"},
-      {{.slow_call_rate = 2.0, .slow_call_duration = 1s}, WindowKind::time, "slow_call_rate"},
-      {{.slow_call_rate = 0.5}, WindowKind::time, "slow_call_duration"},
-      {{.slow_call_duration = -1s}, WindowKind::time, "slow_call_duration"},
-      {{.minimum_calls = 0}, WindowKind::time, "minimum_calls"},
-      {{.window_size = 0}, WindowKind::count, "window_size"},
-      {{.window_length = 0s}, WindowKind::time, "window_length"},
-      {{.window_buckets = 0}, WindowKind::time, "window_buckets"},
-      {{.window_buckets = 11}, WindowKind::time, "window_buckets"},
-      {{.window_length = 5ms, .window_buckets = 10}, WindowKind::time, "window_buckets"},
-      {{.open_duration_multiplier = 0.9}, WindowKind::time, "open_duration_multiplier"},
-      {{.failure_rate = 0.5}, WindowKind::none, "failure_rate"},
-      {{.slow_call_duration = 1s}, WindowKind::none, "slow_call_duration"},
-      {{.count_in_flight_slow_calls = true}, WindowKind::time, "count_in_flight_slow_calls"},
-      {{.count_in_flight_slow_calls = true}, WindowKind::none, "count_in_flight_slow_calls"},
-      {{.half_open_fraction = 0.0}, WindowKind::none, "half_open_fraction"},
-      {{.half_open_ramp = {0.5}}, WindowKind::none, "half_open_ramp"},
-      {{.half_open_fraction = 0.5, .half_open_ramp = {0.25}}, WindowKind::none, "half_open_ramp"},
-      {{.half_open_fraction = 0.1, .half_open_ramp = {0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9}},
-       WindowKind::none,
-       "half_open_ramp"},
-      {{.half_open_successes = 9000}, WindowKind::none, "half_open_successes"},
-      {{.flapping_period = -1s}, WindowKind::none, "flapping_period"},
-  };
-  for (const Case& c : cases) {
-    auto r = validate(c.config, c.kind, 10);
-    ASSERT_FALSE(r) << c.field;
-    EXPECT_EQ(r.error().field, c.field) << r.error().to_string();
+  for (const auto& [config, field] : time) {
+    auto r = validate(config, 10);
+    ASSERT_FALSE(r) << field;
+    EXPECT_EQ(r.error().field, field) << r.error().to_string();
+    EXPECT_THROW(TimeWindowBreaker{config}, InvalidConfig) << field;
   }
-  EXPECT_THROW(CircuitBreaker({.failure_rate = 0.5}), InvalidConfig);
-  EXPECT_THROW(TimeWindowBreaker({.window_buckets = 20}), InvalidConfig);
-  EXPECT_NO_THROW((BasicCircuitBreaker<SteadyClock, TimeWindow<30>>({.window_buckets = 20})));
-  EXPECT_TRUE(validate({.failure_rate = 1.0, .slow_call_rate = 1.0, .slow_call_duration = 1s},
-                       WindowKind::count));
+  const std::vector<std::pair<CountWindowConfig, std::string>> count = {
+      {{.failure_rate = -0.1}, "failure_rate"},
+      {{.window = {.size = 0}, .failure_rate = 0.5}, "window.size"},
+      {{.window = {.size = 70'000}, .failure_rate = 0.5}, "window.size"},
+      {{.failure_rate = 0.5, .open_duration = 10s, .open_growth = {.max = 5s}}, "open_growth.max"},
+      {{.failure_rate = 0.5, .open_growth = {.multiplier = 2}}, "open_growth.max"},
+      {{.name = "", .failure_rate = 0.5}, "name"},
+      {{.consecutive_failures = 0}, "failure_rate"},
+  };
+  for (const auto& [config, field] : count) {
+    auto r = validate(config);
+    ASSERT_FALSE(r) << field;
+    EXPECT_EQ(r.error().field, field) << r.error().to_string();
+    EXPECT_THROW(CountWindowBreaker{config}, InvalidConfig) << field;
+  }
+  EXPECT_THROW(TimeWindowBreaker({.window = {.buckets = 20}, .failure_rate = 0.5}), InvalidConfig);
+  EXPECT_NO_THROW((BasicCircuitBreaker<SteadyClock, TimeWindow<30>>(
+      {.window = {.buckets = 20}, .failure_rate = 0.5})));
+  EXPECT_FALSE(validate(TimeWindowConfig{.window = {.buckets = 20}, .failure_rate = 0.5}));
+  EXPECT_TRUE(validate(TimeWindowConfig{.window = {.buckets = 20}, .failure_rate = 0.5}, 30));
+  EXPECT_TRUE(validate(
+      CountWindowConfig{.failure_rate = 1.0, .slow_call_rate = 1.0, .slow_call_duration = 1s}));
+  // Each trip rule alone is enough.
+  EXPECT_TRUE(validate(CountWindowConfig{.consecutive_failures = 3}));
+  EXPECT_TRUE(validate(CountWindowConfig{.slow_call_rate = 0.5, .slow_call_duration = 1s}));
 }
 
-TEST(PolicyConfig, TheWindowMessageSaysWhatToDo) {
-  auto r = validate({.name = "reviews", .failure_rate = 0.3});
+TEST(PolicyConfig, RateConfigurationsHaveNoHiddenConsecutiveFailureRule) {
+  EXPECT_EQ(CountWindowConfig{}.consecutive_failures, 0u);
+  EXPECT_EQ(TimeWindowConfig{}.consecutive_failures, 0u);
+  EXPECT_EQ(BreakerConfig{}.consecutive_failures, 5u);
+  ManualClock clock;
+  CountBreaker b({.window = {.size = 100}, .failure_rate = 0.9}, clock);
+  record(b, Outcome::failure, 20);  // 20 failures in a row, below the 100-call minimum
+  EXPECT_EQ(b.state(), State::closed);
+}
+
+TEST(PolicyConfig, AWindowWithoutATripRuleSuggestsCalibrating) {
+  auto r = validate(TimeWindowConfig{.name = "reviews"});
   ASSERT_FALSE(r);
-  EXPECT_EQ(r.error().to_string(),
-            "circuit breaker 'reviews': failure_rate needs a sliding window: build a "
-            "CountWindowBreaker or a "
-            "TimeWindowBreaker");
+  EXPECT_EQ(r.error().field, "failure_rate");
+  EXPECT_NE(r.error().message.find("bulwark calibrate"), std::string::npos) << r.error().message;
+}
+
+TEST(PolicyConfig, HalfOpenLimitsDefaultToTheProbes) {
+  ManualClock clock;
+  BasicCircuitBreaker<ManualClock> b({.consecutive_failures = 1, .half_open = {.probes = 3}},
+                                     clock);
+  EXPECT_FALSE(b.transition_to(State::half_open));  // from CLOSED: refused
+  ASSERT_TRUE(b.transition_to(State::open));
+  ASSERT_TRUE(b.transition_to(State::half_open));
+  auto p1 = b.try_acquire();
+  auto p2 = b.try_acquire();
+  auto p3 = b.try_acquire();
+  EXPECT_TRUE(p1 && p2 && p3) << "max_in_flight unset: as many probes at once as it judges";
+  EXPECT_FALSE(b.try_acquire());
 }
 
 TEST(PolicyLayout, SizesAndExtraMemory) {
   static_assert(sizeof(CircuitBreaker) == 64);
   static_assert(sizeof(TimeWindowBreaker) <= 256);
-  CountWindowBreaker b({.window_size = 1000});
+  CountWindowBreaker b({.window = {.size = 1000}, .failure_rate = 0.5});
   EXPECT_EQ(b.extra_memory(), 2000u);  // two bytes per call
   EXPECT_LE(sizeof(CountWindowBreaker), 128u);
 }

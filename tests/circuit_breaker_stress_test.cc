@@ -48,15 +48,13 @@ struct Event {
 
 TEST(BreakerStress, InvariantsHoldUnderConcurrency) {
   ManualClock clock;
-  BreakerPolicy<ManualClock> policy({.name = "stress",
-                                     .consecutive_failures = 3,
-                                     .open_duration = 1ms,
-                                     .open_duration_multiplier = 2.0,
-                                     .max_open_duration = 8ms,
-                                     .half_open_max_calls = kProbes,
-                                     .half_open_successes = 2,
-                                     .half_open_max_wait = 5ms},
-                                    clock);
+  BreakerPolicy<ManualClock> policy(
+      {.name = "stress",
+       .consecutive_failures = 3,
+       .open_duration = 1ms,
+       .open_growth = {.multiplier = 2.0, .max = 8ms},
+       .half_open = {.probes = 2, .max_in_flight = kProbes, .max_wait = 5ms}},
+      clock);
   std::mutex events_mu;
   std::vector<Event> events;
   policy.on_transition([&](const TransitionEvent& e) {
@@ -225,7 +223,7 @@ TEST(BreakerStress, ExactlyOneProbeWinsTheRaceToHalfOpen) {
   ManualClock clock;
   std::atomic<int> half_opens{0};
   BreakerPolicy<ManualClock> policy(
-      {.consecutive_failures = 1, .open_duration = 1s, .half_open_max_calls = 1}, clock);
+      {.consecutive_failures = 1, .open_duration = 1s, .half_open = {.max_in_flight = 1}}, clock);
   policy.on_transition([&](const TransitionEvent& e) {
     if (e.to == State::half_open) half_opens.fetch_add(1);
   });

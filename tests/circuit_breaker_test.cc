@@ -169,7 +169,7 @@ TEST_F(BreakerTest, EveryTransitionEmitsOneEventInOrder) {
   auto policy = make_policy({.name = "payments",
                              .consecutive_failures = 2,
                              .open_duration = 10s,
-                             .half_open_successes = 2});
+                             .half_open = {.probes = 2}});
   Breaker b(policy);
   fail(b, 2);  // closed -> open at t=0
   clock.advance(10s);
@@ -219,9 +219,7 @@ TEST_F(BreakerTest, NoEventForSelfTransitions) {
 TEST_F(BreakerTest, HalfOpenAdmitsKProbesAtOnceAndClosesAfterMSuccesses) {
   Breaker b({.consecutive_failures = 1,
              .open_duration = 5s,
-             .half_open_max_calls = 2,
-             .half_open_successes = 3,
-             .half_open_max_wait = 0s},
+             .half_open = {.probes = 3, .max_in_flight = 2, .max_wait = 0s}},
             clock);
   fail(b);
   clock.advance(5s);
@@ -246,8 +244,7 @@ TEST_F(BreakerTest, HalfOpenAdmitsKProbesAtOnceAndClosesAfterMSuccesses) {
 TEST_F(BreakerTest, AnyProbeFailureReopens) {
   Breaker b({.consecutive_failures = 1,
              .open_duration = 5s,
-             .half_open_max_calls = 3,
-             .half_open_successes = 3},
+             .half_open = {.probes = 3, .max_in_flight = 3}},
             clock);
   fail(b);
   clock.advance(5s);
@@ -298,8 +295,7 @@ TEST_F(BreakerTest, ASuccessFromAnOldGenerationDoesNotResetTheNewCount) {
 TEST_F(BreakerTest, ACancelledProbeReleasesItsSlotAndCountsAsNeither) {
   Breaker b({.consecutive_failures = 1,
              .open_duration = 5s,
-             .half_open_max_calls = 1,
-             .half_open_successes = 1},
+             .half_open = {.probes = 1, .max_in_flight = 1}},
             clock);
   fail(b);
   clock.advance(5s);
@@ -319,7 +315,8 @@ TEST_F(BreakerTest, ACancelledProbeReleasesItsSlotAndCountsAsNeither) {
 }
 
 TEST_F(BreakerTest, MovingAPermitTransfersItAndAssigningOneCancelsTheOldOne) {
-  Breaker b({.consecutive_failures = 1, .open_duration = 5s, .half_open_max_calls = 2}, clock);
+  Breaker b({.consecutive_failures = 1, .open_duration = 5s, .half_open = {.max_in_flight = 2}},
+            clock);
   fail(b);
   clock.advance(5s);
   auto first = b.try_acquire();
@@ -338,8 +335,7 @@ TEST_F(BreakerTest, MovingAPermitTransfersItAndAssigningOneCancelsTheOldOne) {
 TEST_F(BreakerTest, ALeakedProbeStopsHoldingItsSlotAfterTheHalfOpenMaxWait) {
   auto policy = make_policy({.consecutive_failures = 1,
                              .open_duration = 5s,
-                             .half_open_max_calls = 1,
-                             .half_open_max_wait = 20s});
+                             .half_open = {.max_in_flight = 1, .max_wait = 20s}});
   Breaker b(policy);
   fail(b);
   clock.advance(5s);
@@ -372,9 +368,7 @@ TEST_F(BreakerTest, ALeakedProbeStopsHoldingItsSlotAfterTheHalfOpenMaxWait) {
 TEST_F(BreakerTest, ASlowButHealthyDependencyClosesAcrossHalfOpenRounds) {
   auto policy = make_policy({.consecutive_failures = 1,
                              .open_duration = 5s,
-                             .half_open_max_calls = 1,
-                             .half_open_successes = 5,
-                             .half_open_max_wait = 60s});
+                             .half_open = {.probes = 5, .max_in_flight = 1, .max_wait = 60s}});
   Breaker b(policy);
   fail(b);
   const auto half_open_at = clock.now() + 5s;
@@ -398,7 +392,7 @@ TEST_F(BreakerTest, ASlowButHealthyDependencyClosesAcrossHalfOpenRounds) {
 }
 
 TEST_F(BreakerTest, WithoutMaxWaitAFullHalfOpenSuggestsOneOpenPeriod) {
-  Breaker b({.consecutive_failures = 1, .open_duration = 7s, .half_open_max_wait = 0s}, clock);
+  Breaker b({.consecutive_failures = 1, .open_duration = 7s, .half_open = {.max_wait = 0s}}, clock);
   fail(b);
   clock.advance(7s);
   auto probe = b.try_acquire();
@@ -411,8 +405,7 @@ TEST_F(BreakerTest, WithoutMaxWaitAFullHalfOpenSuggestsOneOpenPeriod) {
 TEST_F(BreakerTest, OpenPeriodGrowsOnEachReopenUpToTheCapAndResetsAfterClosing) {
   Breaker b({.consecutive_failures = 1,
              .open_duration = 10s,
-             .open_duration_multiplier = 2.0,
-             .max_open_duration = 35s},
+             .open_growth = {.multiplier = 2.0, .max = 35s}},
             clock);
   fail(b);
   for (Nanos expected : {10s, 20s, 35s, 35s}) {
@@ -436,8 +429,7 @@ TEST_F(BreakerTest, OpenPeriodGrowsOnEachReopenUpToTheCapAndResetsAfterClosing) 
 TEST_F(BreakerTest, OpenPeriodGrowthNeverOverflows) {
   Breaker b({.consecutive_failures = 1,
              .open_duration = 1h,
-             .open_duration_multiplier = 1e300,
-             .max_open_duration = 24h},
+             .open_growth = {.multiplier = 1e300, .max = 24h}},
             clock);
   fail(b);
   for (int i = 0; i < 40; ++i) {  // more reopens than the counter holds
@@ -454,9 +446,10 @@ TEST_F(BreakerTest, OpenPeriodGrowthNeverOverflows) {
 }
 
 TEST_F(BreakerTest, AnInfiniteOpenPeriodNeverEndsByItself) {
-  Breaker b(
-      {.consecutive_failures = 1, .open_duration = Nanos::max(), .max_open_duration = Nanos::max()},
-      clock);
+  Breaker b({.consecutive_failures = 1,
+             .open_duration = Nanos::max(),
+             .open_growth = {.max = Nanos::max()}},
+            clock);
   fail(b);
   clock.advance(std::chrono::hours(24 * 365 * 200));
   auto r = b.try_acquire();
@@ -469,10 +462,11 @@ TEST_F(BreakerTest, AnInfiniteOpenPeriodNeverEndsByItself) {
 }
 
 TEST_F(BreakerTest, ConsecutiveFailureCountSaturatesInsteadOfWrapping) {
-  Breaker b({.consecutive_failures = 0}, clock);  // the rule is off: failures pile up
+  Breaker b({}, clock);
+  ASSERT_TRUE(b.transition_to(State::metrics_only));  // counts, never trips: failures pile up
   for (int i = 0; i < 70'000; ++i) b.try_acquire()->record_failure();
   EXPECT_EQ(b.snapshot().consecutive_failures, 65'535u);
-  EXPECT_EQ(b.state(), State::closed);
+  EXPECT_EQ(b.state(), State::metrics_only);
   EXPECT_EQ(b.snapshot().failures, 70'000u);
 }
 
@@ -572,9 +566,8 @@ TEST_F(BreakerTest, AListenerMayCallBackIntoTheBreaker) {
 // action wins.
 TEST(BreakerRequests, ARateTripDoesNotReplaceAQueuedManualTransition) {
   ManualClock clock;
-  BreakerPolicy<ManualClock> policy(
-      {.consecutive_failures = 0, .failure_rate = 0.5, .minimum_calls = 1, .window_size = 10},
-      clock);
+  BreakerPolicy<ManualClock, CountWindow> policy(
+      {.window = {.size = 10}, .minimum_calls = 1, .failure_rate = 0.5}, clock);
   BasicCircuitBreaker<ManualClock, CountWindow>* breaker = nullptr;
   bool once = false;
   policy.on_transition([&](const TransitionEvent& e) {
@@ -729,19 +722,25 @@ TEST(BreakerConfigTest, EveryBadFieldIsNamed) {
   const std::vector<std::pair<BreakerConfig, std::string>> bad = {
       {{.name = ""}, "name"},
       {{.consecutive_failures = 65'536}, "consecutive_failures"},
+      {{.consecutive_failures = 0}, "consecutive_failures"},  // a breaker that never trips
+      {{.half_open = {.fraction = 0}}, "half_open.fraction"},
+      {{.half_open = {.max_in_flight = 2, .fraction = 0.5}}, "half_open.max_in_flight"},
+      {{.half_open = {.ramp = {0.5}}}, "half_open.ramp"},
+      {{.half_open = {.fraction = 0.5, .ramp = {0.25}}}, "half_open.ramp"},
+      {{.flapping_period = -1s}, "flapping_period"},
       {{.open_duration = 0s}, "open_duration"},
       {{.open_duration = -1s}, "open_duration"},
-      {{.open_duration_multiplier = 0.5}, "open_duration_multiplier"},
-      {{.open_duration_multiplier = std::numeric_limits<double>::quiet_NaN()},
-       "open_duration_multiplier"},
-      {{.open_duration_multiplier = std::numeric_limits<double>::infinity()},
-       "open_duration_multiplier"},
-      {{.open_duration = 10s, .max_open_duration = 5s}, "max_open_duration"},
-      {{.open_duration_multiplier = 2.0}, "max_open_duration"},
-      {{.half_open_max_calls = 0}, "half_open_max_calls"},
-      {{.half_open_max_calls = 70'000}, "half_open_max_calls"},
-      {{.half_open_successes = 0}, "half_open_successes"},
-      {{.half_open_max_wait = -1s}, "half_open_max_wait"},
+      {{.open_growth = {.multiplier = 0.5}}, "open_growth.multiplier"},
+      {{.open_growth = {.multiplier = std::numeric_limits<double>::quiet_NaN()}},
+       "open_growth.multiplier"},
+      {{.open_growth = {.multiplier = std::numeric_limits<double>::infinity()}},
+       "open_growth.multiplier"},
+      {{.open_duration = 10s, .open_growth = {.max = 5s}}, "open_growth.max"},
+      {{.open_growth = {.multiplier = 2.0}}, "open_growth.max"},
+      {{.half_open = {.max_in_flight = 0}}, "half_open.max_in_flight"},
+      {{.half_open = {.max_in_flight = 70'000}}, "half_open.max_in_flight"},
+      {{.half_open = {.probes = 0}}, "half_open.probes"},
+      {{.half_open = {.max_wait = -1s}}, "half_open.max_wait"},
   };
   for (const auto& [config, field] : bad) {
     auto result = validate(config);
@@ -762,16 +761,16 @@ TEST(BreakerConfigTest, DurationsInMessagesReadAsWritten) {
   EXPECT_EQ(detail::format_duration(-1s), "-1s");
   EXPECT_EQ(detail::format_duration(0s), "0ns");
   EXPECT_EQ(detail::format_duration(Nanos::min()).back(), 'h');  // no overflow at the extreme
-  auto r = validate({.name = "x", .open_duration = 10s, .max_open_duration = 5s});
+  auto r = validate(BreakerConfig{.name = "x", .open_duration = 10s, .open_growth = {.max = 5s}});
   EXPECT_EQ(r.error().to_string(),
-            "circuit breaker 'x': max_open_duration must be at least open_duration (got 5s < 10s)");
+            "circuit breaker 'x': open_growth.max must be at least open_duration (got 5s < 10s)");
 }
 
 TEST(BreakerConfigTest, TheErrorNamesTheBreakerAndTheValue) {
-  auto result = validate({.name = "reviews", .open_duration_multiplier = 0.5});
+  auto result = validate(BreakerConfig{.name = "reviews", .open_growth = {.multiplier = 0.5}});
   ASSERT_FALSE(result);
   EXPECT_EQ(result.error().to_string(),
-            "circuit breaker 'reviews': open_duration_multiplier must be a finite number >= 1 (got "
+            "circuit breaker 'reviews': open_growth.multiplier must be a finite number >= 1 (got "
             "0.5)");
 }
 

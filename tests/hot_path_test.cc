@@ -63,15 +63,18 @@ TEST_F(HotPath, ClosedCallsNeitherLockNorAllocate) {
 // Closed calls of a windowed breaker that judges slowness and counts calls in flight.
 template <class Window>
 Counts windowed_closed_calls(ManualClock& clock) {
-  BasicCircuitBreaker<ManualClock, Window> b({.consecutive_failures = 0,
-                                              .failure_rate = 0.9,
-                                              .slow_call_rate = 0.9,
-                                              .slow_call_duration = 100ms,
-                                              .minimum_calls = 10,
-                                              .window_size = 50,
-                                              .window_length = 10s,
-                                              .count_in_flight_slow_calls = true},
-                                             clock);
+  using Breaker = BasicCircuitBreaker<ManualClock, Window>;
+  typename Breaker::Config config{.minimum_calls = 10,
+                                  .failure_rate = 0.9,
+                                  .slow_call_rate = 0.9,
+                                  .slow_call_duration = 100ms,
+                                  .count_in_flight_slow_calls = true};
+  if constexpr (Window::kind == WindowKind::count) {
+    config.window.size = 50;
+  } else {
+    config.window.length = 10s;
+  }
+  Breaker b(config, clock);
   const Counts c = count([&] {
     for (int i = 0; i < 10'000; ++i) {  // crosses many buckets and in-flight epochs
       auto p = b.try_acquire();
@@ -103,7 +106,7 @@ TEST_F(HotPath, WindowedClosedCallsNeitherLockNorAllocate) {
 
 TEST_F(HotPath, RejectionsNeitherLockNorAllocate) {
   BasicCircuitBreaker<ManualClock> b(
-      {.consecutive_failures = 1, .open_duration = 1h, .half_open_max_calls = 1}, clock);
+      {.consecutive_failures = 1, .open_duration = 1h, .half_open = {.max_in_flight = 1}}, clock);
   b.try_acquire()->record_failure();
   expect_none(count([&] {
                 for (int i = 0; i < 1000; ++i) (void)b.try_acquire();

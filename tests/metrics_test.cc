@@ -276,11 +276,11 @@ TEST(ReadBreaker, WindowedBreakerRatesAndWindowCounts) {
   bulwark::ManualClock clock;
   bulwark::BasicCircuitBreaker<bulwark::ManualClock, bulwark::CountWindow> b(
       {.name = "windowed",
-       .consecutive_failures = 0,
+       .window = {.size = 4},
+       .minimum_calls = 4,
        .failure_rate = 0.9,
        .slow_call_duration = 100ms,
-       .minimum_calls = 4,
-       .window_size = 4},
+       .consecutive_failures = 0},
       clock);
   b.try_acquire()->record(bulwark::Outcome::success, 10ms);
   b.try_acquire()->record(bulwark::Outcome::failure, 200ms);  // slow failure

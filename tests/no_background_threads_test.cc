@@ -26,7 +26,7 @@ TEST(NoBackgroundThreads, HundredThousandBreakersThroughFullCycles) {
   constexpr int kBreakers = 100'000;
   ManualClock clock;
   BreakerPolicy<ManualClock> policy(
-      {.consecutive_failures = 2, .open_duration = 10s, .half_open_successes = 1}, clock);
+      {.consecutive_failures = 2, .open_duration = 10s, .half_open = {.probes = 1}}, clock);
   const std::size_t threads_before = thread_count();
   std::deque<BasicCircuitBreaker<ManualClock>> breakers;
   for (int i = 0; i < kBreakers; ++i) breakers.emplace_back(policy);

@@ -354,11 +354,11 @@ TEST(Exposition, WindowedBreakersShowRatesAndTheirWindow) {
   using Windowed = bulwark::BasicCircuitBreaker<ManualClock, bulwark::CountWindow>;
   bulwark::BasicRegistry<std::string, Windowed> reg({.name = "w",
                                                      .breaker = {.name = "win",
-                                                                 .consecutive_failures = 0,
+                                                                 .window = {.size = 4},
+                                                                 .minimum_calls = 4,
                                                                  .failure_rate = 0.9,
                                                                  .slow_call_duration = 100ms,
-                                                                 .minimum_calls = 4,
-                                                                 .window_size = 4}},
+                                                                 .consecutive_failures = 0}},
                                                     clock);
   reg.try_acquire("few")->record(Outcome::failure, 200ms);
   for (int i = 0; i < 3; ++i) reg.try_acquire("many")->record(Outcome::success, 10ms);

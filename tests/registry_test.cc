@@ -211,8 +211,8 @@ TEST(Registry, InvalidOptionsNameTheField) {
   o.name = "";
   EXPECT_EQ(field_of(o), "name");
   o = options();
-  o.breaker.half_open_max_calls = 0;
-  EXPECT_EQ(field_of(o), "half_open_max_calls");
+  o.breaker.half_open.max_in_flight = 0;
+  EXPECT_EQ(field_of(o), "half_open.max_in_flight");
 
   o = options();
   o.shards = 6;
@@ -806,26 +806,38 @@ TEST(RegistryEvents, FlappingIsForwardedWithTheKey) {
 
 namespace {
 
-// Checks that depend on the breaker type: a failure_rate needs a window.
+// The registry validates the configuration type of its breaker type.
 TEST(RegistryConfig, ValidatedForTheBreakersWindow) {
   ManualClock clock;
   Options o = options();
-  o.breaker.failure_rate = 0.5;
+  o.breaker.consecutive_failures = 0;
   auto ok = bulwark::validate(o);
-  ASSERT_FALSE(ok);  // Breaker has no window
-  EXPECT_EQ(ok.error().field, "failure_rate");
+  ASSERT_FALSE(ok);  // a breaker without a window that never trips
+  EXPECT_EQ(ok.error().field, "consecutive_failures");
   EXPECT_THROW(Reg(o, clock), bulwark::InvalidConfig);
 
   using Windowed = bulwark::BasicCircuitBreaker<ManualClock, bulwark::CountWindow>;
   bulwark::RegistryOptions<std::string, Windowed> w;
   w.name = "windowed";
+  ok = bulwark::validate(w);
+  ASSERT_FALSE(ok);  // a window but no trip rule
+  EXPECT_EQ(ok.error().field, "failure_rate");
   w.breaker.failure_rate = 0.5;
   EXPECT_TRUE(bulwark::validate(w));
 
-  // A per-key configuration the breaker type can't honour: refused, nothing leaks.
+  using Timed = bulwark::BasicCircuitBreaker<ManualClock, bulwark::TimeWindow<4>>;
+  bulwark::RegistryOptions<std::string, Timed> t;
+  t.name = "timed";
+  t.breaker.failure_rate = 0.5;
+  t.breaker.window.buckets = 5;  // over this breaker type's capacity
+  ok = bulwark::validate(t);
+  ASSERT_FALSE(ok);
+  EXPECT_EQ(ok.error().field, "window.buckets");
+
+  // An invalid per-key configuration: refused, nothing leaks.
   Options per_key = options();
   per_key.config_for = [](const std::string&) -> std::optional<bulwark::BreakerConfig> {
-    return bulwark::BreakerConfig{.name = "rated", .failure_rate = 0.5};
+    return bulwark::BreakerConfig{.name = "never", .consecutive_failures = 0};
   };
   Reg reg(std::move(per_key), clock);
   for (int i = 0; i < 3; ++i) EXPECT_THROW((void)reg.get("k"), bulwark::InvalidConfig);

@@ -28,16 +28,19 @@ struct Tally {
 };
 
 // Rules that never fire, so the breaker stays CLOSED and the window keeps everything.
-BreakerConfig never_trips() {
-  return {.consecutive_failures = 0,
-          .failure_rate = 1.0,
-          .slow_call_rate = 1.0,
-          .slow_call_duration = 10ms,
-          .minimum_calls = 1'000'000,
-          .window_size = 65'535,
-          .window_length = 1h,
-          .window_buckets = 10,
-          .count_in_flight_slow_calls = true};
+template <class Config>
+Config never_trips() {
+  Config c{.minimum_calls = 1'000'000,
+           .failure_rate = 1.0,
+           .slow_call_rate = 1.0,
+           .slow_call_duration = 10ms,
+           .count_in_flight_slow_calls = true};
+  if constexpr (std::is_same_v<Config, CountWindowConfig>) {
+    c.window.size = 65'535;
+  } else {
+    c.window = {.length = 1h, .buckets = 10};
+  }
+  return c;
 }
 
 // Each thread records random outcomes with reported durations; one of them also moves
@@ -105,7 +108,7 @@ void expect_window_equals(const Breaker& breaker, const Tally& expected) {
 
 TEST(WindowStress, TimeWindowCountsAddUpWhileBucketsRotate) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips(), clock);
+  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips<TimeWindowConfig>(), clock);
   const Tally expected = hammer(clock, breaker, /*move_clock=*/true);
   EXPECT_GE(now_ticks(clock), Nanos(12min).count()) << "the run should span several buckets";
   EXPECT_LT(now_ticks(clock), Nanos(1h).count()) << "and stay inside the window";
@@ -114,7 +117,7 @@ TEST(WindowStress, TimeWindowCountsAddUpWhileBucketsRotate) {
 
 TEST(WindowStress, CountWindowCountsAddUp) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, CountWindow> breaker(never_trips(), clock);
+  BasicCircuitBreaker<ManualClock, CountWindow> breaker(never_trips<CountWindowConfig>(), clock);
   const Tally expected = hammer(clock, breaker, /*move_clock=*/false);
   ASSERT_LE(expected.calls, 65'535u) << "the ring must hold every call for an exact comparison";
   expect_window_equals(breaker, expected);
@@ -161,7 +164,7 @@ void tight_loops(ManualClock& clock, Breaker& breaker) {
 
 TEST(WindowStress, TimeWindowTightLoops) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips(), clock);
+  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips<TimeWindowConfig>(), clock);
   tight_loops(clock, breaker);
 }
 
@@ -170,7 +173,7 @@ TEST(WindowStress, TimeWindowTightLoops) {
 // bucket updates, and nothing may be lost or counted twice.
 TEST(WindowStress, TimeWindowTightLoopsWhileBucketsRotate) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips(), clock);
+  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips<TimeWindowConfig>(), clock);
   std::atomic<bool> started{false}, done{false};
   std::thread mover([&] {
     for (int step = 0; step < 9; ++step) {  // one 6-minute bucket per step: 54 min of a 1 h window
@@ -188,7 +191,7 @@ TEST(WindowStress, TimeWindowTightLoopsWhileBucketsRotate) {
 
 TEST(WindowStress, CountWindowTightLoops) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, CountWindow> breaker(never_trips(), clock);
+  BasicCircuitBreaker<ManualClock, CountWindow> breaker(never_trips<CountWindowConfig>(), clock);
   tight_loops(clock, breaker);
 }
 
@@ -196,8 +199,8 @@ TEST(WindowStress, CountWindowTightLoops) {
 // no count above what was recorded, no failures above calls, no torn state.
 TEST(WindowStress, TimeWindowSurvivesWrappingUnderLoad) {
   ManualClock clock;
-  BreakerConfig config = never_trips();
-  config.window_length = 10s;
+  TimeWindowConfig config = never_trips<TimeWindowConfig>();
+  config.window.length = 10s;
   BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(config, clock);
   std::atomic<bool> done{false};
   std::atomic<int> bad{0};

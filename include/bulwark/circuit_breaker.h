@@ -1,12 +1,9 @@
 // bulwark/circuit_breaker.h — a lazy, lock-free circuit breaker.
 //
 // A circuit breaker stops calling a dependency that keeps failing, so the caller fails
-// fast instead of waiting on it and the dependency gets room to recover. This one
-// never runs anything by itself: no thread, timer or task. OPEN remembers when it
-// opened; the first request after the open period wins a compare-and-swap to
-// HALF_OPEN and becomes the probe (seed 000). Recovery is therefore detected on the
-// request path, which costs nothing while nobody calls, and tests drive it with a
-// ManualClock instead of sleeping.
+// fast and the dependency gets room to recover. It runs nothing by itself (no thread,
+// timer or task): the first request after the open period moves it to HALF_OPEN and
+// becomes the probe, so tests drive it with a ManualClock instead of sleeping.
 //
 //   bulwark::CircuitBreaker breaker({.name = "inventory", .consecutive_failures = 5});
 //
@@ -20,28 +17,27 @@
 //   // or, with exceptions meaning failure:
 //   bulwark::Expected<Stock, bulwark::Rejection> stock = breaker.execute(call_inventory);
 //
+// Types. The second template parameter is the sliding window (sliding_window.h), and
+// it picks the configuration type (breaker_config.h):
+//   CircuitBreaker      NoWindow, BreakerConfig: consecutive failures.
+//   CountWindowBreaker  CountWindow, CountWindowConfig: rates over the last N calls.
+//   TimeWindowBreaker   TimeWindow<10>, TimeWindowConfig: rates over the last T.
+// Every breaker type names them: Breaker::Config, Breaker::Policy.
+//
 // Cost. A call admitted while CLOSED reads one atomic word to be admitted and adds
 // one to a counter when it reports: no lock, no allocation, no clock read, no virtual
-// call. A rejection while OPEN reads the clock once (that is how recovery is noticed
-// without a timer). Transitions are single CAS races with exactly one winner.
-// sizeof(CircuitBreaker) is one cache line (64 bytes); the configuration, clock and
-// listeners live in a BreakerPolicy that any number of breakers can share.
-//
-// Windows. The second template parameter is the breaker's sliding window
-// (sliding_window.h): NoWindow (CircuitBreaker: consecutive failures only),
-// CountWindow (CountWindowBreaker: the last N calls) or TimeWindow<B>
-// (TimeWindowBreaker: the last T seconds). With a window the breaker also trips on
-// failure and slow-call *rates* over a minimum volume, counts slow calls still in
-// flight, and lets half-open probes decide by their own rates. A windowed call costs
-// one more atomic update (its bucket), plus a coarse clock read for a time window.
+// call. A windowed call adds one atomic update (its bucket), plus a coarse clock read
+// for a time window or when slowness is judged. A rejection while OPEN reads the
+// clock once. Transitions are single CAS races with exactly one winner.
+// sizeof(CircuitBreaker) is 64 bytes; the configuration, clock and listeners live in
+// a BreakerPolicy that any number of breakers can share.
 //
 // Thread-safety: every member function may be called concurrently from any thread.
 // A Permit belongs to one call; move it, don't share it.
 //
-// Error model. A rejection is a normal, frequent outcome during an incident, so it is
-// a value (Expected<Permit, Rejection>), not an exception: the core builds and works
-// with -fno-exceptions. Exceptions thrown by the user's callable in execute() are the
-// user's: they are counted as failures and propagate unchanged.
+// Errors. A rejection is a value (Expected<Permit, Rejection>), not an exception: the
+// core builds and works with -fno-exceptions. Exceptions thrown by the user's callable
+// in execute() are counted as failures and propagate unchanged.
 
 #ifndef BULWARK_CIRCUIT_BREAKER_H_
 #define BULWARK_CIRCUIT_BREAKER_H_
@@ -68,12 +64,12 @@
 
 namespace bulwark {
 
+// Why try_acquire() refused a call, as a value (cheap to copy, no allocation).
 struct Rejection {
   RejectReason reason;
-  // How long until a probe may be admitted (Polly's RetryAfter), for a Retry-After
-  // header or a client's backoff. OPEN: the rest of the open period. HALF_OPEN (full or
-  // throttled): until the half-open max wait frees the probe slots (or one open period
-  // if it is off).
+  // How long until a probe may be admitted, for a Retry-After header or a client's
+  // backoff. OPEN: the rest of the open period. HALF_OPEN (full or throttled): until
+  // half_open.max_wait frees the probe slots (or one open period if it is off).
   // FORCED_OPEN: Nanos::max(), as nothing will reopen it by itself.
   Nanos retry_after;
 };
@@ -135,7 +131,9 @@ namespace detail {
 
 // The validated, precomputed part of a policy that does not depend on the clock.
 struct PolicyCore {
-  explicit PolicyCore(BreakerConfig config);  // raises InvalidConfig
+  // Validates `spec` (a time window's buckets against `bucket_capacity`); raises
+  // InvalidConfig naming the field.
+  PolicyCore(BreakerSpec spec, std::uint32_t bucket_capacity);
   PolicyCore(const PolicyCore&) = delete;
   PolicyCore& operator=(const PolicyCore&) = delete;
 
@@ -149,7 +147,7 @@ struct PolicyCore {
   double stage_fraction(std::uint32_t stage) const noexcept { return stage_fraction_[stage]; }
 
   std::atomic<std::uint32_t> refs{1};
-  const BreakerConfig config;
+  const BreakerSpec spec;
   const std::uint32_t consecutive_failures;
   const std::uint32_t half_open_max_calls;
   const std::uint32_t half_open_successes;
@@ -170,12 +168,6 @@ struct PolicyCore {
   mutable std::atomic<std::uint64_t> rng_;
 };
 
-Expected<void, ConfigError> validate_common(const BreakerConfig& config);
-Expected<void, ConfigError> validate_window(const BreakerConfig& config, WindowKind kind,
-                                            std::uint32_t capacity);
-// Raises InvalidConfig if the policy asks for something a breaker with this window lacks.
-void check_window(const PolicyCore& policy, WindowKind kind, std::uint32_t capacity);
-
 template <class W>
 constexpr std::uint32_t window_capacity() noexcept {
   if constexpr (W::kind == WindowKind::time) {
@@ -185,28 +177,51 @@ constexpr std::uint32_t window_capacity() noexcept {
   }
 }
 
-template <Clock C>
+// A policy's shared block: the core, the clock, and the configuration as given.
+template <Clock C, class Config>
 struct PolicyData : PolicyCore {
-  PolicyData(BreakerConfig cfg, ClockRef<C> clk) : PolicyCore(std::move(cfg)), clock(clk) {}
+  PolicyData(Config cfg, ClockRef<C> clk, std::uint32_t bucket_capacity)
+      : PolicyCore(spec_of(cfg), bucket_capacity), clock(clk), config(std::move(cfg)) {}
   const ClockRef<C> clock;
+  const Config config;
 };
+
+// True for the breaker configuration types; the others are not mistaken for one.
+template <class T>
+inline constexpr bool is_breaker_config_v =
+    std::is_same_v<T, BreakerConfig> || std::is_same_v<T, CountWindowConfig> ||
+    std::is_same_v<T, TimeWindowConfig>;
 
 }  // namespace detail
 
 // A validated breaker configuration together with its clock and listeners: what many
-// breakers (one per host, per operation, per partition) can share. Copying a policy
-// shares it (a reference count); it is immutable except for its listener list.
-// Thread-safe.
-template <Clock C = SteadyClock>
+// breakers (one per host, per operation, per partition) of one type can share. Window
+// is the breakers' sliding window and picks the configuration type (Config). Copying
+// a policy shares it (a reference count); it is immutable except for its listener
+// list. Building one allocates its shared block once. Thread-safe.
+template <Clock C = SteadyClock, class Window = NoWindow>
 class BreakerPolicy {
  public:
+  using Config = typename Window::config_type;
+
   // Validates `config` (throws InvalidConfig naming the field). Clocks with state
   // (ManualClock) must be passed and must outlive every breaker using the policy.
-  explicit BreakerPolicy(BreakerConfig config) requires std::is_empty_v<C>
-      : data_(new detail::PolicyData<C>(std::move(config), detail::ClockRef<C>())) {}
-  BreakerPolicy(BreakerConfig config, const C& clock)
-      : data_(new detail::PolicyData<C>(std::move(config), detail::ClockRef<C>(clock))) {}
-  BreakerPolicy(BreakerConfig, const C&&) = delete;  // the clock must outlive the policy
+  explicit BreakerPolicy(Config config) requires std::is_empty_v<C>
+      : data_(new Data(std::move(config), detail::ClockRef<C>(),
+                       detail::window_capacity<Window>())) {}
+  BreakerPolicy(Config config, const C& clock)
+      : data_(new Data(std::move(config), detail::ClockRef<C>(clock),
+                       detail::window_capacity<Window>())) {}
+  BreakerPolicy(Config, const C&&) = delete;  // the clock must outlive the policy
+  // Another kind of breaker's configuration does not compile.
+  template <class Other, class... Rest>
+  requires(detail::is_breaker_config_v<Other> &&
+           !std::is_same_v<Other, Config>) explicit BreakerPolicy(const Other&, const Rest&...) {
+    static_assert(sizeof(Other) == 0,
+                  "each breaker kind takes its own configuration type: CircuitBreaker takes "
+                  "BreakerConfig, CountWindowBreaker CountWindowConfig, TimeWindowBreaker "
+                  "TimeWindowConfig (use Breaker::Config)");
+  }
 
   BreakerPolicy(const BreakerPolicy& other) noexcept : data_(other.data_) { retain(); }
   BreakerPolicy& operator=(BreakerPolicy other) noexcept {
@@ -215,7 +230,8 @@ class BreakerPolicy {
   }
   ~BreakerPolicy() { release(data_); }
 
-  const BreakerConfig& config() const noexcept { return data_->config; }
+  // The configuration as given. No copy.
+  const Config& config() const noexcept { return data_->config; }
 
   // Adds a listener for every breaker built from this policy; see breaker_events.h.
   ListenerId on_transition(TransitionListener listener) {
@@ -237,13 +253,14 @@ class BreakerPolicy {
   template <Clock, class>
   friend class BasicCircuitBreaker;
 
-  explicit BreakerPolicy(detail::PolicyData<C>* data) noexcept : data_(data) { retain(); }
+  using Data = detail::PolicyData<C, Config>;
+  explicit BreakerPolicy(Data* data) noexcept : data_(data) { retain(); }
   void retain() noexcept { data_->refs.fetch_add(1, std::memory_order_relaxed); }
-  static void release(detail::PolicyData<C>* d) noexcept {
+  static void release(Data* d) noexcept {
     if (d != nullptr && d->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) delete d;
   }
 
-  detail::PolicyData<C>* data_;
+  Data* data_;
 };
 
 template <Clock C = SteadyClock, class Window = NoWindow>
@@ -266,9 +283,10 @@ class alignas(64) BasicCircuitBreaker {
  public:
   using clock_type = C;
   using window_type = Window;
-  // What this breaker type is configured with, and its shareable validated form.
-  using Config = BreakerConfig;
-  using Policy = BreakerPolicy<C>;
+  // What this breaker type is configured with (BreakerConfig, CountWindowConfig or
+  // TimeWindowConfig, by its window), and its shareable validated form.
+  using Config = typename Window::config_type;
+  using Policy = BreakerPolicy<C, Window>;
 
   // The right to make one call. Move-only. Report its outcome once with record();
   // destroying it without an outcome (an exception, a cancelled call) counts as
@@ -312,20 +330,29 @@ class alignas(64) BasicCircuitBreaker {
         : Base(breaker, {word.raw(), start}) {}
   };
 
-  // Builds a breaker with its own policy. Throws InvalidConfig if `config` is invalid
-  // or asks for something this breaker type lacks (a rate rule without a window).
-  explicit BasicCircuitBreaker(BreakerConfig config) requires std::is_empty_v<C>
-      : BasicCircuitBreaker(BreakerPolicy<C>(std::move(config))) {}
-  BasicCircuitBreaker(BreakerConfig config, const C& clock)
-      : BasicCircuitBreaker(BreakerPolicy<C>(std::move(config), clock)) {}
-  BasicCircuitBreaker(BreakerConfig, const C&&) = delete;
+  // Builds a breaker with its own policy (one allocation). Throws InvalidConfig naming
+  // the field if `config` is invalid.
+  explicit BasicCircuitBreaker(Config config) requires std::is_empty_v<C>
+      : BasicCircuitBreaker(Policy(std::move(config))) {}
+  BasicCircuitBreaker(Config config, const C& clock)
+      : BasicCircuitBreaker(Policy(std::move(config), clock)) {}
+  BasicCircuitBreaker(Config, const C&&) = delete;
+  // Another kind of breaker's configuration does not compile.
+  template <class Other, class... Rest>
+  requires(detail::is_breaker_config_v<Other> &&
+           !std::is_same_v<Other, Config>) explicit BasicCircuitBreaker(const Other&,
+                                                                        const Rest&...)
+      : policy_(nullptr), window_(WindowParams{}) {
+    static_assert(sizeof(Other) == 0,
+                  "each breaker kind takes its own configuration type: CircuitBreaker takes "
+                  "BreakerConfig, CountWindowBreaker CountWindowConfig, TimeWindowBreaker "
+                  "TimeWindowConfig (use Breaker::Config)");
+  }
 
-  // Builds a breaker that shares `policy` (and its listeners) with others.
-  explicit BasicCircuitBreaker(const BreakerPolicy<C>& policy)
-      : policy_(
-            (detail::check_window(*policy.data_, Window::kind, detail::window_capacity<Window>()),
-             policy.data_)),
-        window_(policy.data_->window) {
+  // Builds a breaker that shares `policy` (and its listeners) with others. No
+  // allocation, except a count window's ring.
+  explicit BasicCircuitBreaker(const Policy& policy)
+      : policy_(policy.data_), window_(policy.data_->window) {
     policy_->refs.fetch_add(1, std::memory_order_relaxed);
     since_.store(now(), std::memory_order_relaxed);
     if constexpr (Window::kind == WindowKind::time) window_.start(policy_->window, coarse_now());
@@ -333,15 +360,15 @@ class alignas(64) BasicCircuitBreaker {
 
   BasicCircuitBreaker(const BasicCircuitBreaker&) = delete;
   BasicCircuitBreaker& operator=(const BasicCircuitBreaker&) = delete;
-  ~BasicCircuitBreaker() { BreakerPolicy<C>::release(policy_); }
+  ~BasicCircuitBreaker() { Policy::release(policy_); }
 
   // Asks to make one call. Never blocks, never throws, never allocates.
   // CLOSED / METRICS_ONLY / DISABLED: admitted (one atomic load; a breaker that judges
   //   slowness also reads the coarse clock, and counts the call in flight).
   // OPEN: rejected until the open period has elapsed; then the first caller wins the
   //   transition to HALF_OPEN and is admitted as the probe.
-  // HALF_OPEN: admitted while fewer than half_open_max_calls probes are in flight (and,
-  //   with half_open_fraction, if this request is drawn).
+  // HALF_OPEN: admitted while fewer than half_open.max_in_flight probes are in flight
+  //   (and, with half_open.fraction, if this request is drawn).
   // FORCED_OPEN: rejected.
   Expected<Permit, Rejection> try_acquire() noexcept {
     const Word w(word_.load(std::memory_order_acquire));
@@ -408,9 +435,11 @@ class alignas(64) BasicCircuitBreaker {
     return static_cast<State>(Word(word_.load(std::memory_order_acquire)).state());
   }
 
+  // The configured name, the configuration as given, and the (shared) policy. The
+  // first two read the immutable policy; policy() adds a reference to it.
   std::string_view name() const noexcept { return policy_->config.name; }
-  const BreakerConfig& config() const noexcept { return policy_->config; }
-  BreakerPolicy<C> policy() const noexcept { return BreakerPolicy<C>(policy_); }
+  const Config& config() const noexcept { return policy_->config; }
+  Policy policy() const noexcept { return Policy(policy_); }
 
   // Manually moves the breaker to `target`:
   //   closed        from any state: like reset() (counters cleared, new generation)
@@ -473,6 +502,9 @@ class alignas(64) BasicCircuitBreaker {
     }
   }
 
+  // What the breaker says about itself now (BreakerSnapshot). A few relaxed loads and
+  // one clock read, plus the window's counters for a windowed breaker; no lock, no
+  // allocation; changes nothing.
   BreakerSnapshot snapshot() const noexcept {
     const Word w(word_.load(std::memory_order_acquire));
     const State s = static_cast<State>(w.state());
@@ -1217,7 +1249,7 @@ class alignas(64) BasicCircuitBreaker {
   std::atomic<std::uint64_t> word_{
       Word().with_state(static_cast<std::uint8_t>(State::closed)).raw()};
   std::atomic<Ticks> since_{0};  // when the current state began; written only while pending
-  detail::PolicyData<C>* policy_;
+  detail::PolicyData<C, Config>* policy_;
   std::atomic<std::uint64_t> successes_{0};
   std::atomic<std::uint64_t> failures_{0};
   std::atomic<std::uint64_t> ignored_{0};

@@ -5,7 +5,7 @@
 //
 //   auto checked = bulwark::validate(config);
 //   if (!checked) std::cerr << checked.error().to_string() << "\n";
-//   // circuit breaker 'reviews': open_duration_multiplier must be >= 1 (got 0.5)
+//   // circuit breaker 'reviews': open_growth.multiplier must be a finite number >= 1 (got 0.5)
 //
 // Constructors that receive an invalid configuration throw `InvalidConfig` (which
 // carries the same ConfigError); under -fno-exceptions they print it and abort, so

@@ -138,11 +138,8 @@ namespace detail {
 // on the breaker's sliding window (a failure_rate needs one).
 template <class Breaker>
 Expected<void, ConfigError> validate_breaker_config(const typename Breaker::Config& config) {
-  if constexpr (requires { Breaker::window_type::kind; }) {
-    using W = typename Breaker::window_type;
-    std::uint32_t capacity = 0;
-    if constexpr (requires { W::capacity; }) capacity = W::capacity;
-    return validate(config, W::kind, capacity);
+  if constexpr (requires { Breaker::window_type::capacity; }) {
+    return validate(config, Breaker::window_type::capacity);  // a time window's buckets
   } else {
     return validate(config);
   }

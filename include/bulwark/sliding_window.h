@@ -5,8 +5,8 @@
 // consecutive failures pays nothing for it:
 //
 //   bulwark::CircuitBreaker              // NoWindow: consecutive failures only, 64 bytes
-//   bulwark::CountWindowBreaker          // the last N calls (window_size)
-//   bulwark::TimeWindowBreaker           // the last T (window_length) in B buckets, 256 bytes
+//   bulwark::CountWindowBreaker          // the last N calls (window.size)
+//   bulwark::TimeWindowBreaker           // the last T (window.length) in B buckets, 256 bytes
 //
 // Both windows count calls, failures, slow successes and slow failures, and can track
 // the calls still in flight that are already slower than slow_call_duration, so a
@@ -423,7 +423,7 @@ class InFlight {
 struct WindowParams {
   std::uint32_t size = 0;        // count window: calls
   std::uint32_t buckets = 0;     // time window: bucket count
-  Ticks bucket_width = 0;        // time window: window_length / buckets
+  Ticks bucket_width = 0;        // time window: window.length / buckets
   Ticks slow_call_duration = 0;  // 0: slowness is not judged
   bool track_in_flight = false;  // count calls in flight longer than slow_call_duration
   unsigned epoch_shift = 0;      // in-flight epochs last 2^epoch_shift >= slow_call_duration ns
@@ -432,10 +432,11 @@ struct WindowParams {
 // No window: the breaker only counts consecutive failures. Costs nothing.
 struct NoWindow {
   static constexpr WindowKind kind = WindowKind::none;
+  using config_type = BreakerConfig;
   constexpr explicit NoWindow(const WindowParams&) noexcept {}
 };
 
-// The last `window_size` calls, exactly, with running totals: recording a call and
+// The last `window.size` calls, exactly, with running totals: recording a call and
 // reading the window cost the same whatever the window's size.
 //
 // A ring of two bytes per call, allocated once with the breaker: each entry holds its
@@ -460,6 +461,7 @@ class CountWindow : public detail::HeadBase {
 
  public:
   static constexpr WindowKind kind = WindowKind::count;
+  using config_type = CountWindowConfig;
 
   explicit CountWindow(const WindowParams& p)
       : size_(p.size), ring_(new std::atomic<std::uint16_t>[p.size]) {
@@ -628,7 +630,7 @@ class CountWindow : public detail::HeadBase {
   std::unique_ptr<std::atomic<std::uint16_t>[]> ring_;
 };
 
-// The last window_length of calls in `buckets` buckets (at most Capacity, inline).
+// The last window.length of calls in `buckets` buckets (at most Capacity, inline).
 // Recording a call is one CAS on its bucket; the bucket of a new period is claimed by
 // the first call in it (one CAS on the head), which also clears the buckets the head
 // skipped — at most Capacity of them, however long the gap.
@@ -639,6 +641,7 @@ class TimeWindow : public detail::HeadBase {
  public:
   static constexpr WindowKind kind = WindowKind::time;
   static constexpr std::uint32_t capacity = Capacity;
+  using config_type = TimeWindowConfig;
 
   explicit TimeWindow(const WindowParams&) noexcept {}
 

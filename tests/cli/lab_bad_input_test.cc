@@ -99,7 +99,7 @@ TEST(DeepToml, LevelsAddUpAcrossHeadersKeysAndValues) {
       "[breaker] # a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a\n"
       "name = \"" +
       dotted(40) + "\"\nwindow = 'count'\nfailure_rate = 0.5\n";
-  EXPECT_EQ(parse_breaker(fine, "b.toml").config.name, dotted(40));
+  EXPECT_EQ(parse_breaker(fine, "b.toml").name(), dotted(40));
   // A shallow path is judged on its keys, as before.
   EXPECT_NE(error_of([&] {
               (void)parse_breaker("[breaker]\n" + dotted(10) + " = 1\n", "b");
@@ -432,7 +432,8 @@ TEST(ControlBytes, ReplayEscapesDelAndC1ControlsInKeys) {
 
 TEST(KeyMemory, TooManyDistinctKeysAreRefusedBeforeAnythingIsWritten) {
   // A count window of 65535 calls keeps 64 KiB per key: about 4,000 keys fill 256 MiB.
-  BreakerSpec spec = parse_breaker("[breaker]\nwindow = \"count\"\nwindow_size = 65535\n", "b");
+  BreakerSpec spec = parse_breaker(
+      "[breaker]\nwindow = \"count\"\nwindow_size = 65535\nfailure_rate = 0.5\n", "b");
   std::string csv = "t_ms,key,duration_ms,outcome\n";
   for (int i = 0; i < 5000; ++i)
     csv += std::to_string(i) + ",key-" + std::to_string(i) + ",1,success\n";

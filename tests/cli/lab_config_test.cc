@@ -87,7 +87,6 @@ count_in_flight_slow_calls = false
 open_duration = "30s"
 open_duration_multiplier = 2.0
 max_open_duration = "5min"
-half_open_max_calls = 9
 half_open_successes = 3
 half_open_fraction = 0.1
 half_open_ramp = [0.25, 0.5, 1.0]
@@ -96,43 +95,51 @@ flapping_period = "2min"
 random_seed = 12345
 )",
                                       "b.toml");
-  const BreakerConfig& c = s.config;
-  EXPECT_EQ(s.window, WindowKind::time);
+  ASSERT_EQ(s.window(), WindowKind::time);
+  const TimeWindowConfig& c = s.as<TimeWindowConfig>();
   EXPECT_EQ(c.name, "reviews");
   EXPECT_EQ(c.consecutive_failures, 7u);
   EXPECT_EQ(c.failure_rate, 0.3);
   EXPECT_EQ(c.slow_call_rate, 0.25);
   EXPECT_EQ(c.slow_call_duration, 400ms);
   EXPECT_EQ(c.minimum_calls, 20u);
-  EXPECT_EQ(c.window_length, 12s);
-  EXPECT_EQ(c.window_buckets, 24u);
+  EXPECT_EQ(c.window.length, 12s);
+  EXPECT_EQ(c.window.buckets, 24u);
   EXPECT_FALSE(c.count_in_flight_slow_calls);
   EXPECT_EQ(c.open_duration, 30s);
-  EXPECT_EQ(c.open_duration_multiplier, 2.0);
-  EXPECT_EQ(c.max_open_duration, 5min);
-  EXPECT_EQ(c.half_open_max_calls, 9u);
-  EXPECT_EQ(c.half_open_successes, 3u);
-  EXPECT_EQ(c.half_open_fraction, 0.1);
-  EXPECT_EQ(c.half_open_ramp, (std::vector<double>{0.25, 0.5, 1.0}));
-  EXPECT_EQ(c.half_open_max_wait, 45s);
+  EXPECT_EQ(c.open_growth.multiplier, 2.0);
+  EXPECT_EQ(c.open_growth.max, 5min);
+  EXPECT_EQ(c.half_open.max_in_flight, std::nullopt);
+  EXPECT_EQ(c.half_open.probes, 3u);
+  EXPECT_EQ(c.half_open.fraction, 0.1);
+  EXPECT_EQ(c.half_open.ramp, (std::vector<double>{0.25, 0.5, 1.0}));
+  EXPECT_EQ(c.half_open.max_wait, 45s);
   EXPECT_EQ(c.flapping_period, 2min);
-  EXPECT_EQ(c.random_seed, 12345u);
+  EXPECT_EQ(c.half_open.random_seed, 12345u);
+  // half_open_max_calls is the count-mode limit: set without a fraction, it is kept.
+  const BreakerSpec counted =
+      parse_breaker("[breaker]\nhalf_open_max_calls = 9\nhalf_open_successes = 3\n", "b.toml");
+  EXPECT_EQ(counted.as<BreakerConfig>().half_open.max_in_flight, 9u);
 }
 
 TEST(BreakerToml, UnsetFieldsKeepTheLibraryDefaults) {
   const BreakerSpec s = parse_breaker("[breaker]\n", "b.toml");
   const BreakerConfig defaults;
-  EXPECT_EQ(s.window, WindowKind::none);
-  EXPECT_EQ(s.config.consecutive_failures, defaults.consecutive_failures);
-  EXPECT_EQ(s.config.open_duration, defaults.open_duration);
-  EXPECT_EQ(s.config.failure_rate, std::nullopt);
+  ASSERT_EQ(s.window(), WindowKind::none);
+  EXPECT_EQ(s.as<BreakerConfig>().consecutive_failures, defaults.consecutive_failures);
+  EXPECT_EQ(s.as<BreakerConfig>().open_duration, defaults.open_duration);
+  // A windowed breaker has no consecutive-failure rule unless the file sets one.
+  const BreakerSpec rated =
+      parse_breaker("[breaker]\nwindow = \"time\"\nfailure_rate = 0.5\n", "b.toml");
+  EXPECT_EQ(rated.as<TimeWindowConfig>().consecutive_failures, 0u);
+  EXPECT_EQ(rated.as<TimeWindowConfig>().window.length, TimeWindowConfig{}.window.length);
 }
 
 TEST(BreakerToml, CountWindowTakesWindowSize) {
   const BreakerSpec s =
       parse_breaker("[breaker]\nwindow = \"count\"\nwindow_size = 50\nfailure_rate = 0.5\n", "b");
-  EXPECT_EQ(s.window, WindowKind::count);
-  EXPECT_EQ(s.config.window_size, 50u);
+  ASSERT_EQ(s.window(), WindowKind::count);
+  EXPECT_EQ(s.as<CountWindowConfig>().window.size, 50u);
 }
 
 // The error names file, line, column and the key, and says what is wrong.
@@ -199,6 +206,16 @@ TEST(BreakerToml, TheLibrarysOwnValidationIsMappedToTheKeyAndLine) {
                "breaker.slow_call_duration", "must be set when slow_call_rate is set");
   expect_error("[breaker]\nhalf_open_fraction = 0.5\nhalf_open_ramp = [0.25]\n", "b.toml:3:18",
                "breaker.half_open_ramp", "stage 1 must be in (0, 1] and at least 0.5");
+  // The library's dotted fields come back as the flat keys, in the message too.
+  expect_error("[breaker]\nhalf_open_max_calls = 2\nhalf_open_fraction = 0.5\n", "b.toml:2:23",
+               "breaker.half_open_max_calls", "must not be set together with half_open_fraction");
+  expect_error("[breaker]\nwindow = \"time\"\nwindow_length = \"5ms\"\nfailure_rate = 0.5\n",
+               "b.toml:1:1", "breaker.window_buckets", "window_length 5ms / 10 buckets");
+  // A window and no trip rule: a breaker that could never open.
+  expect_error("[breaker]\nwindow = \"count\"\n", "b.toml:1:1", "breaker.failure_rate",
+               "`bulwark calibrate`");
+  expect_error("[breaker]\nconsecutive_failures = 0\n", "b.toml:2:24",
+               "breaker.consecutive_failures", "must be between 1 and 65535 (got 0)");
 }
 
 TEST(BreakerToml, KeysThisWindowWouldIgnoreAreErrors) {
@@ -282,7 +299,7 @@ delay = "200ms"
   EXPECT_EQ(c.breaker_scope, BreakerScope::attempt);
   EXPECT_EQ(c.alert_when_open_for, 5min);
   ASSERT_TRUE(c.breaker && c.bulkhead && c.retry && c.retry_budget && c.fallback);
-  EXPECT_EQ(c.breaker->config.consecutive_failures, 3u);
+  EXPECT_EQ(c.breaker->as<BreakerConfig>().consecutive_failures, 3u);
   EXPECT_EQ(c.bulkhead->name, "pool");
   EXPECT_EQ(c.bulkhead->max_concurrent, 80u);
   EXPECT_EQ(c.bulkhead->max_wait, 25ms);
@@ -423,11 +440,12 @@ TEST(ScenarioToml, TheBuiltInIncidentIsTheExampleFileAndItsFixes) {
   EXPECT_EQ(after.timeout, 800ms);
   ASSERT_TRUE(after.breaker && after.bulkhead && after.fallback);
   // Seed 002's fixes, one by one.
-  EXPECT_EQ(after.breaker->config.failure_rate, 0.30);
-  EXPECT_EQ(after.breaker->config.minimum_calls, 20u);
-  EXPECT_EQ(after.breaker->config.open_duration, 30s);
-  EXPECT_EQ(after.breaker->config.half_open_fraction, 0.10);
-  EXPECT_EQ(after.breaker->config.slow_call_duration, 400ms);
+  const TimeWindowConfig& breaker = after.breaker->as<TimeWindowConfig>();
+  EXPECT_EQ(breaker.failure_rate, 0.30);
+  EXPECT_EQ(breaker.minimum_calls, 20u);
+  EXPECT_EQ(breaker.open_duration, 30s);
+  EXPECT_EQ(breaker.half_open.fraction, 0.10);
+  EXPECT_EQ(breaker.slow_call_duration, 400ms);
   EXPECT_EQ(after.bulkhead->max_concurrent, 80u);
   EXPECT_EQ(after.alert_when_open_for, 5min);
 }

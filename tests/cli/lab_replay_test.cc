@@ -15,10 +15,7 @@ namespace bulwark::lab {
 namespace {
 
 BreakerSpec consecutive(std::uint32_t n) {
-  BreakerSpec s;
-  s.config.consecutive_failures = n;
-  s.config.open_duration = std::chrono::seconds(1);
-  return s;
+  return BreakerConfig{.consecutive_failures = n, .open_duration = std::chrono::seconds(1)};
 }
 
 std::string summary(const std::string& out) {
@@ -69,9 +66,8 @@ TEST(Replay, AnEmptyTraceHasNoKeysAndNoOutput) {
 }
 
 TEST(Replay, SlowCountsPermittedCallsOverTheSlowCallDuration) {
-  BreakerSpec s;
-  s.window = WindowKind::count;
-  s.config.slow_call_duration = std::chrono::milliseconds(100);
+  const BreakerSpec s = CountWindowConfig{.slow_call_duration = std::chrono::milliseconds(100),
+                                          .consecutive_failures = 5};
   const std::string csv =
       "t_ms,key,duration_ms,outcome\n"
       "0,k,100,success\n"      // exactly the threshold: not slow

@@ -106,9 +106,7 @@ TEST(Simulate, TheRealBreakerOpensAndTheTimeToOpenIsMeasuredFromTheDegradation) 
   failing.degraded = true;
   s.dependency.phases.push_back(failing);
   ResilienceConfig c = config();
-  c.breaker = BreakerSpec{};
-  c.breaker->config.consecutive_failures = 5;
-  c.breaker->config.open_duration = 2s;
+  c.breaker = BreakerConfig{.consecutive_failures = 5, .open_duration = 2s};
   c.fallback = Reasons::all();
   const ConfigurationResult r = simulate_configuration(s, c);
   ASSERT_TRUE(r.has_breaker);
@@ -175,9 +173,7 @@ TEST(Simulate, RetriesFollowThePolicyAndTheBudgetCapsThem) {
 TEST(Simulate, AnAttemptScopedBreakerStopsTheRetriesWhenItOpens) {
   const Scenario s = scenario(1, 3s, 1000, 10ms, /*error_rate=*/1.0);
   ResilienceConfig c = config();
-  c.breaker = BreakerSpec{};
-  c.breaker->config.consecutive_failures = 3;
-  c.breaker->config.open_duration = 1min;
+  c.breaker = BreakerConfig{.consecutive_failures = 3, .open_duration = 1min};
   c.retry =
       RetrySpec{.config = {.name = "r", .max_attempts = 5, .backoff = Backoff::constant(100ms)}};
   c.fallback = Reasons::all();
@@ -202,7 +198,7 @@ Scenario small_incident() {
   s.caller.workers = 250;
   s.dependency.phases[1].start = 5s;
   s.dependency.phases[2].start = 15s;
-  s.configurations[1].breaker->config.open_duration = 4s;
+  s.configurations[1].breaker->as<TimeWindowConfig>().open_duration = 4s;
   return s;
 }
 
@@ -252,8 +248,7 @@ TEST(Simulate, BadOptionsAreInputErrors) {
   }
   EXPECT_THROW(simulate_configuration(s, config(), {.timeline_step = 1us}), InputError);
   ResilienceConfig bad = config("bad");
-  bad.breaker = BreakerSpec{};
-  bad.breaker->config.failure_rate = 0.5;  // no window: the library refuses
+  bad.breaker = CountWindowConfig{};  // a window and no trip rule: the library refuses
   try {
     simulate_configuration(s, bad);
     ADD_FAILURE();

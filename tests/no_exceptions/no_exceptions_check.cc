@@ -21,7 +21,7 @@ int main() {
   bulwark::BreakerConfig config{
       .name = "no-exceptions", .consecutive_failures = 2, .open_duration = 5s};
   CHECK(bulwark::validate(config));
-  CHECK(!bulwark::validate(bulwark::BreakerConfig{.half_open_max_calls = 0}));
+  CHECK(!bulwark::validate(bulwark::BreakerConfig{.half_open = {.max_in_flight = 0}}));
 
   bulwark::ManualClock clock;
   bulwark::BasicCircuitBreaker<bulwark::ManualClock> breaker(config, clock);

@@ -98,11 +98,11 @@ int scrape() {
                          bulwark::BasicCircuitBreaker<ManualClock, bulwark::CountWindow>>
       rated({.name = "rated",
              .breaker = {.name = "rated",
-                         .consecutive_failures = 0,
+                         .window = {.size = 4},
+                         .minimum_calls = 4,
                          .failure_rate = 0.9,
                          .slow_call_duration = 100ms,
-                         .minimum_calls = 4,
-                         .window_size = 4}},
+                         .consecutive_failures = 0}},
             clock);
   rated.try_acquire("few")->record(Outcome::failure, 200ms);
   rated.try_acquire("many")->record(Outcome::success, 10ms);

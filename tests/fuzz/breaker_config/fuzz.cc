@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/input_error.h"
@@ -39,8 +41,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     fuzz::check_error(e);
     return 0;
   }
-  fuzz::check(validate(spec.config, spec.window, lab::kTimeWindowCapacity).has_value(),
-              "a breaker file that loads passes the library's validation");
+  const bool valid = std::visit(
+      [](const auto& c) {
+        if constexpr (std::is_same_v<std::decay_t<decltype(c)>, TimeWindowConfig>) {
+          return validate(c, lab::kTimeWindowCapacity).has_value();
+        } else {
+          return validate(c).has_value();
+        }
+      },
+      spec.config);
+  fuzz::check(valid, "a breaker file that loads passes the library's validation");
   const std::string out = lab::replay_text(spec, kTrace, "fuzz.csv", {.decisions = true});
   fuzz::check(out.size() > 2 && out.back() == '\n', "a replay writes its summary lines");
   return 0;

@@ -16,37 +16,28 @@ namespace {
 
 bulwark::lab::BreakerSpec spec_for(unsigned char pick) {
   using namespace std::chrono_literals;
-  bulwark::lab::BreakerSpec s;
-  s.config.open_duration = 50ms;
   switch (pick % 3) {
     case 0:
-      s.config.consecutive_failures = 3;
-      break;
+      return bulwark::BreakerConfig{.consecutive_failures = 3, .open_duration = 50ms};
     case 1:
-      s.window = bulwark::WindowKind::count;
-      s.config.window_size = 10;
-      s.config.minimum_calls = 4;
-      s.config.failure_rate = 0.5;
-      s.config.slow_call_rate = 0.5;
-      s.config.slow_call_duration = 100ms;
-      s.config.half_open_max_calls = 2;
-      s.config.half_open_successes = 2;
-      break;
+      return bulwark::CountWindowConfig{.window = {.size = 10},
+                                        .minimum_calls = 4,
+                                        .failure_rate = 0.5,
+                                        .slow_call_rate = 0.5,
+                                        .slow_call_duration = 100ms,
+                                        .open_duration = 50ms,
+                                        .half_open = {.probes = 2, .max_in_flight = 2}};
     default:
-      s.window = bulwark::WindowKind::time;
-      s.config.window_length = 1s;
-      s.config.minimum_calls = 3;
-      s.config.failure_rate = 0.3;
-      s.config.slow_call_rate = 0.3;
-      s.config.slow_call_duration = 100ms;
-      s.config.count_in_flight_slow_calls = true;
-      s.config.half_open_fraction = 0.5;
-      s.config.half_open_successes = 2;
-      s.config.open_duration_multiplier = 2;
-      s.config.max_open_duration = 1s;
-      break;
+      return bulwark::TimeWindowConfig{.window = {.length = 1s},
+                                       .minimum_calls = 3,
+                                       .failure_rate = 0.3,
+                                       .slow_call_rate = 0.3,
+                                       .slow_call_duration = 100ms,
+                                       .count_in_flight_slow_calls = true,
+                                       .open_duration = 50ms,
+                                       .open_growth = {.multiplier = 2, .max = 1s},
+                                       .half_open = {.probes = 2, .fraction = 0.5}};
   }
-  return s;
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-// The lab's breaker types, chosen at run time from a configuration's `window`.
+// The lab's breaker types, chosen at run time from a configuration's window().
 //
 // A breaker's window is a template parameter, so a configuration read from a file
 // picks one of three types; code that drives a breaker is written once as a template
@@ -17,6 +17,8 @@ namespace bulwark::lab {
 
 template <class Window>
 using ManualBreaker = BasicCircuitBreaker<ManualClock, Window>;
+static_assert(
+    std::is_same_v<ManualBreaker<TimeWindow<kTimeWindowCapacity>>::Config, TimeWindowConfig>);
 
 // Calls f(std::type_identity<Breaker>{}) with the breaker type for `kind`.
 template <class F>

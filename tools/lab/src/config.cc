@@ -26,8 +26,8 @@ namespace {
 std::string in_quotes(std::string_view s) { return quote_for_error(s); }
 
 // The breaker's own limits (fields of its state word), named in the lab's errors.
-constexpr std::uint32_t kBreakerCountMax = 65535;   // consecutive_failures, window_size, ...
-constexpr std::uint32_t kBreakerSuccessMax = 8191;  // half_open_successes
+constexpr std::uint32_t kBreakerCountMax = 65535;   // consecutive_failures, window.size, ...
+constexpr std::uint32_t kBreakerSuccessMax = 8191;  // half_open.probes
 static_assert(kBreakerCountMax == detail::Word::kCountMax);
 static_assert(kBreakerSuccessMax == detail::Word::kSuccessMax);
 
@@ -433,32 +433,57 @@ std::string read_file(const std::string& path) {
 
 // ---- breaker ---------------------------------------------------------------------
 
+// The library names breaker fields by their path in the breaker's configuration
+// ("half_open.fraction"); the TOML format keeps one flat key per field.
+constexpr std::pair<std::string_view, std::string_view> kBreakerKeys[] = {
+    {"window.size", "window_size"},
+    {"window.length", "window_length"},
+    {"window.buckets", "window_buckets"},
+    {"open_growth.multiplier", "open_duration_multiplier"},
+    {"open_growth.max", "max_open_duration"},
+    {"half_open.probes", "half_open_successes"},
+    {"half_open.max_in_flight", "half_open_max_calls"},
+    {"half_open.fraction", "half_open_fraction"},
+    {"half_open.ramp", "half_open_ramp"},
+    {"half_open.max_wait", "half_open_max_wait"},
+    {"half_open.random_seed", "random_seed"},
+};
+
+// A breaker ConfigError with its field (and the fields its message names) as TOML keys.
+ConfigError with_toml_keys(ConfigError e) {
+  for (const auto& [path, key] : kBreakerKeys) {
+    if (e.field == path) e.field = std::string(key);
+    for (std::size_t at = e.message.find(path); at != std::string::npos;
+         at = e.message.find(path, at + key.size())) {
+      e.message.replace(at, path.size(), key);
+    }
+  }
+  return e;
+}
+
 BreakerSpec read_breaker(Reader& r) {
-  BreakerSpec spec;
-  BreakerConfig& c = spec.config;
-  if (auto v = r.string("name")) c.name = *v;
+  WindowKind window = WindowKind::none;
+  const std::optional<std::string> name = r.string("name");
   if (auto v = r.choice("window", {"none", "count", "time"})) {
-    spec.window = *v == "count"  ? WindowKind::count
-                  : *v == "time" ? WindowKind::time
-                                 : WindowKind::none;
+    window = *v == "count" ? WindowKind::count : *v == "time" ? WindowKind::time : WindowKind::none;
   }
-  if (auto v = r.count("consecutive_failures", kBreakerCountMax)) c.consecutive_failures = *v;
-  if (auto v = r.number("failure_rate")) c.failure_rate = *v;
-  if (auto v = r.number("slow_call_rate")) c.slow_call_rate = *v;
-  if (auto v = r.duration("slow_call_duration")) c.slow_call_duration = *v;
-  if (auto v = r.count("minimum_calls", kMaxMinimumCalls)) c.minimum_calls = *v;
-  if (auto v = r.count("window_size", kBreakerCountMax)) c.window_size = *v;
-  if (auto v = r.duration("window_length")) c.window_length = *v;
-  if (auto v = r.count("window_buckets", kTimeWindowCapacity)) c.window_buckets = *v;
-  if (auto v = r.boolean("count_in_flight_slow_calls")) c.count_in_flight_slow_calls = *v;
-  if (auto v = r.duration("open_duration")) c.open_duration = *v;
-  if (auto v = r.number("open_duration_multiplier", kMaxMultiplier)) {
-    c.open_duration_multiplier = *v;
-  }
-  if (auto v = r.duration("max_open_duration")) c.max_open_duration = *v;
-  if (auto v = r.count("half_open_max_calls", kBreakerCountMax)) c.half_open_max_calls = *v;
-  if (auto v = r.count("half_open_successes", kBreakerSuccessMax)) c.half_open_successes = *v;
-  if (auto v = r.number("half_open_fraction")) c.half_open_fraction = *v;
+  const auto consecutive_failures = r.count("consecutive_failures", kBreakerCountMax);
+  const auto failure_rate = r.number("failure_rate");
+  const auto slow_call_rate = r.number("slow_call_rate");
+  const auto slow_call_duration = r.duration("slow_call_duration");
+  const auto minimum_calls = r.count("minimum_calls", kMaxMinimumCalls);
+  const auto window_size = r.count("window_size", kBreakerCountMax);
+  const auto window_length = r.duration("window_length");
+  const auto window_buckets = r.count("window_buckets", kTimeWindowCapacity);
+  const auto count_in_flight = r.boolean("count_in_flight_slow_calls");
+  const auto open_duration = r.duration("open_duration");
+  OpenGrowth growth;
+  if (auto v = r.number("open_duration_multiplier", kMaxMultiplier)) growth.multiplier = *v;
+  if (auto v = r.duration("max_open_duration")) growth.max = *v;
+  HalfOpen half_open;
+  if (auto v = r.count("half_open_max_calls", kBreakerCountMax)) half_open.max_in_flight = *v;
+  if (auto v = r.count("half_open_successes", kBreakerSuccessMax)) half_open.probes = *v;
+  if (auto v = r.number("half_open_fraction")) half_open.fraction = *v;
   if (const toml::array* ramp = r.array("half_open_ramp")) {
     for (std::size_t i = 0; i < ramp->size(); ++i) {
       const toml::node& n = *ramp->get(i);
@@ -467,29 +492,29 @@ BreakerSpec read_breaker(Reader& r) {
             r.where(n), r.key_path("half_open_ramp"),
             "stage " + std::to_string(i + 1) + ": expected a number, got " + type_name(n));
       }
-      c.half_open_ramp.push_back(n.value<double>().value_or(0.0));
+      half_open.ramp.push_back(n.value<double>().value_or(0.0));
     }
   }
-  if (auto v = r.duration("half_open_max_wait")) c.half_open_max_wait = *v;
-  if (auto v = r.duration("flapping_period")) c.flapping_period = *v;
+  if (auto v = r.duration("half_open_max_wait")) half_open.max_wait = *v;
+  const auto flapping_period = r.duration("flapping_period");
   if (auto v = r.unsigned_integer("random_seed", std::numeric_limits<std::int64_t>::max())) {
-    c.random_seed = *v;
+    half_open.random_seed = *v;
   }
   r.finish();
 
-  // Keys that this kind of window would silently ignore are mistakes, not no-ops.
+  // Keys that this breaker type does not have are mistakes, not no-ops.
   auto only_for = [&](std::string_view key, std::string_view kinds) {
     if (r.has(key)) {
       r.fail(key, "only applies to window = " + std::string(kinds) +
-                      " (this breaker has window = " + in_quotes(to_string(spec.window)) + ")");
+                      " (this breaker has window = " + in_quotes(to_string(window)) + ")");
     }
   };
-  if (spec.window != WindowKind::count) only_for("window_size", "\"count\"");
-  if (spec.window != WindowKind::time) {
+  if (window != WindowKind::count) only_for("window_size", "\"count\"");
+  if (window != WindowKind::time) {
     only_for("window_length", "\"time\"");
     only_for("window_buckets", "\"time\"");
   }
-  if (spec.window == WindowKind::none) {
+  if (window == WindowKind::none) {
     only_for("minimum_calls", "\"count\" or \"time\" (it is the rate rules' minimum volume)");
     only_for("count_in_flight_slow_calls", "\"count\" or \"time\"");
     for (std::string_view key : {"failure_rate", "slow_call_rate", "slow_call_duration"}) {
@@ -501,8 +526,48 @@ BreakerSpec read_breaker(Reader& r) {
       }
     }
   }
-  if (auto ok = validate(c, spec.window, kTimeWindowCapacity); !ok) r.fail_config(ok.error());
-  return spec;
+
+  // The fields every breaker type has, then the rate fields of the windowed ones.
+  auto common = [&](auto& c) {
+    if (name) c.name = *name;
+    if (consecutive_failures) c.consecutive_failures = *consecutive_failures;
+    if (open_duration) c.open_duration = *open_duration;
+    c.open_growth = growth;
+    c.half_open = half_open;
+    if (flapping_period) c.flapping_period = *flapping_period;
+  };
+  auto rates = [&](auto& c) {
+    common(c);
+    if (minimum_calls) c.minimum_calls = *minimum_calls;
+    if (failure_rate) c.failure_rate = *failure_rate;
+    if (slow_call_rate) c.slow_call_rate = *slow_call_rate;
+    if (slow_call_duration) c.slow_call_duration = *slow_call_duration;
+    if (count_in_flight) c.count_in_flight_slow_calls = *count_in_flight;
+  };
+  auto checked = [&](const auto& c, auto&&... capacity) -> BreakerSpec {
+    if (auto ok = validate(c, capacity...); !ok) r.fail_config(with_toml_keys(ok.error()));
+    return BreakerSpec(c);
+  };
+  switch (window) {
+    case WindowKind::count: {
+      CountWindowConfig c;
+      rates(c);
+      if (window_size) c.window.size = *window_size;
+      return checked(c);
+    }
+    case WindowKind::time: {
+      TimeWindowConfig c;
+      rates(c);
+      if (window_length) c.window.length = *window_length;
+      if (window_buckets) c.window.buckets = *window_buckets;
+      return checked(c, kTimeWindowCapacity);
+    }
+    case WindowKind::none:
+      break;
+  }
+  BreakerConfig c;
+  common(c);
+  return checked(c);
 }
 
 // ---- retry, budget, bulkhead, fallback --------------------------------------------
@@ -903,6 +968,16 @@ BreakerSpec parse_breaker(std::string_view text, const std::string& source_name)
 
 BreakerSpec load_breaker_file(const std::string& path) {
   return parse_breaker(read_file(path), path == "-" ? "<stdin>" : path);
+}
+
+const std::string& BreakerSpec::name() const {
+  return std::visit([](const auto& c) -> const std::string& { return c.name; }, config);
+}
+
+Nanos BreakerSpec::slow_call_duration() const {
+  if (const auto* c = std::get_if<CountWindowConfig>(&config)) return c->slow_call_duration;
+  if (const auto* c = std::get_if<TimeWindowConfig>(&config)) return c->slow_call_duration;
+  return Nanos::zero();
 }
 
 std::string_view to_string(WindowKind kind) noexcept {

@@ -120,11 +120,11 @@ class Replayer {
   // `out` null: nothing is written (the openings are still heard by `on_open`).
   Replayer(const BreakerSpec& spec, Writer* out, const ReplayOptions& options,
            std::function<void(Ticks, std::uint32_t)> on_open = {})
-      : policy_(spec.config, clock_),
+      : policy_(spec.as<typename B::Config>(), clock_),
         out_(out),
         on_open_(std::move(on_open)),
         options_(options),
-        slow_after_(spec.config.slow_call_duration.count()) {
+        slow_after_(spec.slow_call_duration().count()) {
     policy_.on_transition([this](const TransitionEvent& e) { transition(e); });
   }
   Replayer(const Replayer&) = delete;
@@ -135,7 +135,7 @@ class Replayer {
   static std::size_t bytes_per_key(const BreakerSpec& spec) {
     constexpr std::size_t kMapNode = 64;
     return sizeof(B) + sizeof(Key) + 2 * kMapNode +
-           (spec.window == WindowKind::count ? spec.config.window_size : 0);
+           (spec.window() == WindowKind::count ? spec.as<CountWindowConfig>().window.size : 0);
   }
 
   void arrival(const Row& row) {
@@ -266,7 +266,7 @@ class Replayer {
   }
 
   ManualClock clock_;
-  BreakerPolicy<ManualClock> policy_;
+  typename B::Policy policy_;
   Writer* out_;
   std::function<void(Ticks, std::uint32_t)> on_open_;
   ReplayOptions options_;
@@ -368,7 +368,7 @@ void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std
   }
   std::uint64_t lines = 0;
   {
-    const std::size_t per_key = with_breaker_type(spec.window, [&](auto type) {
+    const std::size_t per_key = with_breaker_type(spec.window(), [&](auto type) {
       return Replayer<typename decltype(type)::type>::bytes_per_key(spec);
     });
     KeyBudget keys(per_key, name);
@@ -384,7 +384,7 @@ void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std
     throw std::runtime_error("cannot read " + name + " a second time");
   }
   Writer writer(out);
-  with_breaker_type(spec.window, [&](auto type) {
+  with_breaker_type(spec.window(), [&](auto type) {
     using B = typename decltype(type)::type;
     Replayer<B> replayer(spec, &writer, options);
     TraceReader reader(source, name, nullptr, lines);

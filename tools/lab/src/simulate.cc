@@ -139,7 +139,7 @@ class Simulation {
     result_.name = config.name;
     if (config.breaker) result_.alert_when_open_for = config.alert_when_open_for;
     if constexpr (kHasBreaker) {
-      BreakerPolicy<ManualClock> policy(config.breaker->config, clock_);
+      typename B::Policy policy(config.breaker->as<typename B::Config>(), clock_);
       // The report covers the scenario's duration: not what pages finishing after it do.
       policy.on_transition([this](const TransitionEvent& e) {
         if (!draining_) result_.transitions.push_back({Nanos(e.at), e.from, e.to, e.reason});
@@ -616,7 +616,7 @@ ConfigurationResult simulate_configuration(const Scenario& scenario,
     if (!configuration.breaker) {
       return Simulation<NoBreaker>(scenario, configuration, options).run();
     }
-    return with_breaker_type(configuration.breaker->window, [&](auto type) {
+    return with_breaker_type(configuration.breaker->window(), [&](auto type) {
       using B = typename decltype(type)::type;
       return Simulation<B>(scenario, configuration, options).run();
     });

@@ -1,7 +1,8 @@
 // bulwark/lab/config.h — resilience configurations and simulation scenarios, from TOML.
 //
 // Every option of the breaker, retry, retry budget, bulkhead and fallback can be set
-// in TOML under the library's own field name (docs/configuration.md is the reference):
+// in TOML, under the library's own field name or, for the breaker, one flat key per
+// field (docs/configuration.md is the reference):
 //
 //   [breaker]                        # what `bulwark replay --config` reads
 //   window = "time"                  # none | count | time: picks the breaker type
@@ -24,7 +25,12 @@
 // Every failure is an InputError naming file, line and key. Loading costs a parse of
 // the file; nothing is kept of the TOML document afterwards.
 //
-// Options that are functions in the library (BreakerConfig::random,
+// The flat breaker keys map onto the breaker type's own configuration (BreakerConfig,
+// CountWindowConfig or TimeWindowConfig, picked by `window`): window_length is
+// TimeWindowConfig::window.length, half_open_fraction is half_open.fraction, and so on.
+// A key the chosen breaker type does not have is an error naming the key.
+//
+// Options that are functions in the library (HalfOpen::random,
 // RetryConfig::random, RetryConfig::idempotency_key, Backoff::custom) cannot be
 // written in TOML; the random sources are replaced by seeded generators (random_seed).
 
@@ -37,6 +43,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <variant>
 #include <vector>
 
 #include "bulwark/breaker_config.h"
@@ -77,10 +85,28 @@ inline constexpr double kMaxSimulatedAttempts = 2e9;
 inline constexpr std::size_t kMaxPhases = 1000;
 inline constexpr std::size_t kMaxConfigurations = 16;
 
-// A breaker configuration and the kind of window (hence breaker type) it runs on.
+// A breaker configuration of one of the three breaker types; the alternative held
+// says which (window()).
 struct BreakerSpec {
-  BreakerConfig config;
-  WindowKind window = WindowKind::none;
+  std::variant<BreakerConfig, CountWindowConfig, TimeWindowConfig> config;
+
+  BreakerSpec() = default;
+  BreakerSpec(BreakerConfig c) : config(std::move(c)) {}      // NOLINT: implicit
+  BreakerSpec(CountWindowConfig c) : config(std::move(c)) {}  // NOLINT: implicit
+  BreakerSpec(TimeWindowConfig c) : config(std::move(c)) {}   // NOLINT: implicit
+
+  WindowKind window() const noexcept { return static_cast<WindowKind>(config.index()); }
+  // The configuration as the given type; throws std::bad_variant_access if it is not.
+  template <class Config>
+  const Config& as() const {
+    return std::get<Config>(config);
+  }
+  template <class Config>
+  Config& as() {
+    return std::get<Config>(config);
+  }
+  const std::string& name() const;
+  Nanos slow_call_duration() const;  // zero without a window
 };
 
 // A retry policy; `config.random` is a SplitMix64 seeded with `random_seed`.
