@@ -73,7 +73,9 @@ BENCHMARK(BM_BareCurlGet)->UseRealTime();
 
 void BM_ClientGet(benchmark::State& state) {
   const std::string url = server().url();
-  bulwark::http::Client client({.name = "bench"});
+  bulwark::http::Config config;  // named: GCC 12 warns falsely on a temporary's std::function
+  config.name = "bench";
+  bulwark::http::Client client(config);
   for (auto _ : state) {
     auto r = client.get(url);
     if (!r) state.SkipWithError("request failed");

@@ -208,7 +208,7 @@ TEST(Calibrate, LittleTrafficGetsConsecutiveFailuresAndSaysSo) {
   EXPECT_EQ(find(k, "failure_rate"), nullptr);
   // Its file loads and replays.
   const BreakerSpec spec = parse_breaker(k.breaker_toml, "p.toml");
-  EXPECT_EQ(spec.window, WindowKind::none);
+  EXPECT_EQ(spec.window(), WindowKind::none);
 }
 
 TEST(Calibrate, KeysAreCalibratedApartAndCanBePicked) {
@@ -248,10 +248,11 @@ TEST(Calibrate, TheProposalIsABreakerFileThatLoads) {
   t.seconds = 300;
   const Calibration c = calibrate_text(make_trace({t}, 9), {});
   const BreakerSpec spec = parse_breaker(c.keys[0].breaker_toml, "p.toml");
-  EXPECT_EQ(spec.window, WindowKind::time);
-  EXPECT_EQ(spec.config.name, "svc");
-  ASSERT_TRUE(spec.config.failure_rate);
-  EXPECT_DOUBLE_EQ(*spec.config.failure_rate, value_of(c.keys[0], "failure_rate"));
+  ASSERT_EQ(spec.window(), WindowKind::time);
+  const TimeWindowConfig& tw = spec.as<TimeWindowConfig>();
+  EXPECT_EQ(tw.name, "svc");
+  ASSERT_TRUE(tw.failure_rate);
+  EXPECT_DOUBLE_EQ(*tw.failure_rate, value_of(c.keys[0], "failure_rate"));
 }
 
 TEST(Calibrate, TheJsonHoldsWhatTheTextSays) {

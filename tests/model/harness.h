@@ -97,7 +97,8 @@ inline rc::Gen<Config> gen_config(std::optional<Window> only = std::nullopt) {
     Config c;
     c.window = only ? *only : *rc::gen::element(Window::none, Window::count, Window::time);
     const bool windowed = c.window != Window::none;
-    c.consecutive_failures = *rc::gen::inRange<std::uint32_t>(0, 6);
+    // A breaker without a window needs its one rule on; a window breaker may turn it off.
+    c.consecutive_failures = *rc::gen::inRange<std::uint32_t>(windowed ? 0 : 1, 6);
     if (windowed) {
       if (*rc::gen::arbitrary<bool>()) c.failure_rate = *rc::gen::element(0.25, 0.5, 0.6, 1.0);
       c.slow_call_duration = *rc::gen::element<Ticks>(0, 1 * kMs, 5 * kMs);
@@ -108,6 +109,9 @@ inline rc::Gen<Config> gen_config(std::optional<Window> only = std::nullopt) {
       c.window_size = *rc::gen::inRange<std::uint32_t>(1, 9);
       c.window_buckets = *rc::gen::inRange<std::uint32_t>(1, 11);
       c.window_length = *rc::gen::element<Ticks>(1 * kMs, 3 * kMs, 10 * kMs) * c.window_buckets;
+      // A window breaker with no trip rule at all is a configuration error.
+      if (!c.failure_rate && !c.slow_call_rate && c.consecutive_failures == 0)
+        c.consecutive_failures = *rc::gen::inRange<std::uint32_t>(1, 6);
     }
     c.open_duration = *rc::gen::element<Ticks>(1 * kMs, 5 * kMs, 20 * kMs, 100 * kMs);
     c.open_duration_multiplier = *rc::gen::element(1.0, 1.5, 2.0);
@@ -123,7 +127,9 @@ inline rc::Gen<Config> gen_config(std::optional<Window> only = std::nullopt) {
         c.half_open_ramp.push_back(f);
       }
     }
-    if (*rc::gen::arbitrary<bool>()) c.half_open_max_calls = *rc::gen::inRange<std::uint32_t>(1, 5);
+    // A probe limit is a count-mode setting: with a fraction it is an error.
+    if (!c.half_open_fraction && *rc::gen::arbitrary<bool>())
+      c.half_open_max_calls = *rc::gen::inRange<std::uint32_t>(1, 5);
     c.half_open_successes = *rc::gen::inRange<std::uint32_t>(1, 5);
     c.half_open_max_wait = *rc::gen::element<Ticks>(0, 10 * kMs, 50 * kMs);
     c.flapping_period = *rc::gen::element<Ticks>(0, 10 * kMs, 100 * kMs, 1000 * kMs);
@@ -289,7 +295,7 @@ std::string run_lockstep(const Config& c, const std::vector<Op>& ops, Ticks star
   mc.random = [model_draws] { return (*model_draws)(); };
   ManualClock clock{ManualClock::time_point(Nanos(start))};
   std::vector<Event> real_events;
-  B breaker(to_breaker_config(c, [real_draws] { return (*real_draws)(); }), clock);
+  B breaker(to_breaker_config<B>(c, [real_draws] { return (*real_draws)(); }), clock);
   breaker.policy().on_transition([&](const TransitionEvent& e) {
     real_events.push_back(
         Event{e.from, e.to, e.reason, e.at, e.generation, e.flapping, e.open_duration.count()});

@@ -86,7 +86,7 @@ void hammer(Window w, bool with_manual, bool in_flight = false) {
   c.flapping_period = 5'000'000;
 
   ManualClock clock;
-  B breaker(to_breaker_config(c, [] { return 0.5; }), clock);
+  B breaker(to_breaker_config<B>(c, [] { return 0.5; }), clock);
   std::mutex mu;
   std::vector<TransitionEvent> events;
   breaker.policy().on_transition([&](const TransitionEvent& e) {

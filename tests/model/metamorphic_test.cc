@@ -134,7 +134,7 @@ void idle_resets_leave_an_empty_window(Window w, int resets) {
   c.window_size = 5;
   c.window_length = 50'000'000, c.window_buckets = 5;
   ManualClock clock;
-  B b(to_breaker_config(c, [] { return 0.0; }), clock);
+  B b(to_breaker_config<B>(c, [] { return 0.0; }), clock);
   for (int i = 0; i < 2; ++i) b.try_acquire()->record_failure();
   b.try_acquire()->record_success();
   for (int i = 0; i < resets; ++i) b.reset();

@@ -69,7 +69,7 @@ Ticks Breaker::open_period(std::uint32_t reopens) const {
 }
 
 std::uint32_t Breaker::max_probes() const {
-  return c_.half_open_max_calls.value_or(c_.half_open_fraction ? 65535u : 1u);
+  return c_.half_open_max_calls.value_or(c_.half_open_fraction ? 65535u : c_.half_open_successes);
 }
 
 double Breaker::stage_fraction(std::uint32_t s) const {

@@ -16,7 +16,7 @@ using namespace std::chrono_literals;
 
 template <class B>
 B make(const Config& c, ManualClock& clock) {
-  return B(to_breaker_config(c, [] { return 0.0; }), clock);
+  return B(to_breaker_config<B>(c, [] { return 0.0; }), clock);
 }
 
 template <class B>
@@ -238,6 +238,7 @@ TEST(Regressions, ATimeWindowTreatsAClockSteppingBackBeforeItsCreationAsNoTimePa
   ManualClock clock{ManualClock::time_point(Nanos(186'212'728'280'677))};
   auto b = make<TimeBreaker>({.window = Window::time,
                               .consecutive_failures = 0,
+                              .failure_rate = 1.0,  // a trip rule, which no success reaches
                               .minimum_calls = 1,
                               .window_length = 1'000'000,
                               .window_buckets = 1},

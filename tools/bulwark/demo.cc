@@ -80,23 +80,22 @@ struct Result {
   double p50_ms = 0, p99_ms = 0;
 };
 
-// --- The one place the demo builds breaker configurations beyond name,
-// consecutive_failures and open_duration (the slow-call and rate rules). ---
+// The "after" breaker: slow-call and failure rates over the last 20 calls.
 http::Config after_config(const DemoOptions&) {
   http::Config c;
   c.name = "reviews-after";
-  c.breaker = {.name = "reviews", .consecutive_failures = 0, .open_duration = milliseconds(2000)};
-  c.breaker.failure_rate = 0.5;
-  c.breaker.slow_call_rate = 0.5;
-  c.breaker.slow_call_duration = milliseconds(40);
-  c.breaker.minimum_calls = 10;
-  c.breaker.window_size = 20;
+  c.breaker = {.name = "reviews",
+               .window = {.size = 20},
+               .minimum_calls = 10,
+               .failure_rate = 0.5,
+               .slow_call_rate = 0.5,
+               .slow_call_duration = milliseconds(40),
+               .open_duration = milliseconds(2000)};
   c.bulkhead = {.name = "reviews", .max_concurrent = 8};
   c.retry = RetryConfig{.name = "reviews", .max_attempts = 1};
   c.default_timeout = milliseconds(80);
   return c;
 }
-// --- end of the breaker configuration ---
 
 http::Config before_config() {
   http::Config c;

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <variant>
 
 #include "bulwark/lab/calibrate.h"
 #include "bulwark/lab/config.h"
@@ -34,9 +35,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (const lab::KeyCalibration& k : c.keys) {
     try {
       const lab::BreakerSpec spec = lab::parse_breaker(k.breaker_toml, "proposal.toml");
-      fuzz::check(spec.config.consecutive_failures > 0 || spec.config.failure_rate ||
-                      spec.config.slow_call_rate,
-                  "the proposal has a trip rule");
+      const bool has_rule = std::visit(
+          [](const auto& b) {
+            if constexpr (requires { b.failure_rate; })
+              return b.consecutive_failures > 0 || b.failure_rate || b.slow_call_rate;
+            else
+              return b.consecutive_failures > 0;
+          },
+          spec.config);
+      fuzz::check(has_rule, "the proposal has a trip rule");
     } catch (const lab::InputError&) {
       fuzz::check(false, "the proposal loads");
     }

@@ -704,7 +704,9 @@ Calibration calibrate(std::FILE* in, const std::string& name, const CalibrateOpt
     const double p = c.error_rate;
     const double target = degraded_rate(p);
     k.flip = p < 1 ? (target - p) / (1 - p) : 0;
-    const Ticks warmup = 2 * spec.config.window_length.count() + 10 * kSecond;
+    const Ticks window_length =
+        spec.window() == WindowKind::time ? spec.as<TimeWindowConfig>().window.length.count() : 0;
+    const Ticks warmup = 2 * window_length + 10 * kSecond;
     k.from = inject - std::min(inject - c.first_t, warmup);
     const std::string names[3] = {
         "trace as recorded", "error rate " + percent(p) + " -> " + percent(target), "latency x10"};

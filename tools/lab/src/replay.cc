@@ -346,7 +346,7 @@ class ReplayRunImpl final : public ReplayRun::Base {
 }  // namespace
 
 ReplayRun::ReplayRun(const BreakerSpec& spec, OnOpen on_open) {
-  impl_ = with_breaker_type(spec.window, [&](auto type) -> std::unique_ptr<Base> {
+  impl_ = with_breaker_type(spec.window(), [&](auto type) -> std::unique_ptr<Base> {
     return std::make_unique<ReplayRunImpl<typename decltype(type)::type>>(spec, std::move(on_open));
   });
 }
