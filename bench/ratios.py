@@ -43,7 +43,7 @@ def goals(t, c):
         return t[a] - t[b] if a in t and b in t else None
 
     out = [
-        ("Breaker (issue 2)", None, "section", None),
+        ("Breaker", None, "section", None),
         ("closed path / atomic fetch_add", r("BM_Closed_AcquireRecordSuccess/threads:1",
                                              "BM_Baseline_AtomicFetchAdd/threads:1"), "<=", 3.0),
         ("mutex breaker / closed path (speed-up)", r("BM_Baseline_MutexBreaker/threads:1",
@@ -60,7 +60,7 @@ def goals(t, c):
          r("BM_Open_Reject_ManualClock_Virtual", "BM_Open_Reject_ManualClock"), None, None),
         ("half-open rejection / steady_clock::now()", r("BM_HalfOpen_Reject/threads:1",
                                                         "BM_Baseline_SteadyClockNow/threads:1"), None, None),
-        ("Windows (issue 3)", None, "section", None),
+        ("Windows", None, "section", None),
         ("count window / atomic fetch_add", r("BM_Closed_CountWindow/threads:1",
                                               "BM_Baseline_AtomicFetchAdd/threads:1"), "<=", 6.0),
         ("time window / (6 x fetch_add + coarse clock read)",
@@ -80,7 +80,7 @@ def goals(t, c):
                                                  "BM_Closed_CountWindow/threads:1"), None, None),
         ("time window, 2 threads / 1 thread", r("BM_Closed_TimeWindow/threads:2",
                                                 "BM_Closed_TimeWindow/threads:1"), None, None),
-        ("Pipeline (issue 4)", None, "section", None),
+        ("Pipeline", None, "section", None),
         ("pipeline's cost over a direct call / fetch_add",
          minus("BM_Pipeline_NoOp/threads:1", "BM_Baseline_DirectCall") / fa1
          if "BM_Pipeline_NoOp/threads:1" in t and fa1 else None, "<=", 15.0),
@@ -88,7 +88,7 @@ def goals(t, c):
                                                "BM_Baseline_AtomicFetchAdd/threads:1"), None, None),
         ("bulkhead acquire+release / fetch_add", r("BM_Bulkhead_AcquireRelease/threads:1",
                                                    "BM_Baseline_AtomicFetchAdd/threads:1"), None, None),
-        ("Registry and exposition (issue 5)", None, "section", None),
+        ("Registry and exposition", None, "section", None),
         ("registry lookup + call / bare call, 1 thread", r("BM_Registry_LookupExisting/1/threads:1",
                                                            "BM_Closed_AcquireRecordSuccess/threads:1"), "<=", 4.0),
         ("registry lookup + call / bare call, 2 threads", r("BM_Registry_LookupExisting/1/threads:2",

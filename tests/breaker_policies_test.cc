@@ -1,4 +1,4 @@
-// Trip rules that match real traffic (seed 002): failure and slow-call rates over
+// Trip rules that match real traffic: failure and slow-call rates over
 // count and time windows with a minimum volume, slow calls still in flight, outcome
 // classification, half-open by traffic fraction, flapping. All in virtual time.
 

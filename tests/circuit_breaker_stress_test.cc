@@ -216,7 +216,7 @@ TEST(BreakerStress, ListenersChangeWhileEventsAreEmitted) {
   EXPECT_LE(transient.load(), heard.load());
 }
 
-// Seed 000's race: when the open period ends, many requests arrive at once and exactly
+// The recovery race: when the open period ends, many requests arrive at once and exactly
 // one of them becomes the probe.
 TEST(BreakerStress, ExactlyOneProbeWinsTheRaceToHalfOpen) {
   constexpr int kRounds = 200;

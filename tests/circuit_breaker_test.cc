@@ -71,7 +71,7 @@ class BreakerTest : public ::testing::Test {
   const void* last_breaker = nullptr;
 };
 
-// Seed 000's TestLazyRecovery, with the clock moved instead of trippedAt.
+// Lazy recovery, with the clock moved instead of the trip time.
 TEST_F(BreakerTest, LazyRecovery) {
   Breaker b({.consecutive_failures = 1, .open_duration = 1min}, clock);
   fail(b);
@@ -135,7 +135,7 @@ TEST_F(BreakerTest, IgnoredAndCancelledCallsNeitherTripNorReset) {
   EXPECT_EQ(s.permitted, 4u);
 }
 
-// The clock is read only to decide whether an open period is over (seed 000): a
+// The clock is read only to decide whether an open period is over: a
 // CLOSED breaker never reads it.
 struct CountingClock {
   using duration = Nanos;

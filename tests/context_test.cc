@@ -48,7 +48,7 @@ TEST(Context, ChildrenCanOnlyShortenTheDeadline) {
   EXPECT_EQ(longer.remaining(), 2s);
   EXPECT_EQ(request.with_deadline(Deadline::never()).deadline(), request.deadline());
 
-  clock.advance(1500ms);  // seed 004: 1.5 s of 2 s spent, the next call has 500 ms
+  clock.advance(1500ms);  // 1.5 s of 2 s spent, the next call has 500 ms
   EXPECT_EQ(request.remaining(), 500ms);
   EXPECT_EQ(request.with_timeout(800ms).remaining(), 500ms);
   EXPECT_TRUE(attempt.expired());

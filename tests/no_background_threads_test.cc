@@ -1,4 +1,4 @@
-// The breaker never creates a thread, timer or task (seed 000): 100,000 breakers go
+// The breaker never creates a thread, timer or task: 100,000 breakers go
 // through full open / half-open / close cycles and the process's thread count is
 // unchanged. Counted from /proc/self/task, which lists every thread of the process.
 

@@ -114,7 +114,7 @@ class RetryLoop : public ::testing::Test {
   RecordingSleeper sleeper{&clock, &waits};
 };
 
-// Seed 004's test in virtual time: two 503s then 200, 5 attempts: exactly 3 calls.
+// In virtual time: two 503s then 200, 5 attempts: exactly 3 calls.
 TEST_F(RetryLoop, SucceedsAfterTransientFailures) {
   VirtualRetry retry(no_jitter(5, Backoff::exponential(100ms, 2.0, 1s)), clock, sleeper);
   int calls = 0;

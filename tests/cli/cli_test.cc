@@ -260,7 +260,7 @@ TEST(Simulate, OnlyTakesOneNamePerFlag) {
 // --- simulate -----------------------------------------------------------------------
 
 // The one full run of the built-in incident in this suite (it is the slowest test under
-// ThreadSanitizer): seed 002's story, read from --json.
+// ThreadSanitizer): the incident's story, read from --json.
 TEST(Simulate, TheIncidentFromJsonBeforeSaturatesAfterOpensAndDegrades) {
   const CliRun r = run({"simulate", "--json", "-"});
   ASSERT_EQ(r.status, 0) << r.err;

@@ -439,7 +439,7 @@ TEST(ScenarioToml, TheBuiltInIncidentIsTheExampleFileAndItsFixes) {
   EXPECT_EQ(after.name, "after");
   EXPECT_EQ(after.timeout, 800ms);
   ASSERT_TRUE(after.breaker && after.bulkhead && after.fallback);
-  // Seed 002's fixes, one by one.
+  // The incident's fixes, one by one.
   const TimeWindowConfig& breaker = after.breaker->as<TimeWindowConfig>();
   EXPECT_EQ(breaker.failure_rate, 0.30);
   EXPECT_EQ(breaker.minimum_calls, 20u);

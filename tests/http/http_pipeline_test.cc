@@ -1,4 +1,4 @@
-// The pipeline against a real HTTP server on 127.0.0.1 (seed 004's httptest, in C++).
+// The pipeline against a real HTTP server on 127.0.0.1.
 //
 // Every assertion is on what the server saw (request counts, headers) or on the
 // pipeline's typed result — never on wall-clock latency. Where timing matters, the
@@ -151,7 +151,7 @@ RetryConfig quick_retry(std::uint32_t attempts) {
       .name = "upstream", .max_attempts = attempts, .backoff = Backoff::constant(1ms)};
 }
 
-// Seed 004: two 503s then 200; a retry with 5 attempts succeeds after exactly 3
+// Two 503s then 200; a retry with 5 attempts succeeds after exactly 3
 // requests reached the server, all with the same idempotency key.
 TEST(HttpPipeline, RetrySucceedsAfterTwoFailures) {
   Upstream upstream([](int n, const httplib::Request&, httplib::Response& res) {

@@ -432,7 +432,7 @@ CommandLine::CommandLine() {
       "simulate",
       "Simulate a scenario's traffic through each of its resilience configurations, in\n"
       "virtual time, and compare them side by side. With no SCENARIO, runs the built-in\n"
-      "incident (seed 002: a reviews service goes from 120 ms to 14 s) before and after\n"
+      "hotel-reviews incident (a reviews service goes from 120 ms to 14 s) before and after\n"
       "its fixes.");
   simulate_
       ->add_option("scenario", sim.scenario.value,

@@ -1,6 +1,6 @@
 // bulwark — the lab: simulate an incident in virtual time, replay a recorded trace.
 //
-//   bulwark simulate                          # seed 002's incident, before vs after
+//   bulwark simulate                          # the hotel-reviews incident, before vs after
 //   bulwark simulate --svg incident.svg       # ...and the picture
 //   bulwark simulate my-scenario.toml --json results.json
 //   bulwark replay --config breaker.toml trace.csv

@@ -125,7 +125,7 @@ struct ResilienceConfig {
   std::optional<RetrySpec> retry;
   std::optional<RetryBudgetConfig> retry_budget;  // only with a retry
   std::optional<Reasons> fallback;                // the reasons a degraded page answers
-  // Report when the breaker has been away from CLOSED this long (seed 002's alert).
+  // Report when the breaker has been away from CLOSED this long (the "open too long" alert).
   std::optional<Nanos> alert_when_open_for;
 };
 
