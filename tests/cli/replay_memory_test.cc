@@ -78,6 +78,12 @@ Replayed replay_generated(const std::string& config, std::uint64_t rows) {
 }
 
 TEST(ReplayMemory, AMillionRowTraceStreamsInBoundedMemory) {
+#if defined(__SANITIZE_THREAD__)
+  // ThreadSanitizer's shadow memory and per-thread history grow with the work done, not
+  // with what the program keeps: peak RSS says nothing about the replay here. The bound
+  // is checked in the release and ASan builds.
+  GTEST_SKIP() << "peak RSS is not the program's own under ThreadSanitizer";
+#endif
   const std::string config = temp_path("breaker");
   std::ofstream(config) << "[breaker]\n"
                            "window = \"time\"\n"
