@@ -23,7 +23,10 @@ bool in_unit_interval(double v) { return std::isfinite(v) && v > 0.0 && v <= 1.0
 
 namespace detail {
 
-BreakerSpec spec_of(BreakerConfig c) {
+namespace {
+// The fields every breaker kind has.
+template <class C>
+BreakerSpec common_spec(C&& c) {
   BreakerSpec s;
   s.name = std::move(c.name);
   s.consecutive_failures = c.consecutive_failures;
@@ -34,25 +37,20 @@ BreakerSpec spec_of(BreakerConfig c) {
   return s;
 }
 
-namespace {
 template <class Shape>
 BreakerSpec rate_spec(RateBreakerConfig<Shape>&& c, WindowKind kind) {
-  BreakerSpec s;
-  s.name = std::move(c.name);
+  BreakerSpec s = common_spec(std::move(c));
   s.window = kind;
   s.minimum_calls = c.minimum_calls;
   s.failure_rate = c.failure_rate;
   s.slow_call_rate = c.slow_call_rate;
   s.slow_call_duration = c.slow_call_duration;
   s.count_in_flight_slow_calls = c.count_in_flight_slow_calls;
-  s.consecutive_failures = c.consecutive_failures;
-  s.open_duration = c.open_duration;
-  s.open_growth = c.open_growth;
-  s.half_open = std::move(c.half_open);
-  s.flapping_period = c.flapping_period;
   return s;
 }
 }  // namespace
+
+BreakerSpec spec_of(BreakerConfig c) { return common_spec(std::move(c)); }
 
 BreakerSpec spec_of(CountWindowConfig c) {
   const CountWindowShape window = c.window;

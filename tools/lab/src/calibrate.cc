@@ -25,6 +25,7 @@
 #include "bulwark/lab/input_error.h"
 #include "replay_run.h"
 #include "trace_reader.h"
+#include "xml_text.h"
 
 namespace bulwark::lab {
 namespace {
@@ -870,32 +871,7 @@ std::string to_json(const Calibration& c) {
   return doc.dump(1, ' ', false, nlohmann::detail::error_handler_t::replace) + "\n";
 }
 
-namespace {
-
-std::string xml(const std::string& text) {
-  std::string out;
-  for (char ch : printable(text)) {
-    switch (ch) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += ch;
-    }
-  }
-  return out;
-}
-
-}  // namespace
+namespace {}  // namespace
 
 std::string to_svg(const Calibration& c) {
   // Per key: the latency distribution on a log axis (the trace's calls per bin), and the
@@ -907,8 +883,8 @@ std::string to_svg(const Calibration& c) {
   o << "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"" << kW << "\" height=\"" << height
     << "\" font-family=\"sans-serif\" font-size=\"11\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
-  o << "<text x=\"" << kLeft << "\" y=\"22\" font-size=\"14\">Latency of " << xml(c.source)
-    << ", with the proposed slow-call threshold and timeout</text>\n";
+  o << "<text x=\"" << kLeft << "\" y=\"22\" font-size=\"14\">Latency of "
+    << detail::xml_text(c.source) << ", with the proposed slow-call threshold and timeout</text>\n";
   double y0 = kTop;
   for (const KeyCalibration& k : c.keys) {
     const double lo =
@@ -919,8 +895,9 @@ std::string to_svg(const Calibration& c) {
       return kLeft + std::clamp((lv - lo) / std::max(hi - lo, 1e-9), 0.0, 1.0) * plot_w;
     };
     const double base = y0 + kPanel - 30, top = y0 + 20;
-    o << "<text x=\"" << kLeft << "\" y=\"" << y0 + 12 << "\">key " << xml(quote_for_error(k.key))
-      << ": " << rate_text(k.rate_per_s) << "/s, errors " << percent(k.error_rate) << "</text>\n";
+    o << "<text x=\"" << kLeft << "\" y=\"" << y0 + 12 << "\">key "
+      << detail::xml_text(quote_for_error(k.key)) << ": " << rate_text(k.rate_per_s)
+      << "/s, errors " << percent(k.error_rate) << "</text>\n";
     o << "<line x1=\"" << kLeft << "\" y1=\"" << base << "\" x2=\"" << kLeft + plot_w << "\" y2=\""
       << base << "\" stroke=\"#888\"/>\n";
     // The distribution as its percentiles: the fraction of calls at or below each.
@@ -935,7 +912,7 @@ std::string to_svg(const Calibration& c) {
       path += " L" + num(std::max(px, prev_x), 1) + "," + num(py, 1);
       prev_x = std::max(px, prev_x);
       o << "<text x=\"" << num(px, 1) << "\" y=\"" << num(py - 4, 1) << "\" fill=\"#1e63c4\">"
-        << labels[i] << " " << xml(show(marks[i])) << "</text>\n";
+        << labels[i] << " " << detail::xml_text(show(marks[i])) << "</text>\n";
     }
     o << "<path d=\"" << path << "\" fill=\"none\" stroke=\"#1e63c4\" stroke-width=\"2\"/>\n";
     Ticks slow = 0;
@@ -950,7 +927,7 @@ std::string to_svg(const Calibration& c) {
       o << "<line x1=\"" << num(px, 1) << "\" y1=\"" << top << "\" x2=\"" << num(px, 1)
         << "\" y2=\"" << base << "\" stroke=\"" << color << "\" stroke-dasharray=\"4 3\"/>\n";
       o << "<text x=\"" << num(px + 3, 1) << "\" y=\"" << base + 14 << "\" fill=\"" << color
-        << "\">" << xml(label) << "</text>\n";
+        << "\">" << detail::xml_text(label) << "</text>\n";
     };
     if (slow > 0) vline(slow, "#f0b400", "slow " + dur(slow));
     vline(k.timeout, "#c62828", "timeout " + dur(k.timeout));

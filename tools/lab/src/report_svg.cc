@@ -8,6 +8,7 @@
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/report.h"
+#include "xml_text.h"
 
 namespace bulwark::lab {
 namespace {
@@ -35,33 +36,6 @@ std::string num(double v) {
   std::string s = buf;
   if (s.size() > 2 && s.compare(s.size() - 2, 2, ".0") == 0) s.resize(s.size() - 2);
   return s;
-}
-
-// Text for the SVG: valid XML whatever the names hold. Control bytes and invalid UTF-8
-// (which XML 1.0 refuses, even as character references) are shown as \xNN, the way
-// the text report shows them; then the markup characters are escaped.
-std::string escape(const std::string& text) {
-  const std::string s = printable(text);
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        out += c;
-    }
-  }
-  return out;
 }
 
 // A round number >= v.
@@ -132,7 +106,7 @@ class Svg {
          << "\" font-family=\"Helvetica, Arial, sans-serif\" font-size=\"12\">\n";
     out_ << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
     const std::string title = r_.scenario.name.empty() ? "bulwark simulate" : r_.scenario.name;
-    text(kLeft, 22, escape(title), "font-size=\"16\" font-weight=\"bold\"");
+    text(kLeft, 22, detail::xml_text(title), "font-size=\"16\" font-weight=\"bold\"");
     legend(42);
     double y = kTop;
     for (const auto& c : r_.configurations) {
@@ -173,7 +147,7 @@ class Svg {
       } else {
         rect(lx, y - 10, 12, 12, color);
       }
-      text(lx + (is_line ? 22 : 16), y, escape(label));
+      text(lx + (is_line ? 22 : 16), y, detail::xml_text(label));
       lx += 30 + 6.5 * static_cast<double>(label.size());
     };
     item(kBusy, "caller workers busy", true);
@@ -213,7 +187,7 @@ class Svg {
       text(kLeft - 7, ty + 4, group_thousands(static_cast<std::uint64_t>(f * max)),
            "text-anchor=\"end\" fill=\"#333\"");
     }
-    text(14, top + h / 2, escape(label),
+    text(14, top + h / 2, detail::xml_text(label),
          "text-anchor=\"middle\" fill=\"#333\" transform=\"rotate(-90 14 " + num(top + h / 2) +
              ")\"");
   }
@@ -241,7 +215,7 @@ class Svg {
   void levels(const ConfigurationResult& c, double top) {
     degraded_shade(top, kLinesHeight);
     if (const auto from = r_.scenario.degraded_from()) {
-      text(x(*from) + 5, top + 13, escape(r_.scenario.dependency.name + " degraded"),
+      text(x(*from) + 5, top + 13, detail::xml_text(r_.scenario.dependency.name + " degraded"),
            "fill=\"#c62828\" font-size=\"10\"");
     }
     value_axis(top, kLinesHeight, level_max_, "busy / in flight");
@@ -322,7 +296,7 @@ class Svg {
                            group_thousands(c.peak_in_flight);
     if (c.time_to_open)
       headline += ", breaker open " + format_readable(*c.time_to_open) + " after the degradation";
-    text(kLeft, y + 14, escape(headline), "font-size=\"13\" font-weight=\"bold\"");
+    text(kLeft, y + 14, detail::xml_text(headline), "font-size=\"13\" font-weight=\"bold\"");
     const double band_y = y + 22;
     state_band(c, band_y);
     const double lines_top = band_y + kBand + 8;
