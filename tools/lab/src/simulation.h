@@ -1,0 +1,633 @@
+// The lab's discrete-event simulation of one caller instance (simulate.h describes
+// the model). Private to the lab: simulate.cc runs one per configuration, and a
+// caller that interleaves several in one virtual time (a fleet of instances) drives
+// each through start() / next_time() / process_next() / finish().
+
+#ifndef BULWARK_LAB_SRC_SIMULATION_H_
+#define BULWARK_LAB_SRC_SIMULATION_H_
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <numbers>
+#include <optional>
+#include <queue>
+#include <utility>
+#include <vector>
+
+#include "breakers.h"
+#include "bulwark/backoff.h"
+#include "bulwark/bulkhead.h"
+#include "bulwark/lab/duration.h"
+#include "bulwark/lab/input_error.h"
+#include "bulwark/lab/simulate.h"
+#include "bulwark/retry.h"
+#include "bulwark/retry_budget.h"
+
+namespace bulwark::lab::detail {
+
+inline constexpr Ticks kSecond = 1'000'000'000;
+inline constexpr Ticks kMaxLatency = 24 * 3600 * kSecond;
+
+inline double unit_interval(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+
+// The draws of request `index`'s attempt `attempt`: the same in every configuration.
+inline SplitMix64 draws_for(std::uint64_t seed, std::uint64_t index, std::uint32_t attempt) {
+  SplitMix64 mix(seed ^ 0x6C62272E07BB0142ull);
+  const std::uint64_t a = mix() ^ (index * 0x9E3779B97F4A7C15ull);
+  SplitMix64 g(a + attempt * 0xD1B54A32D192ED03ull);
+  return SplitMix64(g());
+}
+
+inline Nanos sample(const Latency& l, SplitMix64& g) {
+  double ns = 0;
+  switch (l.distribution) {
+    case Latency::Distribution::constant:
+      return l.value;
+    case Latency::Distribution::uniform:
+      ns = static_cast<double>(l.min.count()) +
+           unit_interval(g()) * static_cast<double>((l.max - l.min).count());
+      break;
+    case Latency::Distribution::exponential:
+      ns = -static_cast<double>(l.mean.count()) * std::log1p(-unit_interval(g()));
+      break;
+    case Latency::Distribution::lognormal: {
+      // Box-Muller; u1 in (0, 1] so the log is finite.
+      const double u1 = 1.0 - unit_interval(g());
+      const double u2 = unit_interval(g());
+      const double z = std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
+      ns = static_cast<double>(l.median.count()) * std::exp(l.sigma * z);
+      break;
+    }
+  }
+  if (!(ns > 0)) return Nanos::zero();
+  if (ns >= static_cast<double>(kMaxLatency)) return Nanos(kMaxLatency);
+  return Nanos(static_cast<Ticks>(ns));
+}
+
+// Page latencies in log-linear buckets of microseconds (128 per power of two: under
+// 1 % error), so memory does not grow with the number of pages.
+class Histogram {
+ public:
+  void add(Nanos d) {
+    const auto us = static_cast<std::uint64_t>(std::max<Ticks>(0, d.count()) / 1000);
+    const std::size_t i = index(us);
+    if (i >= counts_.size()) counts_.resize(i + 1, 0);
+    ++counts_[i];
+    ++n_;
+    min_ = std::min(min_, d);
+    max_ = std::max(max_, d);
+  }
+
+  // The q-quantile: the middle of its bucket, clamped to what was observed.
+  Nanos quantile(double q) const {
+    if (n_ == 0) return Nanos::zero();
+    const auto rank = std::max<std::uint64_t>(
+        1, static_cast<std::uint64_t>(std::ceil(q * static_cast<double>(n_))));
+    std::uint64_t seen = 0;
+    for (std::size_t i = 0; i < counts_.size(); ++i) {
+      seen += counts_[i];
+      if (seen >= rank) {
+        const auto [lo, width] = bucket(i);
+        const Nanos mid(static_cast<Ticks>((lo + width / 2) * 1000));
+        return std::clamp(mid, min_, max_);
+      }
+    }
+    return max_;
+  }
+  Nanos max() const { return n_ == 0 ? Nanos::zero() : max_; }
+
+ private:
+  static constexpr unsigned kSubBits = 7;
+  static constexpr std::uint64_t kSub = 1u << kSubBits;
+  static std::size_t index(std::uint64_t v) {
+    if (v < kSub) return static_cast<std::size_t>(v);
+    const unsigned e = static_cast<unsigned>(std::bit_width(v)) - kSubBits - 1;
+    return static_cast<std::size_t>(kSub + e * kSub + ((v >> e) - kSub));
+  }
+  static std::pair<std::uint64_t, std::uint64_t> bucket(std::size_t i) {
+    if (i < kSub) return {i, 1};
+    const std::uint64_t e = (i - kSub) / kSub;
+    const std::uint64_t m = (i - kSub) % kSub + kSub;
+    return {m << e, std::uint64_t{1} << e};
+  }
+
+  std::vector<std::uint64_t> counts_;
+  std::uint64_t n_ = 0;
+  Nanos min_ = Nanos::max();
+  Nanos max_ = Nanos::min();
+};
+
+// Stands in for a breaker in configurations without one.
+struct NoBreaker {
+  struct Permit {
+    void record(Outcome, Nanos) noexcept {}
+  };
+};
+
+enum class PageResult : std::uint8_t { full, degraded, failed };
+
+template <class B>
+class Simulation {
+  static constexpr bool kHasBreaker = !std::is_same_v<B, NoBreaker>;
+  using Permit = typename B::Permit;
+  using Bulkhead = BasicBulkhead<ManualClock>;
+  using Budget = BasicRetryBudget<ManualClock>;
+
+ public:
+  Simulation(const Scenario& scenario, const ResilienceConfig& config,
+             const SimulateOptions& options)
+      : scenario_(scenario), config_(config), step_(options.timeline_step.count()) {
+    result_.name = config.name;
+    if (config.breaker) result_.alert_when_open_for = config.alert_when_open_for;
+    if constexpr (kHasBreaker) {
+      typename B::Policy policy(config.breaker->as<typename B::Config>(), clock_);
+      // The report covers the scenario's duration: not what pages finishing after it do.
+      policy.on_transition([this](const TransitionEvent& e) {
+        if (!draining_) result_.transitions.push_back({Nanos(e.at), e.from, e.to, e.reason});
+      });
+      breaker_ = std::make_unique<B>(policy);
+      result_.has_breaker = true;
+    }
+    if (config.bulkhead) bulkhead_.emplace(*config.bulkhead, clock_);
+    if (config.retry) {
+      RetryConfig rc = config.retry->config;
+      // A fresh generator per run: the same scenario always simulates the same way.
+      auto rng = std::make_shared<SplitMix64>(config.retry->random_seed);
+      rc.random = [rng] { return (*rng)(); };
+      retry_.emplace(std::move(rc));
+      if (config.retry_budget) budget_.emplace(*config.retry_budget, clock_);
+    }
+    arrivals_rng_ = SplitMix64(scenario.seed ^ 0x243F6A8885A308D3ull);
+    result_.timeline.push_back(TimelineStep{});
+  }
+
+  // The whole run: start(), process_next() while next_time() <= end(), finish().
+  ConfigurationResult run() {
+    start();
+    while (next_time() <= end()) process_next();
+    return finish();
+  }
+
+  // Driving the run one event at a time, for a caller that interleaves several
+  // simulations in one virtual time (the fleet's instances).
+  void start() { schedule_next_arrival(); }
+  Ticks end() const { return scenario_.duration.count(); }
+  // The next event's time; Ticks max when none is left.
+  Ticks next_time() const {
+    return events_.empty() ? std::numeric_limits<Ticks>::max() : events_.top().t;
+  }
+  // Processes the next event (next_time() <= end()).
+  void process_next() {
+    const Event e = events_.top();
+    events_.pop();
+    advance_timeline(e.t);
+    clock_.set(Nanos(e.t));
+    dispatch(e);
+  }
+  // Moves the clock (and the timeline) to `t` without an event: t >= the last event's
+  // time and <= next_time(). For work the caller does between events at `t`.
+  void advance_to(Ticks t) {
+    advance_timeline(t);
+    clock_.set(Nanos(t));
+  }
+  ConfigurationResult finish() {
+    const Ticks end = this->end();
+    advance_timeline(end);
+    close_step();
+    if (result_.timeline.back().start.count() >= end && result_.timeline.size() > 1) {
+      result_.timeline.pop_back();  // a step that would start exactly at the end
+    }
+    // No arrival comes after the end; the pages in progress finish (their counts go to
+    // the totals, not to the timeline), so every request is accounted for.
+    draining_ = true;
+    while (!events_.empty()) {
+      const Event e = events_.top();
+      events_.pop();
+      clock_.set(Nanos(e.t));
+      dispatch(e);
+    }
+    result_.p50 = latency_.quantile(0.50);
+    result_.p99 = latency_.quantile(0.99);
+    result_.max = latency_.max();
+    summarize_breaker(end);
+    // Permits go back before the objects they came from (none is left after draining,
+    // but a request's members must never outlive the breaker or bulkhead).
+    requests_.clear();
+    return std::move(result_);
+  }
+
+  // The instance's breaker (nullptr without one) and clock, for the caller to attach
+  // to other objects (a fleet) that must see the same virtual time.
+  B* breaker() const noexcept {
+    if constexpr (kHasBreaker) {
+      return breaker_.get();
+    } else {
+      return nullptr;
+    }
+  }
+  ManualClock& clock() noexcept { return clock_; }
+
+ private:
+  enum class Kind : std::uint8_t { arrival, attempt_done, retry, wait_expired, page_done };
+
+  struct Event {
+    Ticks t;
+    std::uint64_t seq;
+    std::uint32_t req;
+    std::uint32_t gen;
+    Kind kind;
+    bool failed = false;
+    bool timed_out = false;
+    PageResult result = PageResult::full;
+  };
+  // Time order; at equal times everything else before arrivals (as in replay: a call
+  // that ends at t frees its worker, slot and permit for a request arriving at t).
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const {
+      if (a.t != b.t) return a.t > b.t;
+      const bool a_arrives = a.kind == Kind::arrival, b_arrives = b.kind == Kind::arrival;
+      if (a_arrives != b_arrives) return a_arrives;
+      return a.seq > b.seq;
+    }
+  };
+
+  struct Request {
+    Ticks arrived = 0;
+    Ticks admitted = 0;  // breaker admission: the whole call's duration starts here
+    Ticks attempt_started = 0;
+    std::uint64_t index = 0;
+    Nanos previous_delay = Nanos::zero();
+    std::uint32_t attempts = 0;
+    std::uint32_t gen = 0;
+    bool waiting = false;  // for a bulkhead slot
+    bool active = false;
+    std::optional<Permit> permit;
+    std::optional<typename Bulkhead::Permit> slot;
+    std::optional<typename Budget::Ticket> ticket;
+  };
+
+  struct Waiter {
+    std::uint32_t req;
+    std::uint32_t gen;
+  };
+
+  void dispatch(const Event& e) {
+    switch (e.kind) {
+      case Kind::arrival:
+        on_arrival(e.t);
+        break;
+      case Kind::attempt_done:
+        if (live(e)) on_attempt_done(e);
+        break;
+      case Kind::retry:
+        if (live(e)) start_attempt(e.req, e.t);
+        break;
+      case Kind::wait_expired:
+        if (live(e) && requests_[e.req].waiting) {
+          requests_[e.req].waiting = false;
+          finish(e.req, e.t, Reason::bulkhead_full);
+        }
+        break;
+      case Kind::page_done:
+        if (live(e)) page_done(e.req, e.t, e.result);
+        break;
+    }
+  }
+
+  bool live(const Event& e) const {
+    const Request& r = requests_[e.req];
+    return r.active && r.gen == e.gen;
+  }
+
+  void push(Ticks t, std::uint32_t req, Kind kind, bool failed = false, bool timed_out = false,
+            PageResult result = PageResult::full) {
+    const std::uint32_t gen = kind == Kind::arrival ? 0 : requests_[req].gen;
+    events_.push(Event{t, seq_++, req, gen, kind, failed, timed_out, result});
+  }
+
+  // ---- timeline ----------------------------------------------------------------
+
+  // The current timeline step; after the end, a scratch step nobody reads.
+  TimelineStep& step() { return draining_ ? scratch_ : result_.timeline.back(); }
+
+  void close_step() {
+    if constexpr (kHasBreaker) result_.timeline.back().state = breaker_->state();
+  }
+
+  void advance_timeline(Ticks t) {
+    while (t >= result_.timeline.back().start.count() + step_) {
+      close_step();
+      if (result_.timeline.size() >= kMaxSteps) return;
+      TimelineStep next;
+      next.start = result_.timeline.back().start + Nanos(step_);
+      next.peak_in_flight = in_flight_;
+      next.peak_busy = busy_;
+      result_.timeline.push_back(next);
+    }
+  }
+
+  void note_levels() {
+    step().peak_in_flight = std::max(step().peak_in_flight, in_flight_);
+    step().peak_busy = std::max(step().peak_busy, busy_);
+    result_.peak_in_flight = std::max(result_.peak_in_flight, in_flight_);
+    result_.peak_busy = std::max(result_.peak_busy, busy_);
+  }
+
+  // ---- the request's way ---------------------------------------------------------
+
+  void schedule_next_arrival() {
+    const double rate = scenario_.arrivals.rate;
+    double at = 0;
+    if (scenario_.arrivals.process == ArrivalProcess::constant) {
+      at = static_cast<double>(arrival_index_) * 1e9 / rate;
+    } else {
+      next_poisson_ += -std::log1p(-unit_interval(arrivals_rng_())) * 1e9 / rate;
+      at = next_poisson_;
+    }
+    if (at >= static_cast<double>(scenario_.duration.count())) return;
+    push(static_cast<Ticks>(at), 0, Kind::arrival);
+  }
+
+  void on_arrival(Ticks t) {
+    const std::uint64_t index = arrival_index_++;
+    schedule_next_arrival();
+    ++result_.requests;
+    ++step().arrivals;
+    if (busy_ >= scenario_.caller.workers) {
+      ++result_.lost;
+      ++step().lost;
+      return;
+    }
+    ++busy_;
+    note_levels();
+    const std::uint32_t id = allocate();
+    Request& r = requests_[id];
+    r.arrived = t;
+    r.index = index;
+    start_call(id, t);
+  }
+
+  void start_call(std::uint32_t id, Ticks t) {
+    Request& r = requests_[id];
+    if constexpr (kHasBreaker) {
+      auto p = breaker_->try_acquire();
+      if (!p) return finish(id, t, reason_of(p.error().reason));
+      r.permit.emplace(std::move(*p));
+      r.admitted = t;
+    }
+    if (bulkhead_) {
+      auto slot = bulkhead_->try_acquire();
+      if (!slot) {
+        if (bulkhead_->config().max_wait > Nanos::zero()) {
+          r.waiting = true;
+          waiters_.push_back({id, r.gen});
+          push(saturating_add(t, bulkhead_->config().max_wait.count()), id, Kind::wait_expired);
+          return;
+        }
+        return finish(id, t, Reason::bulkhead_full);  // the breaker permit is cancelled
+      }
+      r.slot.emplace(std::move(*slot));
+    }
+    begin_attempts(id, t);
+  }
+
+  void begin_attempts(std::uint32_t id, Ticks t) {
+    if (budget_) budget_->deposit();  // one per logical request
+    start_attempt(id, t);
+  }
+
+  void start_attempt(std::uint32_t id, Ticks t) {
+    Request& r = requests_[id];
+    if constexpr (kHasBreaker) {
+      if (config_.breaker_scope == BreakerScope::attempt && r.attempts > 0) {
+        auto p = breaker_->try_acquire();
+        if (!p) {
+          r.ticket.reset();  // the retry never starts: its token goes back
+          return finish(id, t, reason_of(p.error().reason));
+        }
+        r.permit.emplace(std::move(*p));
+      }
+    }
+    if (r.ticket) {
+      r.ticket->commit();
+      r.ticket.reset();
+    }
+    const std::uint32_t n = ++r.attempts;
+    if (n > 1) ++result_.retries;
+    const Phase& phase = phase_at(t);
+    SplitMix64 g = draws_for(scenario_.seed, r.index, n);
+    bool failed = unit_interval(g()) < phase.error_rate;
+    Nanos took = sample(phase.latency, g);
+    bool timed_out = false;
+    if (config_.timeout && took > *config_.timeout) {
+      took = *config_.timeout;
+      failed = true;
+      timed_out = true;
+    }
+    r.attempt_started = t;
+    ++in_flight_;
+    note_levels();
+    ++result_.calls;
+    ++step().calls;
+    if (phase.degraded) ++result_.calls_while_degraded;
+    push(saturating_add(t, took.count()), id, Kind::attempt_done, failed, timed_out);
+  }
+
+  void on_attempt_done(const Event& e) {
+    Request& r = requests_[e.req];
+    --in_flight_;
+    const Outcome outcome = e.failed ? Outcome::failure : Outcome::success;
+    if constexpr (kHasBreaker) {
+      if (config_.breaker_scope == BreakerScope::attempt && r.permit) {
+        r.permit->record(outcome, Nanos(e.t - r.attempt_started));
+        r.permit.reset();
+      }
+    }
+    if (!e.failed) return finish(e.req, e.t, std::nullopt);
+    const Reason own = e.timed_out ? Reason::timeout : Reason::call_error;
+    if (!retry_) return finish(e.req, e.t, own);
+    const std::uint64_t bits = retry_->needs_random() ? retry_->random_bits() : 0;
+    const RetryDecision d =
+        retry_->decide(r.attempts, r.previous_delay, std::nullopt, e.t, Deadline::never(), bits);
+    switch (d.verdict) {
+      case RetryDecision::Verdict::exhausted:
+        return finish(e.req, e.t, Reason::retries_exhausted);
+      case RetryDecision::Verdict::deadline_exceeded:
+        return finish(e.req, e.t, Reason::deadline_exceeded);
+      case RetryDecision::Verdict::retry:
+        break;
+    }
+    if (budget_) {
+      auto ticket = budget_->try_withdraw();
+      if (!ticket) return finish(e.req, e.t, Reason::budget_exhausted);
+      r.ticket.emplace(std::move(*ticket));  // spent while it waits; refunded if no retry
+    }
+    r.previous_delay = d.delay;
+    push(saturating_add(e.t, d.delay.count()), e.req, Kind::retry);
+  }
+
+  // The call is over: success (no reason) or a failure with its reason.
+  void finish(std::uint32_t id, Ticks t, std::optional<Reason> reason) {
+    Request& r = requests_[id];
+    if (r.permit) {
+      // Whole-call scope: the outcome of the last attempt, timed from admission. No
+      // attempt ran (the bulkhead said no): dropping the permit cancels it.
+      if (r.attempts > 0) {
+        r.permit->record(reason ? Outcome::failure : Outcome::success, Nanos(t - r.admitted));
+      }
+      r.permit.reset();
+    }
+    r.ticket.reset();
+    const bool freed = r.slot.has_value();
+    r.slot.reset();
+    PageResult result = PageResult::full;
+    if (reason) {
+      ++result_.reasons[static_cast<std::size_t>(*reason)];
+      result = config_.fallback && config_.fallback->contains(*reason) ? PageResult::degraded
+                                                                       : PageResult::failed;
+    }
+    if (scenario_.caller.work > Nanos::zero()) {
+      push(saturating_add(t, scenario_.caller.work.count()), id, Kind::page_done, false, false,
+           result);
+    } else {
+      page_done(id, t, result);
+    }
+    if (freed) grant_waiters(t);
+  }
+
+  // A slot came free: the longest waiter still waiting takes it.
+  void grant_waiters(Ticks t) {
+    while (!waiters_.empty()) {
+      const Waiter w = waiters_.front();
+      Request& r = requests_[w.req];
+      if (!r.active || r.gen != w.gen || !r.waiting) {
+        waiters_.pop_front();
+        continue;
+      }
+      auto slot = bulkhead_->try_acquire();
+      if (!slot) return;
+      waiters_.pop_front();
+      r.waiting = false;
+      r.slot.emplace(std::move(*slot));
+      begin_attempts(w.req, t);
+    }
+  }
+
+  void page_done(std::uint32_t id, Ticks t, PageResult result) {
+    Request& r = requests_[id];
+    --busy_;
+    latency_.add(Nanos(t - r.arrived));
+    switch (result) {
+      case PageResult::full:
+        ++result_.served_full, ++step().full;
+        break;
+      case PageResult::degraded:
+        ++result_.served_degraded, ++step().degraded;
+        break;
+      case PageResult::failed:
+        ++result_.failed, ++step().failed;
+        break;
+    }
+    release(id);
+  }
+
+  // ---- bookkeeping ---------------------------------------------------------------
+
+  std::uint32_t allocate() {
+    std::uint32_t id = 0;
+    if (!free_.empty()) {
+      id = free_.back();
+      free_.pop_back();
+    } else {
+      id = static_cast<std::uint32_t>(requests_.size());
+      requests_.emplace_back();
+    }
+    Request& r = requests_[id];
+    r.active = true;
+    r.attempts = 0;
+    r.previous_delay = Nanos::zero();
+    r.waiting = false;
+    return id;
+  }
+
+  void release(std::uint32_t id) {
+    Request& r = requests_[id];
+    r.active = false;
+    ++r.gen;  // events still queued for this use are now stale
+    free_.push_back(id);
+  }
+
+  const Phase& phase_at(Ticks t) const {
+    const auto& phases = scenario_.dependency.phases;
+    auto it = std::upper_bound(phases.begin(), phases.end(), t,
+                               [](Ticks v, const Phase& p) { return v < p.start.count(); });
+    return it == phases.begin() ? phases.front() : *std::prev(it);
+  }
+
+  void summarize_breaker(Ticks end) {
+    if (!result_.has_breaker) return;
+    const std::optional<Nanos> degraded = scenario_.degraded_from();
+    // Stretches away from CLOSED (plain values: GCC 12 misjudges an optional here).
+    bool away = false;
+    Nanos away_since = Nanos::zero();
+    auto close_stretch = [&](Nanos until) {
+      if (!away) return;
+      const Nanos length = until - away_since;
+      result_.longest_open = std::max(result_.longest_open, length);
+      if (config_.alert_when_open_for && !result_.alert_at &&
+          length >= *config_.alert_when_open_for)
+        result_.alert_at = away_since + *config_.alert_when_open_for;
+      away = false;
+    };
+    for (const BreakerTransition& tr : result_.transitions) {
+      const bool opened = tr.to == State::open || tr.to == State::forced_open;
+      // As the breaker's own `opens` counts: every opening, reopenings after a failed
+      // probe included.
+      if (opened && tr.from != State::open && tr.from != State::forced_open) ++result_.opens;
+      if (opened && degraded && tr.at >= *degraded && !result_.time_to_open) {
+        result_.time_to_open = tr.at - *degraded;
+      }
+      if (tr.from == State::closed && tr.to != State::closed) away = true, away_since = tr.at;
+      if (tr.to == State::closed) close_stretch(tr.at);
+    }
+    close_stretch(Nanos(end));
+  }
+
+  static constexpr std::size_t kMaxSteps = 1'000'000;
+
+  const Scenario& scenario_;
+  const ResilienceConfig& config_;
+  const Ticks step_;
+
+  // The library objects first: requests hold permits on them and go before them.
+  ManualClock clock_;
+  std::unique_ptr<B> breaker_;
+  std::optional<Bulkhead> bulkhead_;
+  std::optional<RetryPolicy> retry_;
+  std::optional<Budget> budget_;
+
+  ConfigurationResult result_;
+  std::priority_queue<Event, std::vector<Event>, Later> events_;
+  std::deque<Request> requests_;
+  std::vector<std::uint32_t> free_;
+  std::deque<Waiter> waiters_;
+  Histogram latency_;
+  TimelineStep scratch_;
+  bool draining_ = false;
+  SplitMix64 arrivals_rng_{0};
+  double next_poisson_ = 0;
+  std::uint64_t arrival_index_ = 0;
+  std::uint64_t seq_ = 0;
+  std::uint32_t in_flight_ = 0;
+  std::uint32_t busy_ = 0;
+};
+
+}  // namespace bulwark::lab::detail
+
+#endif  // BULWARK_LAB_SRC_SIMULATION_H_
