@@ -34,7 +34,9 @@ namespace bulwark::lab::detail {
 inline constexpr Ticks kSecond = 1'000'000'000;
 inline constexpr Ticks kMaxLatency = 24 * 3600 * kSecond;
 
-inline double unit_interval(std::uint64_t bits) { return static_cast<double>(bits >> 11) * 0x1.0p-53; }
+inline double unit_interval(std::uint64_t bits) {
+  return static_cast<double>(bits >> 11) * 0x1.0p-53;
+}
 
 // The draws of request `index`'s attempt `attempt`: the same in every configuration.
 inline SplitMix64 draws_for(std::uint64_t seed, std::uint64_t index, std::uint32_t attempt) {
