@@ -9,13 +9,16 @@
 #include <atomic>
 #include <chrono>
 #include <set>
+#include <sstream>
 #include <stop_token>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bulwark/config_error.h"
 #include "bulwark/http/client.h"
 #include "bulwark/http/retry_after.h"
+#include "bulwark/prometheus.h"
 #include "upstream.h"
 
 namespace bulwark::http {
@@ -53,6 +56,33 @@ TEST(HttpClient, GetRetriesTwo503sThenSucceeds) {
   EXPECT_EQ(r->body, "ok");
   EXPECT_EQ(up.requests(), 3);
   EXPECT_EQ(client.stats().attempts, 3u);
+}
+
+TEST(HttpClient, MetricsExposeTheHostsPoliciesAndTheClientsCounters) {
+  Upstream up(
+      [](int n, const httplib::Request&, httplib::Response& res) { fail_first(1, n, res); });
+  Client client(quick());
+  ASSERT_TRUE(client.get(up.url("/a")));  // 503, then 200
+  ASSERT_TRUE(client.get(up.url("/b")));
+  std::ostringstream out;
+  client.write_metrics(out);
+  const std::string text = out.str();
+  const std::string key = "name=\"test\",key=\"" + up.url("");  // the host: scheme://host:port
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("bulwark_circuitbreaker_calls_total{" + key + "\",kind=\"successful\"} 2"))
+      << text;
+  EXPECT_TRUE(has("bulwark_retry_retries_total{" + key + "\"} 1")) << text;
+  EXPECT_TRUE(has("bulwark_bulkhead_max_allowed_concurrent_calls{" + key + "\"} 64")) << text;
+  EXPECT_TRUE(has("bulwark_http_client_requests_total{client=\"test\"} 2")) << text;
+  EXPECT_TRUE(has("bulwark_http_client_attempts_total{client=\"test\"} 3")) << text;
+  EXPECT_TRUE(has("bulwark_http_client_hostile_retry_after_total{client=\"test\"} 0")) << text;
+
+  std::ostringstream prefixed;
+  client.write_metrics(prefixed, prometheus::ExpositionOptions{.prefix = "svc"});
+  EXPECT_NE(prefixed.str().find("\nsvc_http_client_requests_total{client=\"test\"} 2\n"),
+            std::string::npos);
+  EXPECT_THROW(client.write_metrics(prefixed, prometheus::ExpositionOptions{.prefix = "1 bad"}),
+               InvalidConfig);
 }
 
 TEST(HttpClient, PostWithMadeKeyRetriesWithTheSameKey) {

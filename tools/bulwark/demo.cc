@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
@@ -36,6 +37,7 @@ class Upstream {
     server_.set_tcp_nodelay(true);
     server_.set_keep_alive_max_count(1000000);
     server_.Get("/reviews", [this](const httplib::Request&, httplib::Response& res) {
+      if (degraded_.load()) ++degraded_requests_;
       const int now = ++in_flight_;
       int peak = peak_.load();
       while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
@@ -58,7 +60,14 @@ class Upstream {
   }
   bool ok() const { return port_ > 0; }
   std::string url() const { return "http://127.0.0.1:" + std::to_string(port_) + "/reviews"; }
-  void set_latency(milliseconds d) { latency_ms_ = static_cast<int>(d.count()); }
+  // From now on, answer after `d`; requests received while `degraded` are counted.
+  void set_latency(milliseconds d, bool degraded) {
+    latency_ms_ = static_cast<int>(d.count());
+    degraded_ = degraded;
+  }
+  int take_degraded_requests() { return degraded_requests_.exchange(0); }
+  // The scenario is over (pages still queued are served late): stop counting.
+  void stop_counting() { degraded_ = false; }
   int in_flight() const { return in_flight_.load(); }
   int take_peak() { return peak_.exchange(0); }
 
@@ -67,6 +76,8 @@ class Upstream {
   int port_ = 0;
   std::thread thread_;
   std::atomic<int> latency_ms_{12};
+  std::atomic<bool> degraded_{false};
+  std::atomic<int> degraded_requests_{0};
   std::atomic<int> in_flight_{0};
   std::atomic<int> peak_{0};
 };
@@ -74,26 +85,36 @@ class Upstream {
 struct Result {
   std::string name;
   int pages = 0, full = 0, degraded = 0, lost = 0;
-  int peak_in_flight = 0;      // the caller's calls in flight at once
-  int peak_upstream_busy = 0;  // requests the upstream was working on at once
-  std::optional<double> time_to_open_s;
+  int peak_in_flight = 0;        // the caller's calls in flight at once
+  int peak_upstream_busy = 0;    // requests the upstream was working on at once
+  int calls_while_degraded = 0;  // requests the upstream got while slow
+  std::optional<double> time_to_open_ms;
   double p50_ms = 0, p99_ms = 0;
 };
 
+// The two configurations, shared by the live run and the lab's prediction.
+constexpr milliseconds kBeforeTimeout{5000};
+constexpr milliseconds kAfterTimeout{80};
+constexpr std::uint32_t kAfterBulkhead = 8;
+
 // The "after" breaker: slow-call and failure rates over the last 20 calls.
-http::Config after_config(const DemoOptions&) {
+CountWindowConfig after_breaker() {
+  return {.name = "reviews",
+          .window = {.size = 20},
+          .minimum_calls = 10,
+          .failure_rate = 0.5,
+          .slow_call_rate = 0.5,
+          .slow_call_duration = milliseconds(40),
+          .open_duration = milliseconds(2000)};
+}
+
+http::Config after_config() {
   http::Config c;
   c.name = "reviews-after";
-  c.breaker = {.name = "reviews",
-               .window = {.size = 20},
-               .minimum_calls = 10,
-               .failure_rate = 0.5,
-               .slow_call_rate = 0.5,
-               .slow_call_duration = milliseconds(40),
-               .open_duration = milliseconds(2000)};
-  c.bulkhead = {.name = "reviews", .max_concurrent = 8};
+  c.breaker = after_breaker();
+  c.bulkhead = {.name = "reviews", .max_concurrent = kAfterBulkhead};
   c.retry = RetryConfig{.name = "reviews", .max_attempts = 1};
-  c.default_timeout = milliseconds(80);
+  c.default_timeout = kAfterTimeout;
   return c;
 }
 
@@ -103,7 +124,7 @@ http::Config before_config() {
   c.breaker = {.name = "reviews", .consecutive_failures = 65535, .open_duration = milliseconds(1)};
   c.bulkhead = {.name = "reviews", .max_concurrent = 100000};
   c.retry = RetryConfig{.name = "reviews", .max_attempts = 1};
-  c.default_timeout = std::chrono::seconds(5);
+  c.default_timeout = kBeforeTimeout;
   return c;
 }
 
@@ -116,8 +137,9 @@ double percentile(std::vector<double>& v, double q) {
 
 Result run_phase(const std::string& name, const http::Config& config, bool fallback, Upstream& up,
                  const DemoOptions& o) {
-  up.set_latency(o.fast_latency);
+  up.set_latency(o.fast_latency, false);
   up.take_peak();
+  up.take_degraded_requests();
   http::Client client(config);
   const std::string url = up.url();
   const bool tty = isatty(STDERR_FILENO) != 0;
@@ -180,7 +202,7 @@ Result run_phase(const std::string& name, const http::Config& config, bool fallb
     std::this_thread::sleep_until(next);
     const auto now = Clock::now();
     if (!degraded_now && now >= degrade_at) {
-      up.set_latency(o.slow_latency);
+      up.set_latency(o.slow_latency, true);
       degraded_now = true;
     }
     {
@@ -190,7 +212,7 @@ Result run_phase(const std::string& name, const http::Config& config, bool fallb
     cv.notify_one();
     ++pages;
     if (degraded_now && !opened && breaker != nullptr && breaker->state() == State::open)
-      opened = std::chrono::duration<double>(now - degrade_at).count();
+      opened = std::chrono::duration<double, std::milli>(now - degrade_at).count();
     if (tty && now >= next_progress) {
       std::fprintf(stderr,
                    "\r[%-6s] t=%5.1fs %s pages %4d full %4d degraded %4d lost %4d in flight %3d  ",
@@ -201,6 +223,7 @@ Result run_phase(const std::string& name, const http::Config& config, bool fallb
     }
     next += period;
   }
+  up.stop_counting();
   {
     std::lock_guard lock(mu);
     done = true;
@@ -217,13 +240,80 @@ Result run_phase(const std::string& name, const http::Config& config, bool fallb
   r.lost = lost;
   r.peak_in_flight = peak_in_flight.load();
   r.peak_upstream_busy = up.take_peak();
-  r.time_to_open_s = opened;
+  r.calls_while_degraded = up.take_degraded_requests();
+  r.time_to_open_ms = opened;
   r.p50_ms = percentile(latencies, 0.50);
   r.p99_ms = percentile(latencies, 0.99);
   return r;
 }
 
+std::string fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+std::string count(std::uint64_t v) { return std::to_string(v); }
+
 }  // namespace
+
+lab::Scenario demo_scenario(const DemoOptions& o) {
+  lab::Scenario s;
+  s.name = "bulwark demo";
+  s.description = "The hotel-reviews incident at the scale of bulwark demo.";
+  s.source = "bulwark demo";
+  s.duration = o.healthy + o.degraded;
+  s.arrivals = {.process = lab::ArrivalProcess::constant, .rate = o.rate};
+  s.caller = {.workers = static_cast<std::uint32_t>(o.workers), .work = Nanos::zero()};
+  s.dependency.name = "reviews";
+  using Latency = lab::Latency;
+  s.dependency.phases = {
+      {.name = "fast",
+       .start = Nanos::zero(),
+       .latency = {.distribution = Latency::Distribution::constant, .value = o.fast_latency}},
+      {.name = "slow, no errors",
+       .start = o.healthy,
+       .latency = {.distribution = Latency::Distribution::constant, .value = o.slow_latency},
+       .degraded = true},
+  };
+  lab::ResilienceConfig before;
+  before.name = "before";
+  before.timeout = kBeforeTimeout;
+  lab::ResilienceConfig after;
+  after.name = "after";
+  after.timeout = kAfterTimeout;
+  after.breaker = lab::BreakerSpec(after_breaker());
+  after.bulkhead = BulkheadConfig{.name = "reviews", .max_concurrent = kAfterBulkhead};
+  after.fallback = Reasons::all();
+  s.configurations = {before, after};
+  return s;
+}
+
+std::vector<DemoComparison> compare_with_prediction(const std::string& configuration,
+                                                    const DemoMeasurement& m,
+                                                    const lab::ConfigurationResult& p,
+                                                    const DemoTolerance& t) {
+  auto counted = [&](const char* figure, std::uint64_t measured, std::uint64_t predicted) {
+    const double a = static_cast<double>(measured), b = static_cast<double>(predicted);
+    const double allowed = std::max(t.relative * b, t.absolute);
+    return DemoComparison{configuration, figure, a, b, std::abs(a - b) <= allowed};
+  };
+  std::vector<DemoComparison> rows;
+  rows.push_back(counted("calls while degraded", m.calls_while_degraded, p.calls_while_degraded));
+  if (p.served_degraded > 0 || m.served_degraded > 0)
+    rows.push_back(counted("pages degraded", m.served_degraded, p.served_degraded));
+  if (p.has_breaker) {
+    std::optional<double> predicted;
+    if (p.time_to_open) {
+      predicted = std::chrono::duration<double, std::milli>(*p.time_to_open).count();
+    }
+    const bool within = m.time_to_open_ms && predicted
+                            ? std::abs(*m.time_to_open_ms - *predicted) <= t.open_ms
+                            : m.time_to_open_ms.has_value() == predicted.has_value();
+    rows.push_back({configuration, "time to open", m.time_to_open_ms, predicted, within});
+  }
+  return rows;
+}
 
 int run_demo(const DemoOptions& o, std::ostream& out) {
   Upstream up;
@@ -241,34 +331,96 @@ int run_demo(const DemoOptions& o, std::ostream& out) {
       << "          bulkhead 8, fallback: the page without reviews\n\n";
   out.flush();
   const Result before = run_phase("before", before_config(), false, up, o);
-  const Result after = run_phase("after", after_config(o), true, up, o);
+  const Result after = run_phase("after", after_config(), true, up, o);
+  // The same scenario in virtual time (a fraction of a second).
+  const lab::SimulationResult sim = lab::simulate(demo_scenario(o));
+  const lab::ConfigurationResult& sim_before = sim.configurations.at(0);
+  const lab::ConfigurationResult& sim_after = sim.configurations.at(1);
 
-  auto row = [&](const std::string& label, auto get) {
-    out << "  " << std::left << std::setw(26) << label << std::right << std::setw(12) << get(before)
-        << std::setw(12) << get(after) << "\n";
+  auto row = [&](const std::string& label, auto measured, auto predicted) {
+    out << "  " << std::left << std::setw(24) << label << std::right << std::setw(11)
+        << measured(before) << std::setw(11) << measured(after) << std::setw(13)
+        << predicted(sim_before) << std::setw(11) << predicted(sim_after) << "\n";
   };
-  out << "  " << std::left << std::setw(26) << "" << std::right << std::setw(12) << "before"
-      << std::setw(12) << "after"
+  using Sim = lab::ConfigurationResult;
+  out << "  " << std::left << std::setw(24) << "" << std::right << std::setw(22) << "measured"
+      << std::setw(24) << "bulwark simulate\n";
+  out << "  " << std::left << std::setw(24) << "" << std::right << std::setw(11) << "before"
+      << std::setw(11) << "after" << std::setw(13) << "before" << std::setw(11) << "after"
       << "\n";
-  row("pages requested", [](const Result& r) { return std::to_string(r.pages); });
-  row("served fully", [](const Result& r) { return std::to_string(r.full); });
-  row("served degraded", [](const Result& r) { return std::to_string(r.degraded); });
-  row("lost", [](const Result& r) { return std::to_string(r.lost); });
-  row("peak calls in flight", [](const Result& r) { return std::to_string(r.peak_in_flight); });
-  row("peak upstream busy", [](const Result& r) { return std::to_string(r.peak_upstream_busy); });
-  row("time to open", [](const Result& r) {
-    if (!r.time_to_open_s) return std::string("never");
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(2) << *r.time_to_open_s << " s";
-    return s.str();
-  });
-  auto ms = [](double v) {
-    std::ostringstream s;
-    s << std::fixed << std::setprecision(1) << v << " ms";
-    return s.str();
+  row(
+      "pages requested", [](const Result& r) { return count(r.pages); },
+      [](const Sim& r) { return count(r.requests); });
+  row(
+      "served fully", [](const Result& r) { return count(r.full); },
+      [](const Sim& r) { return count(r.served_full); });
+  row(
+      "served degraded", [](const Result& r) { return count(r.degraded); },
+      [](const Sim& r) { return count(r.served_degraded); });
+  row(
+      "lost", [](const Result& r) { return count(r.lost); },
+      [](const Sim& r) { return count(r.lost + r.failed); });
+  row(
+      "calls while degraded", [](const Result& r) { return count(r.calls_while_degraded); },
+      [](const Sim& r) { return count(r.calls_while_degraded); });
+  row(
+      "peak calls in flight", [](const Result& r) { return count(r.peak_in_flight); },
+      [](const Sim& r) { return count(r.peak_in_flight); });
+  row(
+      "peak upstream busy", [](const Result& r) { return count(r.peak_upstream_busy); },
+      [](const Sim&) { return std::string("-"); });
+  row(
+      "time to open",
+      [](const Result& r) {
+        return r.time_to_open_ms ? fixed(*r.time_to_open_ms / 1000, 2) + " s"
+                                 : std::string("never");
+      },
+      [](const Sim& r) {
+        if (!r.has_breaker) return std::string("never");
+        if (!r.time_to_open) return std::string("never");
+        return fixed(std::chrono::duration<double>(*r.time_to_open).count(), 2) + " s";
+      });
+  row(
+      "page p50 (served)", [](const Result& r) { return fixed(r.p50_ms, 1) + " ms"; },
+      [](const Sim& r) {
+        return fixed(std::chrono::duration<double, std::milli>(r.p50).count(), 1) + " ms";
+      });
+  row(
+      "page p99 (served)", [](const Result& r) { return fixed(r.p99_ms, 1) + " ms"; },
+      [](const Sim& r) {
+        return fixed(std::chrono::duration<double, std::milli>(r.p99).count(), 1) + " ms";
+      });
+
+  // The figures that do not depend on how long a page may wait for a worker (the lab
+  // loses it at once), held to the tolerance.
+  const DemoTolerance& t = kDemoTolerance;
+  out << "\n  measured vs predicted (within " << fixed(t.relative * 100, 0) << " % or "
+      << fixed(t.absolute, 0) << "; time to open within " << fixed(t.open_ms, 0) << " ms):\n";
+  auto measurement = [](const Result& r) {
+    return DemoMeasurement{
+        .calls_while_degraded = static_cast<std::uint64_t>(r.calls_while_degraded),
+        .served_degraded = static_cast<std::uint64_t>(r.degraded),
+        .time_to_open_ms = r.time_to_open_ms};
   };
-  row("page p50 (served)", [&](const Result& r) { return ms(r.p50_ms); });
-  row("page p99 (served)", [&](const Result& r) { return ms(r.p99_ms); });
+  std::vector<DemoComparison> rows =
+      compare_with_prediction("before", measurement(before), sim_before, t);
+  for (auto& c : compare_with_prediction("after", measurement(after), sim_after, t))
+    rows.push_back(std::move(c));
+  int outside = 0;
+  for (const DemoComparison& c : rows) {
+    const bool ms = c.figure == "time to open";
+    auto show = [&](const std::optional<double>& v) {
+      return v ? fixed(*v, 0) + (ms ? " ms" : "") : std::string("never");
+    };
+    out << "  " << std::left << std::setw(8) << c.configuration << std::setw(22) << c.figure
+        << std::right << std::setw(10) << show(c.measured) << " vs " << std::setw(9)
+        << show(c.predicted) << "  " << (c.within ? "within" : "OUTSIDE") << "\n";
+    if (!c.within) ++outside;
+  }
+  out << "  "
+      << (outside == 0 ? std::string("all within the tolerance")
+                       : std::to_string(outside) + " outside the tolerance")
+      << "\n";
   return 0;
 }
 

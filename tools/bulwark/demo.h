@@ -5,13 +5,22 @@
 // asks it for reviews at a steady rate through bulwark::http::Client, twice: "before"
 // (a long timeout, nothing else) and "after" (a short timeout, a slow-call breaker, a
 // bulkhead and a fallback that renders the page without reviews). Prints a live
-// progress line when stderr is a terminal, then a before/after table.
+// progress line when stderr is a terminal, then a before/after table beside the
+// prediction of `bulwark simulate` for the same scenario (demo_scenario()), and whether
+// each compared figure is within the demo's tolerance (kDemoTolerance).
 
 #ifndef BULWARK_TOOLS_DEMO_H_
 #define BULWARK_TOOLS_DEMO_H_
 
 #include <chrono>
+#include <cstdint>
 #include <iosfwd>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "bulwark/lab/config.h"
+#include "bulwark/lab/simulate.h"
 
 namespace bulwark::cli {
 
@@ -28,6 +37,45 @@ struct DemoOptions {
 // Runs both phases and writes the table to `out`. Returns 0, or 1 if the upstream could
 // not be started.
 int run_demo(const DemoOptions& options, std::ostream& out);
+
+// The demo as a lab scenario: the same constant arrival rate, workers, phases (fast
+// for `healthy`, then slow and marked degraded for `degraded`) and both configurations
+// ("before", "after"). The lab loses a page that finds every worker busy at once where
+// the demo lets it wait up to page_patience, so only what does not depend on that is
+// compared (compare_with_prediction).
+lab::Scenario demo_scenario(const DemoOptions& options);
+
+// What one configuration's run measured, in the terms the lab predicts.
+struct DemoMeasurement {
+  std::uint64_t calls_while_degraded = 0;  // requests the upstream got while slow
+  std::uint64_t served_degraded = 0;       // pages the fallback answered
+  std::optional<double> time_to_open_ms;   // from the slowdown; none: never opened
+};
+
+// How far a measured figure may be from the prediction: a count within `relative`
+// of the prediction or within `absolute` of it, whichever is wider; a time to open
+// within `open_ms` (and open in both or in neither).
+struct DemoTolerance {
+  double relative = 0;
+  double absolute = 0;
+  double open_ms = 0;
+};
+// Chosen from repeated runs on loopback; docs/http.md ("bulwark demo") says why.
+inline constexpr DemoTolerance kDemoTolerance{.relative = 0.10, .absolute = 3, .open_ms = 100};
+
+struct DemoComparison {
+  std::string configuration;
+  std::string figure;  // "calls while degraded", "pages degraded", "time to open"
+  std::optional<double> measured, predicted;  // none: a time to open that never came
+  bool within = false;
+};
+
+// Measured against predicted: for every configuration, the calls while degraded; for
+// one with a fallback, the pages degraded; for one with a breaker, the time to open.
+std::vector<DemoComparison> compare_with_prediction(const std::string& configuration,
+                                                    const DemoMeasurement& measured,
+                                                    const lab::ConfigurationResult& predicted,
+                                                    const DemoTolerance& tolerance);
 
 }  // namespace bulwark::cli
 

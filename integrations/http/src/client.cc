@@ -18,6 +18,7 @@
 #include "bulwark/config_error.h"
 #include "bulwark/http/retry_after.h"
 #include "bulwark/pipeline.h"
+#include "bulwark/prometheus.h"
 #include "hosts.h"
 
 namespace bulwark::http {
@@ -570,6 +571,33 @@ ClientStats Client::stats() const noexcept {
 }
 
 const Config& Client::config() const noexcept { return impl_->config; }
+
+void Client::write_metrics(std::ostream& out) const {
+  write_metrics(out, prometheus::ExpositionOptions{});
+}
+
+void Client::write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const {
+  prometheus::Exposition scrape(options);  // validates the options
+  scrape.add(impl_->hosts.registry());
+  scrape.write(out);
+
+  const ClientStats s = stats();
+  std::string labels = "client=\"";
+  prometheus::append_label_value(labels, impl_->config.name);
+  labels += '"';
+  prometheus::Writer w(out);
+  auto counter = [&](std::string_view what, std::string_view help, std::uint64_t v) {
+    const std::string name = options.prefix + "_http_client_" + std::string(what) + "_total";
+    w.family(name, "counter", help);
+    w.sample(name, "", labels, "", v);
+  };
+  counter("requests", "Requests made through the client.", s.requests);
+  counter("attempts", "Transfers started (attempts of those requests).", s.attempts);
+  counter("hostile_retry_after", "Retry-After values ignored: malformed or too long.",
+          s.hostile_retry_after);
+  counter("handles_created", "curl easy handles created (reuse keeps this small).",
+          s.handles_created);
+}
 
 const Breaker* Client::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);

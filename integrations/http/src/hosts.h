@@ -9,6 +9,7 @@
 
 #include "bulwark/bulkhead.h"
 #include "bulwark/http/client.h"
+#include "bulwark/metrics.h"
 #include "bulwark/registry.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
@@ -23,6 +24,12 @@ struct HostState {
 
   // The registry hands its observer on, so bulkhead rejections reach its events.
   void observe_rejections(BulkheadObserver o) noexcept { bulkhead->observe_rejections(o); }
+  // What the registry's exposition reports beside the breaker.
+  void read_metrics(ComponentReading& r) {
+    r.add_bulkhead(*bulkhead);
+    r.add_budget(*budget);
+    r.add_retry(*retry);
+  }
 };
 
 class Hosts {
@@ -58,6 +65,7 @@ class Hosts {
     HostState& state() const { return handle.extra(); }
   };
   Entry get(const std::string& key) { return Entry{registry_.get(key)}; }
+  const Registry& registry() const noexcept { return registry_; }
 
  private:
   Registry registry_;

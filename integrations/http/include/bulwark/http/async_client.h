@@ -12,7 +12,7 @@
 //   asio::io_context io;
 //   bulwark::http::AsyncClient reviews(io.get_executor(), config);
 //   asio::co_spawn(io, [&]() -> asio::awaitable<void> {
-//     auto r = co_await reviews.async_request({.url = "http://reviews:8080/reviews/42"});
+//     auto r = co_await reviews.async_get("http://reviews:8080/reviews/42");
 //     ...
 //   }, asio::detached);
 //   io.run();
@@ -33,7 +33,10 @@
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
 #include <memory>
+#include <string>
+#include <utility>
 
+#include "bulwark/clock.h"
 #include "bulwark/context.h"
 #include "bulwark/expected.h"
 #include "bulwark/http/client.h"
@@ -48,11 +51,26 @@ class AsyncClient {
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;
 
-  // Sends `request` through the pipeline; completes on the client's executor. With
-  // GCC 12, pass a named Request, not a temporary: GCC 12 destroys a temporary argument
-  // of a coroutine twice.
+  // Sends `request` through the pipeline; completes on the client's executor. The
+  // awaitable owns its copies of `request` and `ctx`.
+  //
+  // GCC 12 destroys an aggregate temporary twice when the full-expression that creates
+  // it contains a co_await — in any coroutine, whatever the function it is passed to —
+  // so with GCC 12 `co_await client.async_request(Request{...})` is a double free.
+  // Create the request, or the awaitable, in a statement of its own:
+  //   auto op = client.async_request({.url = url});   // no co_await here: safe
+  //   auto r = co_await std::move(op);
+  // or use async_get, whose arguments are not aggregates.
   ::asio::awaitable<Expected<Response, Error>> async_request(Request request,
                                                              Context ctx = Context());
+
+  // A GET of `url` (timeout: as Request::timeout). Safe to co_await in one expression
+  // with any compiler: `auto r = co_await client.async_get(url);`.
+  ::asio::awaitable<Expected<Response, Error>> async_get(std::string url,
+                                                         Nanos timeout = Nanos::zero(),
+                                                         Context ctx = Context()) {
+    return async_request(Request{.url = std::move(url), .timeout = timeout}, std::move(ctx));
+  }
 
   ClientStats stats() const noexcept;
 

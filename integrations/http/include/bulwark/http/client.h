@@ -66,6 +66,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -82,6 +83,10 @@
 #include "bulwark/outcome.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
+
+namespace bulwark::prometheus {
+struct ExpositionOptions;
+}  // namespace bulwark::prometheus
 
 namespace bulwark::http {
 
@@ -231,6 +236,15 @@ class Client {
 
   ClientStats stats() const noexcept;
   const Config& config() const noexcept;
+
+  // The Prometheus exposition (bulwark/prometheus.h) of the client: per host (or
+  // route), its breaker, bulkhead, retry and retry budget (labels name, key; registry
+  // totals under registry=Config::name), then the counters of stats() as
+  // <prefix>_http_client_{requests,attempts,hostile_retry_after,handles_created}_total
+  // (label client=Config::name). What serving /metrics needs. Cost: a scrape of the
+  // host registry (prometheus.h); allocates. May be called concurrently with requests.
+  void write_metrics(std::ostream& out) const;
+  void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
 
   // The breaker of `url`'s host (created if needed), for inspection and tests. Null
   // for a URL that does not parse. Valid while the client lives.
