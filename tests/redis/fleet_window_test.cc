@@ -127,6 +127,8 @@ TEST(FleetWindowTest, TwentyInstancesBelowTheirMinimumTripTogetherOnTheFleetsCou
   // The 7th instance's sync brings the fleet to 21 calls, 14 failures: it trips and
   // shares the open in the same sync; the later ones adopt it in theirs.
   EXPECT_EQ(fleet[6]->fleet.reading().window_trips, 1u);
+  EXPECT_EQ(fleet[6]->fleet.reading().syncs, 1u);  // one sync, of two exchanges
+  EXPECT_EQ(w.store.exchanges(), 21u);
   for (std::size_t i = 0; i < fleet.size(); ++i) {
     EXPECT_EQ(fleet[i]->breaker.state(), i < 6 ? State::closed : State::open) << i;
   }

@@ -162,11 +162,11 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
     std::atomic<bool>& flag;
     ~Done() { flag.store(false, std::memory_order_release); }
   } done{syncing_};
-  auto first = exchange_once();
+  auto first = exchange_once(true);
   if (!first || first->window_trips == 0) return first;
   // A fleet window tripped here: share the open now rather than a sync later. Only the
   // window_open ops (and anything queued meanwhile) go out.
-  auto second = exchange_once();
+  auto second = exchange_once(false);
   if (!second) return first;  // the open is sent again by the next sync
   first->published += second->published;
   first->changes += second->changes;
@@ -176,7 +176,7 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
   return first;
 }
 
-Expected<SyncSummary, StoreError> Fleet::exchange_once() {
+Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   SyncSummary summary;
   SyncRequest req;
   bool overflow = false;
@@ -188,7 +188,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once() {
     overflowed_ = false;
   }
   std::unique_lock state(state_mu_);
-  ++counters_.syncs;
+  if (counts_as_sync) ++counters_.syncs;
   if (overflow) {
     ++counters_.dropped_transitions;
     rescan_ = true;
