@@ -159,6 +159,45 @@ TEST(FleetWindowTest, TwentyInstancesBelowTheirMinimumTripTogetherOnTheFleetsCou
   EXPECT_EQ(tripped.error().retry_after, 10s);
 }
 
+// Slow calls: the rule is the breaker's slow_call_rate, and calls still in flight past
+// slow_call_duration count when count_in_flight_slow_calls is on.
+TEST(FleetWindowTest, TheSlowCallRateTripsOnTheFleetsSlowCallsInFlightIncluded) {
+  Breaker::Config slow{.name = "inventory",
+                       .window = {.size = 100},
+                       .minimum_calls = 20,
+                       .slow_call_rate = 0.5,
+                       .slow_call_duration = 100ms,
+                       .count_in_flight_slow_calls = true};
+  World w;
+  std::vector<std::unique_ptr<Breaker>> breakers;
+  std::vector<std::unique_ptr<Fleet>> fleets;
+  std::vector<Breaker::Permit> stuck;
+  for (int i = 0; i < 5; ++i) {
+    breakers.push_back(std::make_unique<Breaker>(slow, w.clock));
+    fleets.push_back(std::make_unique<Fleet>(
+        FleetConfig{.instance = "web-" + std::to_string(i), .wall_ms = [&w] { return w.wall; }},
+        w.store));
+    fleets.back()->attach(*breakers.back(), {.fleet_window = true});
+    breakers.back()->try_acquire()->record_success(10ms);
+    for (int k = 0; k < 3; ++k) stuck.push_back(std::move(*breakers.back()->try_acquire()));
+  }
+  w.advance(250ms);  // in flight past D + E (100 ms + 134 ms): counted as slow
+  for (auto& b : breakers) {
+    const auto window = b->snapshot().window;
+    ASSERT_TRUE(window);
+    ASSERT_EQ(window->in_flight_slow, 3u);
+    ASSERT_EQ(b->state(), State::closed);  // 4 calls: below its minimum
+  }
+  for (auto& f : fleets) ASSERT_TRUE(f->sync());
+  for (auto& f : fleets) ASSERT_TRUE(f->sync());
+  for (auto& b : breakers) EXPECT_EQ(b->state(), State::open);
+  const FleetKeyReading k = fleets[0]->reading().keys.at(0);
+  EXPECT_EQ(k.reason, TransitionReason::slow_call_rate);
+  EXPECT_TRUE(k.fleet_window_decision);
+  EXPECT_EQ(k.decided_by, "web-4");  // 20 calls, 15 slow, with the fifth
+  for (auto& p : stuck) p.record_success();
+}
+
 TEST(FleetWindowTest, ASickInstanceOpensAloneWhileTheFleetsWindowIsHealthy) {
   World w;
   Instances fleet = make(w, 20, true, 2);
