@@ -262,6 +262,23 @@ TEST(FleetWindowTest, AnInstanceThatStopsSyncingStopsCountingAfterItsEntryExpire
   EXPECT_EQ(d.key().window_calls, 10u);
 }
 
+TEST(FleetWindowTest, AStoreThatRestartsEmptyGetsTheFleetWindowsOpenBackWithItsMark) {
+  World w;
+  Instances fleet = make(w, 2, true);
+  for (auto& i : fleet) i->calls(10, 0);
+  sync_all(fleet);
+  sync_all(fleet);
+  ASSERT_EQ(fleet[0]->breaker.state(), State::open);
+  w.store.restart();
+  sync_all(fleet);  // a new incarnation: read again from the start, publish again
+  sync_all(fleet);
+  const auto raw = w.store.get_raw("inventory");
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(raw->rfind("v1|open|failure_rate|", 0), 0u) << *raw;
+  EXPECT_EQ(raw->substr(raw->size() - 7), "|window") << *raw;
+  for (auto& i : fleet) EXPECT_TRUE(i->key().fleet_window_decision);
+}
+
 TEST(FleetWindowTest, AnIdleKeyCostsNothing) {
   World w;
   Instance a(w, "a", true);

@@ -223,8 +223,11 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
         const auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(m.remaining()).count();
         if (left <= 0) continue;
-        const auto kind =
-            republish_ && m.shared_open ? FleetOp::Kind::assert_open : FleetOp::Kind::vote_open;
+        // A shared open the store lost goes back without a quorum (a fleet window's
+        // keeps its mark).
+        const auto kind = !(republish_ && m.shared_open) ? FleetOp::Kind::vote_open
+                          : m.record.fleet_window        ? FleetOp::Kind::window_open
+                                                         : FleetOp::Kind::assert_open;
         const TransitionReason reason =
             m.shared_open ? m.record.reason : TransitionReason::consecutive_failures;
         req.ops.push_back({kind, m.key, reason, now + left, 0});
