@@ -14,6 +14,7 @@
 
 #include "bulwark/redis/fleet.h"
 #include "bulwark/redis/prometheus.h"
+#include "bulwark/registry.h"
 
 namespace bulwark::redis {
 namespace {
@@ -358,6 +359,34 @@ TEST(FleetWindowTest, ABreakerWithoutAWindowCannotJudgeTheFleets) {
   }
   fleet.attach(plain);  // without the option it is fine
   EXPECT_EQ(fleet.reading().keys.size(), 1u);
+}
+
+TEST(FleetWindowTest, RegistryEntriesJudgeTheFleetsWindowUnderTheirKeys) {
+  using Hosts = BasicRegistry<std::string, CountWindowBreaker>;
+  auto registry = [] {
+    return std::make_unique<Hosts>(
+        Hosts::Options{.name = "upstreams",
+                       .breaker = {.name = "upstream", .minimum_calls = 4, .failure_rate = 0.5}});
+  };
+  MemoryFleetStore store;
+  auto ra = registry(), rb = registry();
+  Fleet a(FleetConfig{.instance = "a"}, store), b(FleetConfig{.instance = "b"}, store);
+  a.attach_handle("host-1", ra->get("host-1"), {.fleet_window = true});
+  b.attach_handle("host-1", rb->get("host-1"), {.fleet_window = true});
+  for (int i = 0; i < 2; ++i) {
+    ra->try_acquire(std::string("host-1"))->record_failure();
+    rb->try_acquire(std::string("host-1"))->record_failure();
+  }
+  ASSERT_TRUE(a.sync());
+  ASSERT_TRUE(b.sync());  // 4 failures of 4 between them
+  ASSERT_TRUE(a.sync());
+  EXPECT_EQ(ra->get("host-1")->state(), State::open);
+  EXPECT_EQ(rb->get("host-1")->state(), State::open);
+  EXPECT_EQ(a.reading().keys[0].decided_by, "b");
+  // A registry of breakers without a window cannot.
+  Registry<std::string> plain(Registry<std::string>::Options{.name = "plain"});
+  EXPECT_THROW(a.attach_handle("host-2", plain.get("host-2"), {.fleet_window = true}),
+               InvalidConfig);
 }
 
 TEST(FleetWindowTest, TheReadingIsExposed) {
