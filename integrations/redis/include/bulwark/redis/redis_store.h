@@ -1,8 +1,9 @@
 // bulwark/redis/redis_store.h — the fleet's decisions in Redis (hiredis).
 //
-// One Redis command per sync: an EVALSHA of a small Lua script that applies the
-// instance's ops (votes, closes, re-publications, lease requests) and returns the
-// decisions made since its cursor, atomically. Keys live under `prefix`:
+// One Redis command per exchange: an EVALSHA of a small Lua script that applies the
+// instance's ops (votes, closes, re-publications, lease requests, window levels) and
+// returns the decisions made since its cursor, atomically. A sync is one exchange, two
+// when it trips a fleet window (fleet.h). Keys live under `prefix`:
 //   <prefix>k:<key>   the decision (a string, fleet_store.h's format)
 //   <prefix>v:<key>   votes to open (a sorted set: instance -> ms), expiring
 //   <prefix>l:<key>   the half-open lease (a string: the holder), SET NX PX
