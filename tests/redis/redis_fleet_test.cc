@@ -369,6 +369,21 @@ TEST_F(RedisFleetTest, AFleetWindowEntryGoesStaleWhenItsInstanceStopsSyncing) {
   EXPECT_EQ(b.reading().keys[0].window_calls, 2u);
   EXPECT_EQ(b.reading().keys[0].window_instances, 1u);
   EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "a"}), "0");
+  EXPECT_EQ(server->command({"ZSCORE", "test:fleet:ft:inventory", "a"}), "(nil)");
+  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "2|0|0|1");
+  // The running sum is a cache of the entries: an unreadable one is reported and
+  // rebuilt from them.
+  server->command({"HSET", "test:fleet:fw:inventory", "=", "lots"});
+  bb.try_acquire()->record_success();
+  const auto s = b.sync();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->malformed, 1u);
+  EXPECT_NE(b.reading().last_malformed.find("malformed|==lots"), std::string::npos)
+      << b.reading().last_malformed;
+  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "3|0|0|1");
+  ASSERT_TRUE(a.sync());  // a is back: one more entry, added to the sum
+  EXPECT_EQ(a.reading().keys[0].window_calls, 12u);
+  EXPECT_EQ(a.reading().keys[0].window_instances, 2u);
 }
 
 class RedisAuthTest : public RedisFleetTest {
