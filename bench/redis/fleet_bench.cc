@@ -275,4 +275,60 @@ BENCHMARK(BM_Fleet_SyncRedis)
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(50);
 
+// One sync of an instance whose 100 fleet_window keys all changed, against a Redis that
+// holds the levels of range(0) instances for each key: the cost per window op should
+// not grow with the fleet (a running sum, stale entries found through a sorted set).
+void BM_Fleet_SyncRedisWindow(benchmark::State& state) {
+  if (!bulwark::testing::redis_server_available()) {
+    state.SkipWithError("redis-server is not installed");
+    return;
+  }
+  bulwark::testing::RedisServer server;
+  if (!server.start()) {
+    state.SkipWithError("redis-server did not start");
+    return;
+  }
+  const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
+  RedisFleetStore store(rc);
+  constexpr int kKeys = 100;
+  const int instances = static_cast<int>(state.range(0));
+  // A long sync interval, so that no level goes stale while the benchmark runs.
+  auto fleet_config = [](std::string id) {
+    return FleetConfig{.instance = std::move(id), .sync_interval = std::chrono::seconds(60)};
+  };
+  std::vector<std::unique_ptr<TimeWindowBreaker>> breakers;
+  std::vector<std::unique_ptr<Fleet>> fleets;
+  for (int n = 0; n < instances; ++n) {
+    std::string id = "i";
+    id += std::to_string(n);
+    fleets.push_back(std::make_unique<Fleet>(fleet_config(std::move(id)), store));
+    for (int k = 0; k < kKeys; ++k) {
+      std::string key = "k";
+      key += std::to_string(k);
+      breakers.push_back(std::make_unique<TimeWindowBreaker>(time_window_config(std::move(key))));
+      fleets.back()->attach(*breakers.back(), {.fleet_window = true});
+      breakers.back()->try_acquire()->record_success();
+    }
+    if (!fleets.back()->sync()) {
+      state.SkipWithError("a sync failed");
+      return;
+    }
+  }
+  Fleet& a = *fleets.front();
+  for (auto _ : state) {
+    for (int k = 0; k < kKeys; ++k) breakers[k]->try_acquire()->record_success();
+    if (!a.sync()) {
+      state.SkipWithError("a sync failed");
+      return;
+    }
+  }
+  state.counters["instances"] = instances;
+  state.counters["window_ops_per_sync"] = kKeys;
+}
+BENCHMARK(BM_Fleet_SyncRedisWindow)
+    ->Arg(2)
+    ->Arg(100)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
+
 }  // namespace
