@@ -277,6 +277,100 @@ TEST_F(RedisFleetTest, ANewInstanceCatchesUpOverSeveralSyncsOfBoundedReplies) {
   for (auto& b : new_breakers) EXPECT_EQ(b->state(), State::open);
 }
 
+// Fleet windows in Redis: ten instances, each with three calls (two failed) where
+// minimum_calls is 20; the fleet's 30 calls trip every one of them.
+TEST_F(RedisFleetTest, FleetWindowsTripTogetherAndBadEntriesAreRefused) {
+  using Windowed = BasicCircuitBreaker<ManualClock, CountWindow>;
+  const Windowed::Config config{.name = "inventory",
+                                .window = {.size = 100},
+                                .minimum_calls = 20,
+                                .failure_rate = 0.5,
+                                .open_duration = 10s};
+  struct Member {
+    Member(RedisConfig rc, ManualClock& clock, const std::int64_t& wall, std::string id,
+           const Windowed::Config& c)
+        : store(std::move(rc)),
+          breaker(c, clock),
+          fleet(FleetConfig{.instance = std::move(id),
+                            .sync_interval = 200ms,
+                            .wall_ms = [&wall] { return wall; }},
+                store) {
+      fleet.attach(breaker, {.fleet_window = true});
+    }
+    RedisFleetStore store;
+    Windowed breaker;
+    Fleet fleet;
+  };
+  std::vector<std::unique_ptr<Member>> fleet;
+  for (int i = 0; i < 10; ++i)
+    fleet.push_back(
+        std::make_unique<Member>(redis_config(), clock, wall, "web-" + std::to_string(i), config));
+  // A bad entry first: refused, named, dropped.
+  server->command({"HSET", "test:fleet:fw:inventory", "ghost", "999|999|0|soon"});
+  for (auto& m : fleet) {
+    for (int i = 0; i < 2; ++i) m->breaker.try_acquire()->record_failure();
+    m->breaker.try_acquire()->record_success();
+  }
+  const auto first = fleet[0]->fleet.sync();
+  ASSERT_TRUE(first) << first.error().message;
+  EXPECT_EQ(first->malformed, 1u);
+  EXPECT_NE(fleet[0]->fleet.reading().last_malformed.find("ghost=999|999|0|soon"),
+            std::string::npos)
+      << fleet[0]->fleet.reading().last_malformed;
+  EXPECT_EQ(fleet[0]->breaker.state(), State::closed);
+  EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "ghost"}), "0");
+  const std::int64_t ttl = std::stoll(server->command({"PTTL", "test:fleet:fw:inventory"}));
+  EXPECT_GT(ttl, 0);
+  EXPECT_LE(ttl, 600);  // three sync intervals
+
+  for (std::size_t i = 1; i < fleet.size(); ++i) ASSERT_TRUE(fleet[i]->fleet.sync());
+  // web-6 brought the fleet to 21 calls: it tripped, and the later ones adopted.
+  const std::string record = server->command({"GET", "test:fleet:k:inventory"});
+  EXPECT_EQ(record.rfind("v1|open|failure_rate|", 0), 0u) << record;
+  EXPECT_NE(record.find("|web-6|"), std::string::npos) << record;
+  EXPECT_EQ(record.substr(record.size() - 7), "|window") << record;
+  for (auto& m : fleet) ASSERT_TRUE(m->fleet.sync());
+  for (auto& m : fleet) {
+    EXPECT_EQ(m->breaker.state(), State::open);
+    const FleetKeyReading k = m->fleet.reading().keys.at(0);
+    EXPECT_EQ(k.decision, Decision::shared);
+    EXPECT_TRUE(k.fleet_window_decision);
+    EXPECT_EQ(k.reason, TransitionReason::failure_rate);
+    EXPECT_EQ(k.decided_by, "web-6");
+  }
+  // Open, each instance withdraws its level at its next sync.
+  for (auto& m : fleet) ASSERT_TRUE(m->fleet.sync());
+  EXPECT_EQ(server->command({"HLEN", "test:fleet:fw:inventory"}), "0");
+}
+
+// An instance that stops syncing stops counting: Redis judges freshness by the
+// senders' clocks, so the test moves the wall clock instead of waiting.
+TEST_F(RedisFleetTest, AFleetWindowEntryGoesStaleWhenItsInstanceStopsSyncing) {
+  using Windowed = BasicCircuitBreaker<ManualClock, CountWindow>;
+  const Windowed::Config config{
+      .name = "inventory", .window = {.size = 100}, .minimum_calls = 20, .failure_rate = 0.5};
+  RedisFleetStore sa(redis_config()), sb(redis_config());
+  Windowed ba(config, clock), bb(config, clock);
+  Fleet a(FleetConfig{.instance = "a", .sync_interval = 200ms, .wall_ms = [this] { return wall; }},
+          sa);
+  Fleet b(FleetConfig{.instance = "b", .sync_interval = 200ms, .wall_ms = [this] { return wall; }},
+          sb);
+  a.attach(ba, {.fleet_window = true});
+  b.attach(bb, {.fleet_window = true});
+  for (int i = 0; i < 9; ++i) ba.try_acquire()->record_success();
+  bb.try_acquire()->record_success();
+  ASSERT_TRUE(a.sync());
+  ASSERT_TRUE(b.sync());
+  EXPECT_EQ(b.reading().keys[0].window_calls, 10u);
+  EXPECT_EQ(b.reading().keys[0].window_instances, 2u);
+  advance(700ms);
+  bb.try_acquire()->record_success();
+  ASSERT_TRUE(b.sync());
+  EXPECT_EQ(b.reading().keys[0].window_calls, 2u);
+  EXPECT_EQ(b.reading().keys[0].window_instances, 1u);
+  EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "a"}), "0");
+}
+
 class RedisAuthTest : public RedisFleetTest {
   std::vector<std::string> server_args() override { return {"--requirepass", "s3cret"}; }
 };

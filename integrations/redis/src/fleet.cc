@@ -22,10 +22,52 @@ std::int64_t system_ms() {
 
 bool opened(State s) { return s == State::open || s == State::half_open; }
 
-bool parse_count(const std::string& text, std::uint64_t& out) {
+bool parse_count(std::string_view text, std::uint64_t& out) {
   if (text.empty() || text.size() > 20) return false;
   const auto [p, ec] = std::from_chars(text.data(), text.data() + text.size(), out);
   return ec == std::errc() && p == text.data() + text.size();
+}
+
+std::string quoted(std::string_view s) {
+  std::string out = "'";
+  for (char c : s.substr(0, 80)) out += (c >= 0x20 && c < 0x7f) ? c : '?';
+  if (s.size() > 80) out += "...";
+  return out + "'";
+}
+
+struct WindowTotals {
+  std::uint64_t calls, failures, slow;
+  std::uint32_t instances;
+};
+
+// A store's window totals, "calls|failures|slow|instances": four counts, with failures
+// and slow calls each at most the calls.
+Expected<WindowTotals, std::string> parse_window(std::string_view text) {
+  std::string_view parts[4];
+  std::size_t n = 0;
+  std::string_view rest = text;
+  for (;;) {
+    const std::size_t bar = rest.find('|');
+    if (n == 4) break;
+    parts[n++] = rest.substr(0, bar);
+    if (bar == std::string_view::npos) {
+      rest = {};
+      break;
+    }
+    rest.remove_prefix(bar + 1);
+  }
+  WindowTotals t{};
+  std::uint64_t instances = 0;
+  if (n != 4 || !rest.empty() || !parse_count(parts[0], t.calls) ||
+      !parse_count(parts[1], t.failures) || !parse_count(parts[2], t.slow) ||
+      !parse_count(parts[3], instances) || instances > 0xffffffffu) {
+    return Unexpected("holds a value that is not calls|failures|slow|instances: " + quoted(text));
+  }
+  if (t.failures > t.calls || t.slow > t.calls) {
+    return Unexpected("holds more failures or slow calls than calls: " + quoted(text));
+  }
+  t.instances = static_cast<std::uint32_t>(instances);
+  return t;
 }
 
 constexpr std::size_t kRttBuckets = std::size(FleetReading::kRttBucketsMs) + 1;
@@ -106,6 +148,11 @@ void Fleet::on_transition(const TransitionEvent& e) noexcept {
   queue_.push_back(Queued{it->second, e.to, e.reason, until});
 }
 
+void Fleet::reject_fleet_window(const std::string& key) const {
+  bad(config_, "fleet_window",
+      "key '" + key + "': the breaker has no sliding window to judge fleet-wide");
+}
+
 Expected<SyncSummary, StoreError> Fleet::sync() {
   if (syncing_.exchange(true, std::memory_order_acquire)) {
     return Unexpected(
@@ -115,7 +162,21 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
     std::atomic<bool>& flag;
     ~Done() { flag.store(false, std::memory_order_release); }
   } done{syncing_};
+  auto first = exchange_once();
+  if (!first || first->window_trips == 0) return first;
+  // A fleet window tripped here: share the open now rather than a sync later. Only the
+  // window_open ops (and anything queued meanwhile) go out.
+  auto second = exchange_once();
+  if (!second) return first;  // the open is sent again by the next sync
+  first->published += second->published;
+  first->changes += second->changes;
+  first->adopted += second->adopted;
+  first->malformed += second->malformed;
+  first->window_trips += second->window_trips;
+  return first;
+}
 
+Expected<SyncSummary, StoreError> Fleet::exchange_once() {
   SyncSummary summary;
   SyncRequest req;
   bool overflow = false;
@@ -158,6 +219,7 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
       Member& m = *mp;
       const State s = m.state();
       if (s == State::open) {
+        if (m.window_open_pending) continue;  // its window_open goes out below
         const auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(m.remaining()).count();
         if (left <= 0) continue;
@@ -203,6 +265,29 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
       counted.push_back({i, succ, fail});
     }
   }
+  // Fleet windows: the opens they caused, and every level that changed (or that the
+  // store would soon forget: a level unchanged for two sync intervals is sent again).
+  std::vector<std::uint32_t> windowed;
+  std::vector<Level> levels;
+  for (std::uint32_t i = 0; i < members_.size(); ++i) {
+    Member& m = *members_[i];
+    if (!m.fleet_window) continue;
+    if (m.window_open_pending) {
+      FleetOp op{FleetOp::Kind::window_open, m.key, m.window_reason, m.window_until_ms};
+      req.ops.push_back(std::move(op));
+    }
+    const Level level = m.level();
+    const bool refresh = level.calls != 0 && now - m.sent_ms >= 2 * config_.sync_interval.count();
+    if (level == m.sent && !refresh) continue;
+    FleetOp op{FleetOp::Kind::window, m.key};
+    op.calls = level.calls;
+    op.failures = level.failures;
+    op.slow = level.slow;
+    req.ops.push_back(std::move(op));
+    windowed.push_back(i);
+    levels.push_back(level);
+  }
+  if (!windowed.empty()) req.window_ttl_ms = 3 * config_.sync_interval.count();
   summary.published = req.ops.size();
   state.unlock();
 
@@ -272,6 +357,25 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
     m.fleet_failures = f;
   }
 
+  for (auto& mp : members_) mp->window_open_pending = false;  // sent
+  const std::size_t n_windows = std::min(windowed.size(), reply->windows.size());
+  std::vector<std::uint32_t> judged;  // valid fleet totals read: judged after the changes
+  for (std::size_t i = 0; i < n_windows; ++i) {
+    Member& m = *members_[windowed[i]];
+    m.sent = levels[i];
+    m.sent_ms = now;
+    const auto fleet = parse_window(reply->windows[i]);
+    if (!fleet) {
+      ++summary.malformed;
+      ++counters_.malformed_values;
+      counters_.last_malformed = "key '" + m.key + "': the fleet window " + fleet.error();
+      continue;
+    }
+    m.fleet = Level{fleet->calls, fleet->failures, fleet->slow};
+    m.fleet_instances = fleet->instances;
+    judged.push_back(windowed[i]);
+  }
+
   summary.changes = reply->changes.size();
   for (const RawRecord& raw : reply->changes) {
     auto rec = decode_record(raw.value);
@@ -299,6 +403,32 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
     const FleetRecord r = k->second;
     known_.erase(k);
     apply(m, r, after, summary);
+  }
+  // The fleet's windows, judged by each breaker's own rate rules once the decisions read
+  // above are applied (a key the fleet already holds open is not tripped again).
+  for (const std::uint32_t i : judged) {
+    Member& m = *members_[i];
+    if (m.shared_open || m.state() != State::closed) continue;
+    if (m.fleet.calls == 0 || m.fleet.calls < m.minimum_calls) continue;
+    const double calls = static_cast<double>(m.fleet.calls);
+    TransitionReason reason;
+    if (m.failure_rate > 0 && static_cast<double>(m.fleet.failures) / calls >= m.failure_rate) {
+      reason = TransitionReason::failure_rate;
+    } else if (m.slow_call_rate > 0 &&
+               static_cast<double>(m.fleet.slow) / calls >= m.slow_call_rate) {
+      reason = TransitionReason::slow_call_rate;
+    } else {
+      continue;
+    }
+    const Nanos period = m.next_open();
+    if (!m.adopt_open(period)) continue;  // a manual state, or a transition under way
+    ++summary.window_trips;
+    ++counters_.window_trips;
+    m.decision = Decision::local;  // until the store's record of it comes back
+    m.window_open_pending = true;
+    m.window_reason = reason;
+    m.window_until_ms =
+        after + std::chrono::duration_cast<std::chrono::milliseconds>(period).count();
   }
   return summary;
 }
@@ -345,7 +475,9 @@ FleetReading Fleet::reading() const {
     const Member& m = *mp;
     r.keys.push_back(FleetKeyReading{
         m.key, m.state(), m.decision, m.shared_open, m.shared_open ? m.record.until_ms : 0,
-        m.record.instance, m.record.reason, m.lease_holder, m.fleet_successes, m.fleet_failures});
+        m.record.instance, m.record.reason, m.lease_holder, m.fleet_successes, m.fleet_failures,
+        m.record.fleet_window, m.fleet_window, m.fleet.calls, m.fleet.failures, m.fleet.slow,
+        m.fleet_instances});
   }
   return r;
 }

@@ -34,6 +34,34 @@ std::string quoted(std::string_view s) {
   return out + "'";
 }
 
+// One instance's window entry, "calls|failures|slow|ms", each at most 15 digits (what a
+// Lua number holds exactly).
+struct WindowEntry {
+  std::uint64_t calls, failures, slow;
+  std::int64_t ms;
+};
+std::optional<WindowEntry> parse_window_entry(std::string_view text) {
+  std::string_view parts[4];
+  std::size_t n = 0;
+  for (;;) {
+    const std::size_t bar = text.find('|');
+    if (n == 4) return std::nullopt;
+    parts[n++] = text.substr(0, bar);
+    if (bar == std::string_view::npos) break;
+    text.remove_prefix(bar + 1);
+  }
+  if (n != 4) return std::nullopt;
+  for (auto p : parts) {
+    if (p.empty() || p.size() > 15 || p.find_first_not_of("0123456789") != p.npos)
+      return std::nullopt;
+  }
+  WindowEntry e{};
+  if (!parse_number(parts[0], e.calls) || !parse_number(parts[1], e.failures) ||
+      !parse_number(parts[2], e.slow) || !parse_number(parts[3], e.ms))
+    return std::nullopt;
+  return e;
+}
+
 std::int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -70,21 +98,22 @@ std::string encode_record(const FleetRecord& r) {
   out += r.instance;
   out += '|';
   out += std::to_string(r.sequence);
+  if (r.fleet_window) out += "|window";
   return out;
 }
 
 Expected<FleetRecord, std::string> decode_record(std::string_view text) {
-  std::string_view parts[6];
+  std::string_view parts[7];
   std::size_t n = 0;
   std::string_view rest = text;
   for (;;) {
     const std::size_t bar = rest.find('|');
-    if (n == 6) return Unexpected("has more than 6 '|'-separated fields: " + quoted(text));
+    if (n == 7) return Unexpected("has more than 7 '|'-separated fields: " + quoted(text));
     parts[n++] = rest.substr(0, bar);
     if (bar == std::string_view::npos) break;
     rest.remove_prefix(bar + 1);
   }
-  if (n != 6) {
+  if (n != 6 && n != 7) {
     return Unexpected("is not a bulwark fleet record (want 6 '|'-separated fields, got " +
                       std::to_string(n) + "): " + quoted(text));
   }
@@ -113,6 +142,14 @@ Expected<FleetRecord, std::string> decode_record(std::string_view text) {
   if (!parse_number(parts[5], r.sequence) || r.sequence == 0) {
     return Unexpected("has a sequence that is not a positive integer: " + quoted(parts[5]));
   }
+  if (n == 7) {
+    if (parts[6] != "window")
+      return Unexpected("has an unknown seventh field " + quoted(parts[6]) + " (want window)");
+    if (r.state != SharedState::open || (r.reason != TransitionReason::failure_rate &&
+                                         r.reason != TransitionReason::slow_call_rate))
+      return Unexpected("is marked window but is not an open by failure_rate or slow_call_rate");
+    r.fleet_window = true;
+  }
   return r;
 }
 
@@ -139,11 +176,18 @@ void MemoryFleetStore::restart() {
   votes_.clear();
   leases_.clear();
   counts_.clear();
+  windows_.clear();
 }
 void MemoryFleetStore::put_raw(const std::string& key, std::string value) {
   std::lock_guard lock(mu_);
   records_[key] = std::move(value);
   touch(key, ++sequence_);
+}
+
+void MemoryFleetStore::put_raw_window(const std::string& key, const std::string& instance,
+                                      std::string value) {
+  std::lock_guard lock(mu_);
+  windows_[key][instance] = std::move(value);
 }
 
 void MemoryFleetStore::touch(const std::string& key, std::uint64_t sequence) {
@@ -166,8 +210,9 @@ std::uint64_t MemoryFleetStore::exchanges() const {
 }
 
 void MemoryFleetStore::record(const std::string& key, SharedState state, TransitionReason reason,
-                              std::int64_t until_ms, const std::string& instance) {
-  FleetRecord r{state, reason, until_ms, instance, ++sequence_};
+                              std::int64_t until_ms, const std::string& instance,
+                              bool fleet_window) {
+  FleetRecord r{state, reason, until_ms, instance, ++sequence_, fleet_window};
   records_[key] = encode_record(r);
   touch(key, r.sequence);
 }
@@ -252,6 +297,44 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
           if (b <= bucket) s += c.first, f += c.second;
         }
         reply.counts.push_back({std::to_string(s), std::to_string(f)});
+        break;
+      }
+      case FleetOp::Kind::window: {
+        auto& entries = windows_[op.key];
+        if (op.calls == 0) {
+          entries.erase(req.instance);
+        } else {
+          entries[req.instance] = std::to_string(op.calls) + '|' + std::to_string(op.failures) +
+                                  '|' + std::to_string(op.slow) + '|' + std::to_string(req.now_ms);
+        }
+        std::uint64_t calls = 0, failures = 0, slow = 0, instances = 0;
+        std::string bad;
+        for (auto it = entries.begin(); it != entries.end();) {
+          const auto level = parse_window_entry(it->second);
+          if (!level) {
+            if (bad.empty()) bad = "malformed|" + it->first + '=' + it->second;
+            it = entries.erase(it);
+          } else if (level->ms <= req.now_ms - req.window_ttl_ms) {
+            it = entries.erase(it);  // stale: its instance stopped syncing
+          } else {
+            calls += level->calls, failures += level->failures, slow += level->slow;
+            ++instances;
+            ++it;
+          }
+        }
+        if (entries.empty()) windows_.erase(op.key);
+        reply.windows.push_back(!bad.empty()
+                                    ? bad
+                                    : std::to_string(calls) + '|' + std::to_string(failures) + '|' +
+                                          std::to_string(slow) + '|' + std::to_string(instances));
+        break;
+      }
+      case FleetOp::Kind::window_open: {
+        const auto cur = current(op.key);
+        if (!(cur && cur->state == SharedState::open && cur->until_ms >= op.until_ms)) {
+          record(op.key, SharedState::open, op.reason, op.until_ms, req.instance, true);
+          leases_.erase(op.key);
+        }
         break;
       }
     }

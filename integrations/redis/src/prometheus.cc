@@ -23,6 +23,9 @@ void write_prometheus(std::ostream& out, const FleetReading& r) {
           r.sync_errors);
   counter("bulwark_fleet_malformed_values_total", "Values read from the store and rejected.",
           r.malformed_values);
+  counter("bulwark_fleet_window_trips_total",
+          "Breakers opened here because the fleet's window reached a rate threshold.",
+          r.window_trips);
   counter("bulwark_fleet_dropped_transitions_total",
           "Local transitions dropped by a full queue (each forces a re-read).",
           r.dropped_transitions);
@@ -80,6 +83,21 @@ void write_prometheus(std::ostream& out, const FleetReading& r) {
     w.sample("bulwark_fleet_key_window_calls", "", labels[i], "outcome=\"failure\"",
              r.keys[i].fleet_failures);
   }
+  w.family("bulwark_fleet_key_fleet_window_calls", "gauge",
+           "The fleet's window for the key as of the last sync (fleet_window keys).");
+  for (std::size_t i = 0; i < r.keys.size(); ++i) {
+    const FleetKeyReading& k = r.keys[i];
+    if (!k.fleet_window) continue;
+    w.sample("bulwark_fleet_key_fleet_window_calls", "", labels[i], "kind=\"all\"", k.window_calls);
+    w.sample("bulwark_fleet_key_fleet_window_calls", "", labels[i], "kind=\"failure\"",
+             k.window_failures);
+    w.sample("bulwark_fleet_key_fleet_window_calls", "", labels[i], "kind=\"slow\"", k.window_slow);
+  }
+  w.family("bulwark_fleet_key_fleet_window_decision", "gauge",
+           "1 while the key's last decision is an open by the fleet's window.");
+  for (std::size_t i = 0; i < r.keys.size(); ++i)
+    w.sample("bulwark_fleet_key_fleet_window_decision", "", labels[i], "",
+             std::uint64_t{r.keys[i].fleet_window_decision ? 1u : 0u});
   w.family("bulwark_fleet_key_decision", "gauge",
            "The key's last decision: shared (the fleet's) or local (this instance's alone).");
   for (std::size_t i = 0; i < r.keys.size(); ++i) {

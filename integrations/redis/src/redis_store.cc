@@ -18,15 +18,16 @@ namespace {
 
 // ARGV: prefix, instance, now_ms, quorum, cutoff_ms (votes at or before it expire),
 // vote_ttl_ms, cursor, op count, count bucket, count buckets, bucket ttl ms, max
-// changes, then 5 per
-// op: op, key, reason, until_ms, lease_ms (a count op: op, key, successes, failures, 0).
+// changes, window ttl ms, then 5 per op: op, key, reason, until_ms, lease_ms (a count
+// op: op, key, successes, failures, 0; a window op: op, key, calls, failures, slow).
 // Returns: incarnation, sequence, lease count, the holders, count-op count, two totals
-// per count op, then key, value pairs.
+// per count op, window-op count, one "calls|failures|slow|instances" per window op,
+// then key, value pairs.
 constexpr const char* kScript = R"lua(
 local p, inst, now, quorum = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local cutoff, vote_ttl, cursor, n = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local bucket, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
-local max_changes = tonumber(ARGV[12])
+local max_changes, window_ttl = tonumber(ARGV[12]), tonumber(ARGV[13])
 local seqk, chk = p .. 'seq', p .. 'changes'
 redis.call('SET', p .. 'id', inst .. '@' .. now, 'NX')
 local function get(k)
@@ -38,15 +39,22 @@ local function current(k)
   local v = get(k)
   if not v then return nil, 0 end
   local st, u = string.match(v, '^v1|(%a+)|[%w_]+|(%d+)|[^|]+|%d+$')
+  if not st then st, u = string.match(v, '^v1|(%a+)|[%w_]+|(%d+)|[^|]+|%d+|window$') end
   return st, tonumber(u or '0')
 end
-local function record(key, st, reason, u)
+local function record(key, st, reason, u, suffix)
   local e = redis.call('INCR', seqk)
-  redis.call('SET', p .. 'k:' .. key,
-             'v1|' .. st .. '|' .. reason .. '|' .. u .. '|' .. inst .. '|' .. tostring(e))
+  redis.call('SET', p .. 'k:' .. key, 'v1|' .. st .. '|' .. reason .. '|' .. u .. '|' .. inst ..
+             '|' .. tostring(e) .. (suffix or ''))
   redis.call('ZADD', chk, e, key)
 end
-local leases, counts = {}, {}
+local leases, counts, windows = {}, {}, {}
+-- One instance's window level: "calls|failures|slow|ms", each at most 15 digits.
+local function level(v)
+  local c, f, s, ms = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)$')
+  if not c or #c > 15 or #f > 15 or #s > 15 or #ms > 15 then return nil end
+  return tonumber(c), tonumber(f), tonumber(s), tonumber(ms)
+end
 -- Sums one outcome over the window's buckets; 'malformed' if a bucket holds anything
 -- but a decimal count.
 local function total(key, field)
@@ -58,7 +66,7 @@ local function total(key, field)
   end
   return string.format('%d', sum)
 end
-local i = 13
+local i = 14
 for _ = 1, n do
   local op, key, reason, u, lease = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
@@ -90,6 +98,40 @@ for _ = 1, n do
       counts[#counts + 1] = '0'
       counts[#counts + 1] = '0'
     end
+  elseif op == 'window' then
+    local fk = p .. 'fw:' .. key
+    if reason == '0' then
+      redis.pcall('HDEL', fk, inst)
+    else
+      redis.pcall('HSET', fk, inst, reason .. '|' .. u .. '|' .. lease .. '|' .. now)
+    end
+    local all = redis.pcall('HGETALL', fk)
+    local c, f, s, k, bad = 0, 0, 0, 0, nil
+    if type(all) ~= 'table' or all.err then
+      bad = 'malformed|' .. inst .. '=(not a hash)'
+      redis.call('DEL', fk)
+      all = {}
+    end
+    local stale = tonumber(now) - window_ttl
+    for j = 1, #all, 2 do
+      local lc, lf, ls, lms = level(all[j + 1])
+      if not lc then
+        bad = bad or ('malformed|' .. all[j] .. '=' .. all[j + 1])
+        redis.call('HDEL', fk, all[j])
+      elseif lms <= stale then
+        redis.call('HDEL', fk, all[j])
+      else
+        c, f, s, k = c + lc, f + lf, s + ls, k + 1
+      end
+    end
+    if redis.call('EXISTS', fk) == 1 then redis.call('PEXPIRE', fk, window_ttl) end
+    windows[#windows + 1] = bad or string.format('%d|%d|%d|%d', c, f, s, k)
+  elseif op == 'wopen' then
+    local st, cu = current(rk)
+    if not (st == 'open' and cu >= tonumber(u)) then
+      record(key, 'open', reason, u, '|window')
+      redis.call('DEL', lk)
+    end
   elseif op == 'lease' then
     redis.call('SET', lk, inst, 'NX', 'PX', lease)
     leases[#leases + 1] = get(lk) or ''
@@ -106,6 +148,8 @@ local out = {redis.call('GET', p .. 'id') or '', tostring(seq), tostring(#leases
 for _, h in ipairs(leases) do out[#out + 1] = h end
 out[#out + 1] = tostring(#counts / 2)
 for _, c in ipairs(counts) do out[#out + 1] = c end
+out[#out + 1] = tostring(#windows)
+for _, w in ipairs(windows) do out[#out + 1] = w end
 for j = 1, #changed, 2 do
   local key = changed[j]
   local v = redis.pcall('GET', p .. 'k:' .. key)
@@ -188,6 +232,10 @@ const char* op_name(FleetOp::Kind k) {
       return "lease";
     case FleetOp::Kind::count:
       return "count";
+    case FleetOp::Kind::window:
+      return "window";
+    case FleetOp::Kind::window_open:
+      return "wopen";
   }
   return "?";
 }
@@ -309,7 +357,7 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
     if (!ok) return Unexpected(ok.error());
   }
   std::vector<std::string> args;
-  args.reserve(11 + 5 * req.ops.size());
+  args.reserve(17 + 5 * req.ops.size());
   args.push_back("EVALSHA");
   args.push_back(sha_);
   args.push_back("0");
@@ -326,12 +374,18 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   args.push_back(std::to_string(counting ? req.count_buckets : 0));
   args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
   args.push_back(std::to_string(std::max<std::uint32_t>(req.max_changes, 1)));
+  args.push_back(std::to_string(std::max<std::int64_t>(req.window_ttl_ms, 1)));
   for (const FleetOp& op : req.ops) {
     args.push_back(op_name(op.kind));
     args.push_back(op.key);
     if (op.kind == FleetOp::Kind::count) {
       args.push_back(std::to_string(op.successes));
       args.push_back(std::to_string(op.failures));
+    } else if (op.kind == FleetOp::Kind::window) {
+      args.push_back(std::to_string(op.calls));
+      args.push_back(std::to_string(op.failures));
+      args.push_back(std::to_string(op.slow));
+      continue;
     } else {
       args.push_back(std::string(to_string(op.reason)));
       args.push_back(std::to_string(op.until_ms));
@@ -386,7 +440,14 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
     out.counts.push_back(
         {reply_text(r->element[4 + leases + 2 * i]), reply_text(r->element[5 + leases + 2 * i])});
   }
-  const size_t first = 4 + leases + 2 * counts;
+  const size_t at_windows = 4 + leases + 2 * counts;
+  std::uint64_t windows = 0;
+  if (at_windows >= r->elements || !parse_u64(r->element[at_windows], windows) ||
+      windows > r->elements - 1 - at_windows)
+    return protocol("a bad count of windows");
+  for (size_t i = 0; i < windows; ++i)
+    out.windows.push_back(reply_text(r->element[at_windows + 1 + i]));
+  const size_t first = at_windows + 1 + windows;
   if ((r->elements - first) % 2 != 0) return protocol("an odd number of key/value elements");
   out.changes.reserve((r->elements - first) / 2);
   for (size_t i = first; i < r->elements; i += 2) {

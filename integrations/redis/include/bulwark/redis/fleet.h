@@ -30,6 +30,17 @@
 // holder probes, the others stay open until its verdict arrives (closed, or reopened
 // with a new end) or the lease expires.
 //
+// Fleet windows. Attached with AttachOptions{.fleet_window = true}, a windowed breaker's
+// rate rules (its own failure_rate, slow_call_rate and minimum_calls) are judged on the
+// fleet's counts for the key too: each sync sends the breaker's current window counts
+// as this instance's level (only when they changed, so an idle key costs nothing) and
+// reads back the sum over every instance whose level is fresh (newer than three sync
+// intervals). A CLOSED breaker whose fleet sum trips a rule opens (adopt_open, so its
+// event says fleet_opened; the reading says fleet_window and the rate reason), and the
+// open is shared without a quorum, the evidence being fleet-wide already. An instance
+// whose own calls fail while the fleet's succeed still trips on its own window, alone
+// unless the quorum is reached.
+//
 // Thread-safety: attach() and sync() must not run concurrently with each other (call
 // both from the timer's thread, or hold your own lock); reading() may be called from
 // any thread at any time. The listener runs on whichever thread made the transition.
@@ -106,6 +117,16 @@ constexpr std::string_view to_string(Decision d) noexcept {
   return "unknown";
 }
 
+// How attach() shares a breaker.
+struct AttachOptions {
+  // Judge the key's rate rules (the breaker's own failure_rate, slow_call_rate and
+  // minimum_calls) on the fleet's window as well as on the local one. Needs a breaker
+  // with a sliding window (CountWindowBreaker, TimeWindowBreaker); costs one snapshot()
+  // of the breaker per sync, and a window op in the sync's exchange when its counts
+  // changed.
+  bool fleet_window = false;
+};
+
 struct FleetKeyReading {
   std::string key;
   State local_state;
@@ -119,6 +140,17 @@ struct FleetKeyReading {
   // window, as of the last sync that sent this key's calls. Otherwise 0.
   std::uint64_t fleet_successes;
   std::uint64_t fleet_failures;
+  // The fleet's last decision for the key was an open by the fleet's window (reason
+  // failure_rate or slow_call_rate over every instance's counts).
+  bool fleet_window_decision = false;
+  // Attached with fleet_window: the fleet's window for the key as of the last sync that
+  // sent this instance's level (calls, of which failures and slow, over `instances`
+  // fresh levels, this one's included). Otherwise 0.
+  bool fleet_window = false;
+  std::uint64_t window_calls = 0;
+  std::uint64_t window_failures = 0;
+  std::uint64_t window_slow = 0;
+  std::uint32_t window_instances = 0;
 };
 
 struct FleetReading {
@@ -129,9 +161,10 @@ struct FleetReading {
   std::uint64_t dropped_transitions = 0;  // queue overflows (each forces a full re-read)
   std::uint64_t adopted_opens = 0;
   std::uint64_t adopted_closes = 0;
-  std::string last_error;                            // the last sync error, "" if none yet
-  std::string last_malformed;                        // the last rejected value, naming its key
-  bool connected = false;                            // the last exchange succeeded
+  std::uint64_t window_trips = 0;  // this instance's breakers opened by a fleet window
+  std::string last_error;          // the last sync error, "" if none yet
+  std::string last_malformed;      // the last rejected value, naming its key
+  bool connected = false;          // the last exchange succeeded
   std::chrono::milliseconds since_last_success{-1};  // -1: never synced successfully
   // Round-trip time of successful exchanges: counts per bucket, bucket i holding
   // times <= kRttBucketsMs[i] (the last: everything slower).
@@ -143,10 +176,11 @@ struct FleetReading {
 
 // What sync() did.
 struct SyncSummary {
-  std::size_t published = 0;  // ops sent
-  std::size_t changes = 0;    // decisions read (valid or not)
-  std::size_t adopted = 0;    // breakers moved by the fleet
-  std::size_t malformed = 0;  // values rejected in this sync
+  std::size_t published = 0;     // ops sent
+  std::size_t changes = 0;       // decisions read (valid or not)
+  std::size_t adopted = 0;       // breakers moved by the fleet
+  std::size_t malformed = 0;     // values rejected in this sync
+  std::size_t window_trips = 0;  // breakers opened by a fleet window (and the open shared)
 };
 
 class Fleet {
@@ -159,15 +193,17 @@ class Fleet {
   ~Fleet();
 
   // Shares `breaker`'s decisions under `key` (default: its name). Throws InvalidConfig
-  // if the key is empty, longer than 512 bytes or already attached. Allocates; not for
-  // the request path. The breaker adopts the fleet's state for the key at the next sync.
+  // if the key is empty, longer than 512 bytes or already attached, or (field
+  // fleet_window) if options.fleet_window is set on a breaker without a sliding window.
+  // Allocates; not for the request path. The breaker adopts the fleet's state for the
+  // key at the next sync.
   template <class Breaker>
-  void attach(Breaker& breaker) {
-    attach(std::string(breaker.name()), breaker);
+  void attach(Breaker& breaker, AttachOptions options = {}) {
+    attach(std::string(breaker.name()), breaker, options);
   }
   template <class Breaker>
-  void attach(std::string key, Breaker& breaker) {
-    attach_impl(std::move(key), breaker, nullptr);
+  void attach(std::string key, Breaker& breaker, AttachOptions options = {}) {
+    attach_impl(std::move(key), breaker, nullptr, options);
   }
 
   // Shares the breaker of a registry entry (registry.h) under `key`, holding
@@ -175,9 +211,9 @@ class Fleet {
   // must outlive the Fleet.
   template <class Handle>
   requires requires(const Handle& h) { h.breaker(); }
-  void attach_handle(std::string key, Handle handle) {
+  void attach_handle(std::string key, Handle handle, AttachOptions options = {}) {
     auto held = std::make_shared<Handle>(std::move(handle));
-    attach_impl(std::move(key), held->breaker(), held);
+    attach_impl(std::move(key), held->breaker(), held, options);
   }
 
   // Exchanges with the store once: publishes the transitions queued since the last
@@ -193,6 +229,11 @@ class Fleet {
   const FleetConfig& config() const noexcept { return config_; }
 
  private:
+  // A breaker's window as a level: calls (slow calls in flight included), failures, slow.
+  struct Level {
+    std::uint64_t calls = 0, failures = 0, slow = 0;
+    bool operator==(const Level&) const = default;
+  };
   struct Member {
     std::string key;
     const void* breaker = nullptr;
@@ -201,7 +242,20 @@ class Fleet {
     std::function<State()> state;
     std::function<Nanos()> remaining;
     std::function<std::pair<std::uint64_t, std::uint64_t>()> totals;
-    std::shared_ptr<void> keep;           // a registry handle pinning the breaker, if any
+    std::function<Level()> level;      // fleet_window: the window now (zero unless CLOSED)
+    std::function<Nanos()> next_open;  // fleet_window: how long an opening now would last
+    std::shared_ptr<void> keep;        // a registry handle pinning the breaker, if any
+    // fleet_window: the breaker's rate rules, and the last level the store acknowledged.
+    bool fleet_window = false;
+    std::uint32_t minimum_calls = 0;
+    double failure_rate = 0, slow_call_rate = 0;  // 0: the rule is off
+    Level sent{};
+    std::int64_t sent_ms = 0;
+    Level fleet{};
+    std::uint32_t fleet_instances = 0;
+    bool window_open_pending = false;  // tripped by the fleet's window; the open to publish
+    TransitionReason window_reason = TransitionReason::failure_rate;
+    std::int64_t window_until_ms = 0;
     std::uint64_t counted_successes = 0;  // totals already sent
     std::uint64_t counted_failures = 0;
     std::uint64_t fleet_successes = 0;
@@ -221,9 +275,28 @@ class Fleet {
   };
 
   template <class Breaker>
-  void attach_impl(std::string key, Breaker& breaker, std::shared_ptr<void> keep) {
+  void attach_impl(std::string key, Breaker& breaker, std::shared_ptr<void> keep,
+                   AttachOptions options) {
     Member m;
     m.key = std::move(key);
+    if (options.fleet_window) {
+      if constexpr (requires { breaker.config().minimum_calls; }) {
+        const auto& c = breaker.config();
+        m.fleet_window = true;
+        m.minimum_calls = c.minimum_calls;
+        m.failure_rate = c.failure_rate.value_or(0.0);
+        m.slow_call_rate = c.slow_call_rate.value_or(0.0);
+        m.level = [&breaker] {
+          const BreakerSnapshot s = breaker.snapshot();
+          if (s.state != State::closed || !s.window) return Level{};
+          const WindowCounts& w = *s.window;
+          return Level{w.calls + w.in_flight_slow, w.failures, w.slow() + w.in_flight_slow};
+        };
+        m.next_open = [&breaker] { return breaker.snapshot().open_duration; };
+      } else {
+        reject_fleet_window(m.key);
+      }
+    }
     m.breaker = &breaker;
     m.adopt_open = [&breaker](Nanos remaining) { return breaker.adopt_open(remaining); };
     m.adopt_close = [&breaker] { return breaker.adopt_close(); };
@@ -246,6 +319,8 @@ class Fleet {
     m.keep = std::move(keep);
     add_member(std::move(m), policy_id, listen);
   }
+  [[noreturn]] void reject_fleet_window(const std::string& key) const;
+  Expected<SyncSummary, StoreError> exchange_once();
   void add_member(Member m, const void* policy_id,
                   const std::function<std::function<void()>()>& listen);
   void on_transition(const TransitionEvent& e) noexcept;

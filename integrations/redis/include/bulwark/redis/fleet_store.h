@@ -43,11 +43,16 @@ struct FleetRecord {
   std::int64_t until_ms = 0;   // open: when the open period ends (Unix ms); closed: 0
   std::string instance;        // who decided
   std::uint64_t sequence = 0;  // the store's sequence number of this decision (> 0)
+  // Open because the fleet's window reached a rate threshold (reason failure_rate or
+  // slow_call_rate), not because of one instance's own calls.
+  bool fleet_window = false;
 };
 
-// "v1|open|consecutive_failures|1733100000000|web-1|42". decode_record() accepts only
-// what encode_record() writes: a known version, state and reason, a non-negative
-// until_ms (0 for closed), a valid instance id and a positive sequence.
+// "v1|open|consecutive_failures|1733100000000|web-1|42", and for an open the fleet's
+// window decided a seventh field: "v1|open|failure_rate|1733100000000|web-1|43|window".
+// decode_record() accepts only what encode_record() writes: a known version, state and
+// reason, a non-negative until_ms (0 for closed), a valid instance id, a positive
+// sequence, and no seventh field but "window" on an open with a rate reason.
 std::string encode_record(const FleetRecord& r);
 Expected<FleetRecord, std::string> decode_record(std::string_view text);
 
@@ -66,6 +71,12 @@ struct FleetOp {
     lease,        // ask for the half-open lease (SET NX PX lease_ms); the reply says who holds it
     count,        // add successes / failures to the key's current time bucket; the reply
                   // has the fleet-wide totals over the last count_buckets buckets
+    window,       // set this instance's window level for the key (calls, failures, slow,
+                  // stamped with now_ms; calls 0 removes it); the reply has the totals
+                  // over every instance's entry newer than window_ttl_ms
+    window_open,  // the fleet's window tripped: record the key open (reason, until_ms,
+                  // marked fleet_window) without a quorum, unless it already is open
+                  // until at least as late
   };
   Kind kind;
   std::string key;
@@ -73,7 +84,9 @@ struct FleetOp {
   std::int64_t until_ms = 0;
   std::int64_t lease_ms = 0;
   std::uint64_t successes = 0;  // count: this instance's calls since its last count
-  std::uint64_t failures = 0;
+  std::uint64_t failures = 0;   // count, window: failures (slow or not)
+  std::uint64_t calls = 0;      // window: calls in the window, slow calls in flight included
+  std::uint64_t slow = 0;       // window: slow calls, slow calls in flight included
 };
 
 struct SyncRequest {
@@ -89,6 +102,9 @@ struct SyncRequest {
   // now_ms / count_bucket_ms, totals over the last count_buckets. 0: no counting.
   std::int64_t count_bucket_ms = 0;
   std::uint32_t count_buckets = 0;
+  // Window levels (window ops): entries stamped at or before now_ms - window_ttl_ms are
+  // stale, left out of the totals and dropped. Positive when a window op is sent.
+  std::int64_t window_ttl_ms = 0;
   std::vector<FleetOp> ops;
 };
 
@@ -111,6 +127,11 @@ struct SyncReply {
     std::string successes, failures;
   };
   std::vector<RawCounts> counts;
+  // One per window op, in order: "calls|failures|slow|instances", the fleet's totals over
+  // the fresh entries as raw text. A store that found an entry it cannot read replies
+  // "malformed|<instance>=<the entry>" instead (and drops the entry), which the Fleet
+  // rejects like any value that is not four counts.
+  std::vector<std::string> windows;
 };
 
 struct StoreError {
@@ -162,6 +183,8 @@ class MemoryFleetStore final : public FleetStore {
   void set_latency(std::chrono::nanoseconds latency);
   void restart();
   void put_raw(const std::string& key, std::string value);
+  // Plants `value` as `instance`'s window entry for `key` ("calls|failures|slow|ms").
+  void put_raw_window(const std::string& key, const std::string& instance, std::string value);
   std::optional<std::string> get_raw(const std::string& key) const;
   std::uint64_t exchanges() const;
 
@@ -172,7 +195,7 @@ class MemoryFleetStore final : public FleetStore {
   };
   void touch(const std::string& key, std::uint64_t sequence);
   void record(const std::string& key, SharedState state, TransitionReason reason,
-              std::int64_t until_ms, const std::string& instance);
+              std::int64_t until_ms, const std::string& instance, bool fleet_window = false);
 
   std::function<std::int64_t()> lease_clock_ms_;
   mutable std::mutex mu_;
@@ -188,6 +211,8 @@ class MemoryFleetStore final : public FleetStore {
   std::map<std::string, Lease> leases_;
   // key -> bucket -> (successes, failures)
   std::map<std::string, std::map<std::int64_t, std::pair<std::uint64_t, std::uint64_t>>> counts_;
+  // key -> instance -> "calls|failures|slow|ms"
+  std::map<std::string, std::map<std::string, std::string>> windows_;
 };
 
 }  // namespace bulwark::redis

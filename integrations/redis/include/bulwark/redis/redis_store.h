@@ -9,6 +9,8 @@
 //   <prefix>changes   key -> sequence of its last decision (a sorted set)
 //   <prefix>seq       the sequence counter; <prefix>id: the store's incarnation
 //   <prefix>w:<key>:<bucket>  fleet-wide counts (a hash: s, f), when counting is on
+//   <prefix>fw:<key>  fleet window levels (a hash: instance -> "calls|failures|slow|ms"),
+//                     expiring three sync intervals after the last write
 //
 // Timeouts. Connecting and every command are bounded (connect_timeout,
 // command_timeout, 50 ms by default): exchange() never waits longer. After a failure
