@@ -125,6 +125,20 @@ TEST(Fleet, AnOutageDuringTheIncidentCostsCallsAndTheFleetRecovers) {
             c.shared.total.requests);
 }
 
+TEST(Fleet, FleetWindowsCostStoreOpsAndChangeNothingWhenTheFirstTripIsShared) {
+  // Quorum 1: the first instance's own trip is shared before the fleet's summed window
+  // would trip, so fleet windows add the instances' window levels to the exchanges and
+  // leave the calls as they were.
+  Scenario s = short_fleet();
+  const FleetSimulationResult plain = simulate_fleet(s);
+  s.fleet->fleet_window = true;
+  const FleetSimulationResult window = simulate_fleet(s);
+  const auto& p = plain.configurations[0].shared;
+  const auto& w = window.configurations[0].shared;
+  EXPECT_EQ(w.total.calls_while_degraded, p.total.calls_while_degraded);
+  EXPECT_GT(w.store_ops, 10 * p.store_ops);
+}
+
 TEST(Fleet, ReportsHoldTheRuns) {
   const FleetSimulationResult r = simulate_fleet(short_fleet());
   std::ostringstream text;
@@ -177,6 +191,7 @@ TEST(FleetToml, ReadsEveryKey) {
                                                "quorum_window = \"5s\"\n"
                                                "lease_duration = \"8s\"\n"
                                                "sync_on_open = true\n"
+                                               "fleet_window = true\n"
                                                "outages = [{ start = \"1min\", end = \"2min\" }]\n"
                                                "configurations = [\"after\"]\n"),
                                     "f.toml");
@@ -188,6 +203,7 @@ TEST(FleetToml, ReadsEveryKey) {
   EXPECT_EQ(s.fleet->quorum_window, 5s);
   EXPECT_EQ(s.fleet->lease_duration, 8s);
   EXPECT_TRUE(s.fleet->sync_on_open);
+  EXPECT_TRUE(s.fleet->fleet_window);
   ASSERT_EQ(s.fleet->outages.size(), 1u);
   EXPECT_EQ(s.fleet->outages[0].start, 1min);
   EXPECT_EQ(s.fleet->outages[0].end, 2min);
@@ -201,6 +217,7 @@ TEST(FleetToml, DefaultsToEveryConfigurationWithABreaker) {
   EXPECT_EQ(s.fleet->sync_interval, 200ms);
   EXPECT_EQ(s.fleet->quorum, 1u);
   EXPECT_FALSE(s.fleet->sync_on_open);
+  EXPECT_FALSE(s.fleet->fleet_window);
   EXPECT_FALSE(builtin_scenario().fleet);
 }
 

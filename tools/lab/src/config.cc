@@ -844,6 +844,7 @@ FleetSpec read_fleet(Reader& r, const Scenario& s) {
     f.lease_duration = *v;
   }
   if (auto v = r.boolean("sync_on_open")) f.sync_on_open = *v;
+  if (auto v = r.boolean("fleet_window")) f.fleet_window = *v;
   if (const toml::array* list = r.array("outages")) {
     if (list->size() > kMaxOutages) {
       r.fail("outages", "has more than " + std::to_string(kMaxOutages) + " outages (got " +

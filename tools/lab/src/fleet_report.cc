@@ -108,7 +108,8 @@ void write_fleet_text(std::ostream& out, const FleetSimulationResult& result) {
   out << "  store: sync every " << format_duration(f.sync_interval) << " (phases spread)"
       << (f.sync_on_open ? " and at once on a local opening" : "") << ", round trip "
       << format_duration(f.store_latency) << ", quorum " << f.quorum << ", lease "
-      << format_duration(f.lease_duration);
+      << format_duration(f.lease_duration)
+      << (f.fleet_window ? ", fleet windows (rate rules on every instance's counts)" : "");
   if (!f.outages.empty()) {
     out << ", down";
     for (std::size_t i = 0; i < f.outages.size(); ++i) {
@@ -229,6 +230,7 @@ std::string fleet_to_json(const FleetSimulationResult& result) {
                 {"quorum_window_ms", ms(f.quorum_window)},
                 {"lease_duration_ms", ms(f.lease_duration)},
                 {"sync_on_open", f.sync_on_open},
+                {"fleet_window", f.fleet_window},
                 {"outages", outages}};
   Json configs = Json::array();
   for (const FleetConfigurationResult& c : result.configurations) {

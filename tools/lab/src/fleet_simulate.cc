@@ -105,7 +105,8 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
       fc.wall_ms = [sim] { return sim->clock().now().time_since_epoch().count() / kMs; };
       try {
         fleets.push_back(std::make_unique<redis::Fleet>(std::move(fc), store));
-        fleets.back()->attach(key, *sim->breaker());
+        fleets.back()->attach(key, *sim->breaker(),
+                              redis::AttachOptions{.fleet_window = spec.fleet_window});
       } catch (const InvalidConfig& e) {
         throw InputError({scenario.source}, "fleet." + e.error().field, e.error().message);
       }

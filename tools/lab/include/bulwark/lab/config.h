@@ -193,6 +193,9 @@ struct FleetSpec {
   // An instance whose breaker opens syncs at once (its timer woken by the transition)
   // instead of waiting for its next tick.
   bool sync_on_open = false;
+  // The key's rate rules judged on the sum of every instance's window counts too
+  // (bulwark::redis::AttachOptions::fleet_window): the fleet trips as one breaker.
+  bool fleet_window = false;
   std::vector<StoreOutage> outages;  // each [start, end), inside the scenario
   // The configurations to run as a fleet (each with a breaker); default: every one
   // with a breaker.
