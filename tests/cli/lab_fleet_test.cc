@@ -32,11 +32,11 @@ Scenario short_fleet(std::uint32_t instances = 40) {
   return s;
 }
 
+#if defined(BULWARK_LAB_FLEET)
+
 const FleetRun& run_named(const FleetConfigurationResult& c, const std::string& name) {
   return name == "single" ? c.single : name == "isolated" ? c.isolated : c.shared;
 }
-
-#if defined(BULWARK_LAB_FLEET)
 
 TEST(Fleet, TheBuiltInFleetScenarioMeetsTheGoals) {
   const Scenario s = builtin_fleet_scenario();
