@@ -20,8 +20,7 @@ namespace bulwark::lab {
 
 namespace detail {
 
-FleetRun summarize_fleet_run(std::string name, const std::vector<ConfigurationResult>& instances,
-                             Nanos duration) {
+FleetRun summarize_fleet_run(std::string name, const std::vector<ConfigurationResult>& instances) {
   FleetRun run;
   run.name = std::move(name);
   run.instances = static_cast<std::uint32_t>(instances.size());
@@ -53,7 +52,6 @@ FleetRun summarize_fleet_run(std::string name, const std::vector<ConfigurationRe
   if (const std::size_t mid = (run.instances - 1) / 2; run.instances > 0 && mid < opened.size()) {
     run.median_open = opened[mid];
   }
-  (void)duration;
   return run;
 }
 

@@ -12,8 +12,7 @@
 namespace bulwark::lab::detail {
 
 // Sums the instances' counts and orders their times to open. O(n log n).
-FleetRun summarize_fleet_run(std::string name, const std::vector<ConfigurationResult>& instances,
-                             Nanos duration);
+FleetRun summarize_fleet_run(std::string name, const std::vector<ConfigurationResult>& instances);
 FleetGoals fleet_goals(const FleetConfigurationResult& r, const FleetSpec& spec);
 
 }  // namespace bulwark::lab::detail
