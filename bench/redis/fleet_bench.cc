@@ -7,6 +7,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <chrono>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -127,6 +128,91 @@ void BM_Fleet_SyncMemory(benchmark::State& state) {
 }
 BENCHMARK(BM_Fleet_SyncMemory)->Args({1000, 0})->Args({1000, 10})->Unit(benchmark::kMicrosecond);
 
+// Fleet windows. The closed path of a count-window breaker alone, and of the same kind
+// attached with fleet_window (the ratio is the goal: 1x; the window's level is read by
+// sync(), never on the call path), with a sync every 1,000 calls outside the timing.
+using bulwark::CountWindowBreaker;
+CountWindowBreaker::Config window_config(std::string name) {
+  return CountWindowBreaker::Config{
+      .name = std::move(name), .window = {.size = 100}, .minimum_calls = 20, .failure_rate = 0.5};
+}
+
+void BM_Fleet_Baseline_WindowClosedPath(benchmark::State& state) {
+  static CountWindowBreaker breaker(window_config("plain-window"));
+  for (auto _ : state) {
+    auto permit = breaker.try_acquire();
+    permit->record_success();
+  }
+}
+BENCHMARK(BM_Fleet_Baseline_WindowClosedPath)->Threads(1)->Threads(2);
+
+struct WindowAttached {
+  WindowAttached() { fleet.attach(breaker, {.fleet_window = true}); }
+  MemoryFleetStore store;
+  CountWindowBreaker breaker{window_config("attached-window")};
+  Fleet fleet{FleetConfig{.instance = "bench"}, store};
+};
+
+void BM_Fleet_WindowClosedPath(benchmark::State& state) {
+  static WindowAttached attached;
+  CountWindowBreaker& breaker = attached.breaker;
+  int n = 0;
+  for (auto _ : state) {
+    auto permit = breaker.try_acquire();
+    permit->record_success();
+    if (state.thread_index() == 0 && ++n == 1000) {
+      state.PauseTiming();
+      (void)attached.fleet.sync();
+      n = 0;
+      state.ResumeTiming();
+    }
+  }
+}
+BENCHMARK(BM_Fleet_WindowClosedPath)->Threads(1)->Threads(2);
+
+using bulwark::TimeWindowBreaker;
+TimeWindowBreaker::Config time_window_config(std::string name) {
+  return TimeWindowBreaker::Config{.name = std::move(name),
+                                   .window = {.length = std::chrono::seconds(60), .buckets = 10},
+                                   .minimum_calls = 20,
+                                   .failure_rate = 0.5};
+}
+
+// One sync of an instance with range(0) fleet_window keys of which range(1) had calls
+// since the last sync (each sends its level and reads the fleet's totals), against a
+// store that holds a peer's levels for every key. Time windows (60 s), so that a busy
+// key's level changes at every one of its calls.
+void BM_Fleet_SyncWindowMemory(benchmark::State& state) {
+  MemoryFleetStore store;
+  const int keys = static_cast<int>(state.range(0));
+  const int busy = static_cast<int>(state.range(1));
+  std::vector<std::unique_ptr<TimeWindowBreaker>> mine, theirs;
+  Fleet a(FleetConfig{.instance = "a"}, store), b(FleetConfig{.instance = "b"}, store);
+  for (int i = 0; i < keys; ++i) {
+    const std::string key = "k" + std::to_string(i);
+    mine.push_back(std::make_unique<TimeWindowBreaker>(time_window_config(key)));
+    theirs.push_back(std::make_unique<TimeWindowBreaker>(time_window_config(key)));
+    a.attach(*mine.back(), {.fleet_window = true});
+    b.attach(*theirs.back(), {.fleet_window = true});
+    theirs.back()->try_acquire()->record_success();
+  }
+  (void)b.sync();
+  std::size_t next = 0;
+  for (auto _ : state) {
+    for (int i = 0; i < busy; ++i) {
+      mine[next]->try_acquire()->record_success();
+      next = (next + 1) % mine.size();
+    }
+    benchmark::DoNotOptimize(a.sync());
+  }
+  state.counters["keys"] = keys;
+  state.counters["busy_per_sync"] = busy;
+}
+BENCHMARK(BM_Fleet_SyncWindowMemory)
+    ->Args({1000, 0})
+    ->Args({1000, 100})
+    ->Unit(benchmark::kMicrosecond);
+
 // Sum of calls over INFO commandstats, and the EVALSHA calls among them.
 void command_calls(const bulwark::testing::RedisServer& server, double& total, double& evalsha) {
   std::istringstream in(server.command({"INFO", "commandstats"}));
@@ -188,5 +274,61 @@ BENCHMARK(BM_Fleet_SyncRedis)
     ->Args({10000, 0})
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(50);
+
+// One sync of an instance whose 100 fleet_window keys all changed, against a Redis that
+// holds the levels of range(0) instances for each key: the cost per window op should
+// not grow with the fleet (a running sum, stale entries found through a sorted set).
+void BM_Fleet_SyncRedisWindow(benchmark::State& state) {
+  if (!bulwark::testing::redis_server_available()) {
+    state.SkipWithError("redis-server is not installed");
+    return;
+  }
+  bulwark::testing::RedisServer server;
+  if (!server.start()) {
+    state.SkipWithError("redis-server did not start");
+    return;
+  }
+  const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
+  RedisFleetStore store(rc);
+  constexpr int kKeys = 100;
+  const int instances = static_cast<int>(state.range(0));
+  // A long sync interval, so that no level goes stale while the benchmark runs.
+  auto fleet_config = [](std::string id) {
+    return FleetConfig{.instance = std::move(id), .sync_interval = std::chrono::seconds(60)};
+  };
+  std::vector<std::unique_ptr<TimeWindowBreaker>> breakers;
+  std::vector<std::unique_ptr<Fleet>> fleets;
+  for (int n = 0; n < instances; ++n) {
+    std::string id = "i";
+    id += std::to_string(n);
+    fleets.push_back(std::make_unique<Fleet>(fleet_config(std::move(id)), store));
+    for (int k = 0; k < kKeys; ++k) {
+      std::string key = "k";
+      key += std::to_string(k);
+      breakers.push_back(std::make_unique<TimeWindowBreaker>(time_window_config(std::move(key))));
+      fleets.back()->attach(*breakers.back(), {.fleet_window = true});
+      breakers.back()->try_acquire()->record_success();
+    }
+    if (!fleets.back()->sync()) {
+      state.SkipWithError("a sync failed");
+      return;
+    }
+  }
+  Fleet& a = *fleets.front();
+  for (auto _ : state) {
+    for (int k = 0; k < kKeys; ++k) breakers[k]->try_acquire()->record_success();
+    if (!a.sync()) {
+      state.SkipWithError("a sync failed");
+      return;
+    }
+  }
+  state.counters["instances"] = instances;
+  state.counters["window_ops_per_sync"] = kKeys;
+}
+BENCHMARK(BM_Fleet_SyncRedisWindow)
+    ->Arg(2)
+    ->Arg(100)
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
 
 }  // namespace

@@ -38,6 +38,26 @@ TEST(FleetHotPathTest, TheClosedPathOfAnAttachedBreakerAllocatesNothingAndTakesN
   }
 }
 
+TEST(FleetHotPathTest, TheClosedPathOfABreakerWithAFleetWindowAllocatesNothingAndTakesNoLock) {
+  MemoryFleetStore store;
+  CountWindowBreaker breaker(CountWindowBreaker::Config{
+      .name = "hot-window", .window = {.size = 100}, .minimum_calls = 20, .failure_rate = 0.5});
+  Fleet fleet(FleetConfig{.instance = "a"}, store);
+  fleet.attach(breaker, {.fleet_window = true});
+  ASSERT_TRUE(fleet.sync());
+  const auto c = bulwark::testing::count([&] {
+    for (int i = 0; i < 1000; ++i) breaker.try_acquire()->record_success();
+  });
+  EXPECT_EQ(c.allocations, 0u);
+  if (bulwark::testing::kCountsLocks) {
+    EXPECT_EQ(c.locks, 0u);
+  }
+  auto s = fleet.sync();  // the level is read here, by the timer's thread
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->published, 1u);
+  EXPECT_EQ(fleet.reading().keys.at(0).window_calls, 100u);
+}
+
 TEST(FleetHotPathTest, ATransitionIsQueuedWithOneLockAndNoAllocation) {
   MemoryFleetStore store;
   CircuitBreaker breaker(config());

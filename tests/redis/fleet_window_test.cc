@@ -14,6 +14,7 @@
 
 #include "bulwark/redis/fleet.h"
 #include "bulwark/redis/prometheus.h"
+#include "bulwark/registry.h"
 
 namespace bulwark::redis {
 namespace {
@@ -127,6 +128,8 @@ TEST(FleetWindowTest, TwentyInstancesBelowTheirMinimumTripTogetherOnTheFleetsCou
   // The 7th instance's sync brings the fleet to 21 calls, 14 failures: it trips and
   // shares the open in the same sync; the later ones adopt it in theirs.
   EXPECT_EQ(fleet[6]->fleet.reading().window_trips, 1u);
+  EXPECT_EQ(fleet[6]->fleet.reading().syncs, 1u);  // one sync, of two exchanges
+  EXPECT_EQ(w.store.exchanges(), 21u);
   for (std::size_t i = 0; i < fleet.size(); ++i) {
     EXPECT_EQ(fleet[i]->breaker.state(), i < 6 ? State::closed : State::open) << i;
   }
@@ -155,6 +158,45 @@ TEST(FleetWindowTest, TwentyInstancesBelowTheirMinimumTripTogetherOnTheFleetsCou
   auto tripped = fleet[6]->breaker.try_acquire();
   ASSERT_FALSE(tripped);
   EXPECT_EQ(tripped.error().retry_after, 10s);
+}
+
+// Slow calls: the rule is the breaker's slow_call_rate, and calls still in flight past
+// slow_call_duration count when count_in_flight_slow_calls is on.
+TEST(FleetWindowTest, TheSlowCallRateTripsOnTheFleetsSlowCallsInFlightIncluded) {
+  Breaker::Config slow{.name = "inventory",
+                       .window = {.size = 100},
+                       .minimum_calls = 20,
+                       .slow_call_rate = 0.5,
+                       .slow_call_duration = 100ms,
+                       .count_in_flight_slow_calls = true};
+  World w;
+  std::vector<std::unique_ptr<Breaker>> breakers;
+  std::vector<std::unique_ptr<Fleet>> fleets;
+  std::vector<Breaker::Permit> stuck;
+  for (int i = 0; i < 5; ++i) {
+    breakers.push_back(std::make_unique<Breaker>(slow, w.clock));
+    fleets.push_back(std::make_unique<Fleet>(
+        FleetConfig{.instance = "web-" + std::to_string(i), .wall_ms = [&w] { return w.wall; }},
+        w.store));
+    fleets.back()->attach(*breakers.back(), {.fleet_window = true});
+    breakers.back()->try_acquire()->record_success(10ms);
+    for (int k = 0; k < 3; ++k) stuck.push_back(std::move(*breakers.back()->try_acquire()));
+  }
+  w.advance(250ms);  // in flight past D + E (100 ms + 134 ms): counted as slow
+  for (auto& b : breakers) {
+    const auto window = b->snapshot().window;
+    ASSERT_TRUE(window);
+    ASSERT_EQ(window->in_flight_slow, 3u);
+    ASSERT_EQ(b->state(), State::closed);  // 4 calls: below its minimum
+  }
+  for (auto& f : fleets) ASSERT_TRUE(f->sync());
+  for (auto& f : fleets) ASSERT_TRUE(f->sync());
+  for (auto& b : breakers) EXPECT_EQ(b->state(), State::open);
+  const FleetKeyReading k = fleets[0]->reading().keys.at(0);
+  EXPECT_EQ(k.reason, TransitionReason::slow_call_rate);
+  EXPECT_TRUE(k.fleet_window_decision);
+  EXPECT_EQ(k.decided_by, "web-4");  // 20 calls, 15 slow, with the fifth
+  for (auto& p : stuck) p.record_success();
 }
 
 TEST(FleetWindowTest, ASickInstanceOpensAloneWhileTheFleetsWindowIsHealthy) {
@@ -219,6 +261,23 @@ TEST(FleetWindowTest, AnInstanceThatStopsSyncingStopsCountingAfterItsEntryExpire
   d.calls(1, 0);
   d.sync();
   EXPECT_EQ(d.key().window_calls, 10u);
+}
+
+TEST(FleetWindowTest, AStoreThatRestartsEmptyGetsTheFleetWindowsOpenBackWithItsMark) {
+  World w;
+  Instances fleet = make(w, 2, true);
+  for (auto& i : fleet) i->calls(10, 0);
+  sync_all(fleet);
+  sync_all(fleet);
+  ASSERT_EQ(fleet[0]->breaker.state(), State::open);
+  w.store.restart();
+  sync_all(fleet);  // a new incarnation: read again from the start, publish again
+  sync_all(fleet);
+  const auto raw = w.store.get_raw("inventory");
+  ASSERT_TRUE(raw);
+  EXPECT_EQ(raw->rfind("v1|open|failure_rate|", 0), 0u) << *raw;
+  EXPECT_EQ(raw->substr(raw->size() - 7), "|window") << *raw;
+  for (auto& i : fleet) EXPECT_TRUE(i->key().fleet_window_decision);
 }
 
 TEST(FleetWindowTest, AnIdleKeyCostsNothing) {
@@ -300,6 +359,34 @@ TEST(FleetWindowTest, ABreakerWithoutAWindowCannotJudgeTheFleets) {
   }
   fleet.attach(plain);  // without the option it is fine
   EXPECT_EQ(fleet.reading().keys.size(), 1u);
+}
+
+TEST(FleetWindowTest, RegistryEntriesJudgeTheFleetsWindowUnderTheirKeys) {
+  using Hosts = BasicRegistry<std::string, CountWindowBreaker>;
+  auto registry = [] {
+    return std::make_unique<Hosts>(
+        Hosts::Options{.name = "upstreams",
+                       .breaker = {.name = "upstream", .minimum_calls = 4, .failure_rate = 0.5}});
+  };
+  MemoryFleetStore store;
+  auto ra = registry(), rb = registry();
+  Fleet a(FleetConfig{.instance = "a"}, store), b(FleetConfig{.instance = "b"}, store);
+  a.attach_handle("host-1", ra->get("host-1"), {.fleet_window = true});
+  b.attach_handle("host-1", rb->get("host-1"), {.fleet_window = true});
+  for (int i = 0; i < 2; ++i) {
+    ra->try_acquire(std::string("host-1"))->record_failure();
+    rb->try_acquire(std::string("host-1"))->record_failure();
+  }
+  ASSERT_TRUE(a.sync());
+  ASSERT_TRUE(b.sync());  // 4 failures of 4 between them
+  ASSERT_TRUE(a.sync());
+  EXPECT_EQ(ra->get("host-1")->state(), State::open);
+  EXPECT_EQ(rb->get("host-1")->state(), State::open);
+  EXPECT_EQ(a.reading().keys[0].decided_by, "b");
+  // A registry of breakers without a window cannot.
+  Registry<std::string> plain(Registry<std::string>::Options{.name = "plain"});
+  EXPECT_THROW(a.attach_handle("host-2", plain.get("host-2"), {.fleet_window = true}),
+               InvalidConfig);
 }
 
 TEST(FleetWindowTest, TheReadingIsExposed) {

@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <memory>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -369,6 +371,75 @@ TEST_F(RedisFleetTest, AFleetWindowEntryGoesStaleWhenItsInstanceStopsSyncing) {
   EXPECT_EQ(b.reading().keys[0].window_calls, 2u);
   EXPECT_EQ(b.reading().keys[0].window_instances, 1u);
   EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "a"}), "0");
+  EXPECT_EQ(server->command({"ZSCORE", "test:fleet:ft:inventory", "a"}), "(nil)");
+  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "2|0|0|1");
+  // The running sum is a cache of the entries: an unreadable one is reported and
+  // rebuilt from them.
+  server->command({"HSET", "test:fleet:fw:inventory", "=", "lots"});
+  bb.try_acquire()->record_success();
+  const auto s = b.sync();
+  ASSERT_TRUE(s);
+  EXPECT_EQ(s->malformed, 1u);
+  EXPECT_NE(b.reading().last_malformed.find("malformed|==lots"), std::string::npos)
+      << b.reading().last_malformed;
+  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "3|0|0|1");
+  ASSERT_TRUE(a.sync());  // a is back: one more entry, added to the sum
+  EXPECT_EQ(a.reading().keys[0].window_calls, 12u);
+  EXPECT_EQ(a.reading().keys[0].window_instances, 2u);
+}
+
+// The same window ops, in the same order, against Redis and MemoryFleetStore: the two
+// implement one protocol, so every reply's totals must agree, and both must agree with
+// the sum over the fresh levels computed here. Levels come and go (calls 0 withdraws
+// one), and time moves so that some go stale.
+TEST_F(RedisFleetTest, RedisAndTheMemoryStoreSumFleetWindowsAlike) {
+  RedisFleetStore redis(redis_config());
+  MemoryFleetStore memory;
+  std::minstd_rand rng(7);
+  struct Entry {
+    std::uint64_t calls, failures, slow;
+    std::int64_t ms;
+  };
+  std::map<std::string, Entry> levels;  // the model
+  std::int64_t now = wall;
+  for (int step = 0; step < 400; ++step) {
+    now += static_cast<std::int64_t>(rng() % 120);
+    const std::string who = "i" + std::to_string(rng() % 12);
+    const std::uint64_t calls = rng() % 4 == 0 ? 0 : rng() % 50 + 1;
+    const std::uint64_t failures = calls == 0 ? 0 : rng() % (calls + 1);
+    const std::uint64_t slow = calls == 0 ? 0 : rng() % (calls + 1);
+    SyncRequest req;
+    req.instance = who;
+    req.now_ms = now;
+    req.window_ttl_ms = 600;
+    FleetOp op{FleetOp::Kind::window, "inventory"};
+    op.calls = calls, op.failures = failures, op.slow = slow;
+    req.ops.push_back(op);
+    if (calls == 0) {
+      levels.erase(who);
+    } else {
+      levels[who] = Entry{calls, failures, slow, now};
+    }
+    std::uint64_t c = 0, f = 0, sl = 0, n = 0;
+    for (auto it = levels.begin(); it != levels.end();) {
+      if (it->second.ms <= now - 600) {
+        it = levels.erase(it);
+        continue;
+      }
+      c += it->second.calls, f += it->second.failures, sl += it->second.slow, ++n;
+      ++it;
+    }
+    const std::string want = std::to_string(c) + "|" + std::to_string(f) + "|" +
+                             std::to_string(sl) + "|" + std::to_string(n);
+    auto r = redis.exchange(req);
+    auto m = memory.exchange(req);
+    ASSERT_TRUE(r) << r.error().message;
+    ASSERT_TRUE(m);
+    ASSERT_EQ(r->windows.size(), 1u);
+    ASSERT_EQ(m->windows.size(), 1u);
+    EXPECT_EQ(r->windows[0], want) << "step " << step;
+    EXPECT_EQ(m->windows[0], want) << "step " << step;
+  }
 }
 
 class RedisAuthTest : public RedisFleetTest {

@@ -162,11 +162,11 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
     std::atomic<bool>& flag;
     ~Done() { flag.store(false, std::memory_order_release); }
   } done{syncing_};
-  auto first = exchange_once();
+  auto first = exchange_once(true);
   if (!first || first->window_trips == 0) return first;
   // A fleet window tripped here: share the open now rather than a sync later. Only the
   // window_open ops (and anything queued meanwhile) go out.
-  auto second = exchange_once();
+  auto second = exchange_once(false);
   if (!second) return first;  // the open is sent again by the next sync
   first->published += second->published;
   first->changes += second->changes;
@@ -176,7 +176,7 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
   return first;
 }
 
-Expected<SyncSummary, StoreError> Fleet::exchange_once() {
+Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   SyncSummary summary;
   SyncRequest req;
   bool overflow = false;
@@ -188,7 +188,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once() {
     overflowed_ = false;
   }
   std::unique_lock state(state_mu_);
-  ++counters_.syncs;
+  if (counts_as_sync) ++counters_.syncs;
   if (overflow) {
     ++counters_.dropped_transitions;
     rescan_ = true;
@@ -223,8 +223,11 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once() {
         const auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(m.remaining()).count();
         if (left <= 0) continue;
-        const auto kind =
-            republish_ && m.shared_open ? FleetOp::Kind::assert_open : FleetOp::Kind::vote_open;
+        // A shared open the store lost goes back without a quorum (a fleet window's
+        // keeps its mark).
+        const auto kind = !(republish_ && m.shared_open) ? FleetOp::Kind::vote_open
+                          : m.record.fleet_window        ? FleetOp::Kind::window_open
+                                                         : FleetOp::Kind::assert_open;
         const TransitionReason reason =
             m.shared_open ? m.record.reason : TransitionReason::consecutive_failures;
         req.ops.push_back({kind, m.key, reason, now + left, 0});

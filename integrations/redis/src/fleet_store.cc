@@ -187,7 +187,9 @@ void MemoryFleetStore::put_raw(const std::string& key, std::string value) {
 void MemoryFleetStore::put_raw_window(const std::string& key, const std::string& instance,
                                       std::string value) {
   std::lock_guard lock(mu_);
-  windows_[key][instance] = std::move(value);
+  Window& w = windows_[key];
+  w.entries[instance] = std::move(value);
+  w.dirty = true;
 }
 
 void MemoryFleetStore::touch(const std::string& key, std::uint64_t sequence) {
@@ -300,33 +302,75 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
         break;
       }
       case FleetOp::Kind::window: {
-        auto& entries = windows_[op.key];
-        if (op.calls == 0) {
-          entries.erase(req.instance);
-        } else {
-          entries[req.instance] = std::to_string(op.calls) + '|' + std::to_string(op.failures) +
-                                  '|' + std::to_string(op.slow) + '|' + std::to_string(req.now_ms);
-        }
-        std::uint64_t calls = 0, failures = 0, slow = 0, instances = 0;
+        Window& w = windows_[op.key];
+        const std::int64_t cutoff = req.now_ms - req.window_ttl_ms;
         std::string bad;
-        for (auto it = entries.begin(); it != entries.end();) {
-          const auto level = parse_window_entry(it->second);
-          if (!level) {
-            if (bad.empty()) bad = "malformed|" + it->first + '=' + it->second;
-            it = entries.erase(it);
-          } else if (level->ms <= req.now_ms - req.window_ttl_ms) {
-            it = entries.erase(it);  // stale: its instance stopped syncing
-          } else {
-            calls += level->calls, failures += level->failures, slow += level->slow;
-            ++instances;
-            ++it;
+        // Removes a counted entry from the sum (false if it is unreadable).
+        auto uncount = [&w](const std::string& entry) {
+          const auto level = parse_window_entry(entry);
+          if (!level || level->calls > w.calls || level->failures > w.failures ||
+              level->slow > w.slow || w.counted == 0)
+            return false;
+          w.calls -= level->calls, w.failures -= level->failures, w.slow -= level->slow;
+          --w.counted;
+          return true;
+        };
+        bool again = w.dirty;
+        // The stale ones, oldest first, through their times.
+        while (!again && !w.by_ms.empty() && w.by_ms.begin()->first <= cutoff) {
+          const std::string who = w.by_ms.begin()->second;
+          w.by_ms.erase(w.by_ms.begin());
+          const auto it = w.entries.find(who);
+          if (it == w.entries.end() || !uncount(it->second)) again = true;
+          if (it != w.entries.end()) w.entries.erase(it);
+        }
+        // The sender's own entry is replaced.
+        if (const auto it = w.entries.find(req.instance); it != w.entries.end()) {
+          if (const auto level = parse_window_entry(it->second)) {
+            auto [lo, hi] = w.by_ms.equal_range(level->ms);
+            for (; lo != hi; ++lo) {
+              if (lo->second == req.instance) {
+                w.by_ms.erase(lo);
+                break;
+              }
+            }
+          }
+          if (!again && !uncount(it->second)) again = true;
+          w.entries.erase(it);
+        }
+        if (op.calls != 0) {
+          w.entries[req.instance] = std::to_string(op.calls) + '|' + std::to_string(op.failures) +
+                                    '|' + std::to_string(op.slow) + '|' +
+                                    std::to_string(req.now_ms);
+          w.by_ms.emplace(req.now_ms, req.instance);
+          w.calls += op.calls, w.failures += op.failures, w.slow += op.slow;
+          ++w.counted;
+        }
+        if (again) {
+          // Re-sum every entry: the readable fresh ones count, the others are dropped.
+          w.calls = w.failures = w.slow = w.counted = 0;
+          w.by_ms.clear();
+          w.dirty = false;
+          for (auto it = w.entries.begin(); it != w.entries.end();) {
+            const auto level = parse_window_entry(it->second);
+            if (!level) {
+              if (bad.empty()) bad = "malformed|" + it->first + '=' + it->second;
+              it = w.entries.erase(it);
+            } else if (level->ms <= cutoff) {
+              it = w.entries.erase(it);
+            } else {
+              w.calls += level->calls, w.failures += level->failures, w.slow += level->slow;
+              ++w.counted;
+              w.by_ms.emplace(level->ms, it->first);
+              ++it;
+            }
           }
         }
-        if (entries.empty()) windows_.erase(op.key);
-        reply.windows.push_back(!bad.empty()
-                                    ? bad
-                                    : std::to_string(calls) + '|' + std::to_string(failures) + '|' +
-                                          std::to_string(slow) + '|' + std::to_string(instances));
+        reply.windows.push_back(
+            !bad.empty() ? bad
+                         : std::to_string(w.calls) + '|' + std::to_string(w.failures) + '|' +
+                               std::to_string(w.slow) + '|' + std::to_string(w.counted));
+        if (w.entries.empty()) windows_.erase(op.key);
         break;
       }
       case FleetOp::Kind::window_open: {

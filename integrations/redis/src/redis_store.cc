@@ -99,32 +99,83 @@ for _ = 1, n do
       counts[#counts + 1] = '0'
     end
   elseif op == 'window' then
-    local fk = p .. 'fw:' .. key
-    if reason == '0' then
-      redis.pcall('HDEL', fk, inst)
-    else
-      redis.pcall('HSET', fk, inst, reason .. '|' .. u .. '|' .. lease .. '|' .. now)
-    end
-    local all = redis.pcall('HGETALL', fk)
-    local c, f, s, k, bad = 0, 0, 0, 0, nil
-    if type(all) ~= 'table' or all.err then
+    -- fw:<key>: instance -> "calls|failures|slow|ms", and '=' -> the running sum
+    -- "calls|failures|slow|entries"; ft:<key>: instance -> ms, to find the stale ones.
+    -- Each op costs O(log entries + expired ones); the full re-sum runs only when the
+    -- sum disagrees with the hash (a first write, a planted or unreadable entry).
+    local fk, tk = p .. 'fw:' .. key, p .. 'ft:' .. key
+    local cutoff = tonumber(now) - window_ttl
+    local bad, again = nil, false
+    local c, f, s, k
+    local sum = redis.pcall('HGET', fk, '=')
+    if type(sum) == 'table' then
       bad = 'malformed|' .. inst .. '=(not a hash)'
-      redis.call('DEL', fk)
-      all = {}
+      redis.call('DEL', fk, tk)
+      sum = nil
     end
-    local stale = tonumber(now) - window_ttl
-    for j = 1, #all, 2 do
-      local lc, lf, ls, lms = level(all[j + 1])
-      if not lc then
-        bad = bad or ('malformed|' .. all[j] .. '=' .. all[j + 1])
-        redis.call('HDEL', fk, all[j])
-      elseif lms <= stale then
-        redis.call('HDEL', fk, all[j])
-      else
-        c, f, s, k = c + lc, f + lf, s + ls, k + 1
+    if sum then
+      c, f, s, k = level(sum)
+      if not c then bad = 'malformed|==' .. sum end
+    end
+    local tt = redis.call('TYPE', tk).ok
+    if not c or redis.call('HLEN', fk) ~= k + 1 or (tt ~= 'zset' and not (tt == 'none' and k == 0)) then
+      again = true
+      c, f, s, k = 0, 0, 0, 0
+    else
+      for _, who in ipairs(redis.call('ZRANGEBYSCORE', tk, '-inf', cutoff)) do
+        local lc, lf, ls = level(redis.call('HGET', fk, who) or '')
+        if lc then
+          c, f, s, k = c - lc, f - lf, s - ls, k - 1
+        else
+          again = true
+        end
+        redis.call('HDEL', fk, who)
+        redis.call('ZREM', tk, who)
+      end
+      local old = redis.call('HGET', fk, inst)
+      if old then
+        local lc, lf, ls = level(old)
+        if lc then
+          c, f, s, k = c - lc, f - lf, s - ls, k - 1
+        else
+          again = true
+        end
       end
     end
-    if redis.call('EXISTS', fk) == 1 then redis.call('PEXPIRE', fk, window_ttl) end
+    if reason == '0' then
+      redis.call('HDEL', fk, inst)
+      redis.pcall('ZREM', tk, inst)
+    else
+      redis.call('HSET', fk, inst, reason .. '|' .. u .. '|' .. lease .. '|' .. now)
+      redis.pcall('ZADD', tk, now, inst)
+      c, f, s, k = c + tonumber(reason), f + tonumber(u), s + tonumber(lease), k + 1
+    end
+    if again or c < 0 or f < 0 or s < 0 or k < 0 or f > c or s > c then
+      -- Re-sum every entry: the readable fresh ones count, the others are dropped.
+      redis.call('DEL', tk)
+      redis.call('HDEL', fk, '=')
+      local all = redis.call('HGETALL', fk)
+      c, f, s, k = 0, 0, 0, 0
+      for j = 1, #all, 2 do
+        local lc, lf, ls, lms = level(all[j + 1])
+        if not lc then
+          bad = bad or ('malformed|' .. all[j] .. '=' .. all[j + 1])
+          redis.call('HDEL', fk, all[j])
+        elseif lms <= cutoff then
+          redis.call('HDEL', fk, all[j])
+        else
+          c, f, s, k = c + lc, f + lf, s + ls, k + 1
+          redis.call('ZADD', tk, lms, all[j])
+        end
+      end
+    end
+    if k == 0 then
+      redis.call('DEL', fk, tk)
+    else
+      redis.call('HSET', fk, '=', string.format('%d|%d|%d|%d', c, f, s, k))
+      redis.call('PEXPIRE', fk, window_ttl)
+      redis.call('PEXPIRE', tk, window_ttl)
+    end
     windows[#windows + 1] = bad or string.format('%d|%d|%d|%d', c, f, s, k)
   elseif op == 'wopen' then
     local st, cu = current(rk)

@@ -320,7 +320,7 @@ class Fleet {
     add_member(std::move(m), policy_id, listen);
   }
   [[noreturn]] void reject_fleet_window(const std::string& key) const;
-  Expected<SyncSummary, StoreError> exchange_once();
+  Expected<SyncSummary, StoreError> exchange_once(bool counts_as_sync);
   void add_member(Member m, const void* policy_id,
                   const std::function<std::function<void()>()>& listen);
   void on_transition(const TransitionEvent& e) noexcept;

@@ -211,8 +211,15 @@ class MemoryFleetStore final : public FleetStore {
   std::map<std::string, Lease> leases_;
   // key -> bucket -> (successes, failures)
   std::map<std::string, std::map<std::int64_t, std::pair<std::uint64_t, std::uint64_t>>> counts_;
-  // key -> instance -> "calls|failures|slow|ms"
-  std::map<std::string, std::map<std::string, std::string>> windows_;
+  // One key's window levels, as the Redis script keeps them: the entries, their running
+  // sum and their times; `dirty` (a planted entry) makes the next op re-sum them all.
+  struct Window {
+    std::map<std::string, std::string> entries;  // instance -> "calls|failures|slow|ms"
+    std::uint64_t calls = 0, failures = 0, slow = 0, counted = 0;
+    std::multimap<std::int64_t, std::string> by_ms;  // ms -> instance, counted entries only
+    bool dirty = false;
+  };
+  std::map<std::string, Window> windows_;
 };
 
 }  // namespace bulwark::redis

@@ -1,16 +1,19 @@
 // bulwark/redis/redis_store.h — the fleet's decisions in Redis (hiredis).
 //
-// One Redis command per sync: an EVALSHA of a small Lua script that applies the
-// instance's ops (votes, closes, re-publications, lease requests) and returns the
-// decisions made since its cursor, atomically. Keys live under `prefix`:
+// One Redis command per exchange: an EVALSHA of a small Lua script that applies the
+// instance's ops (votes, closes, re-publications, lease requests, window levels) and
+// returns the decisions made since its cursor, atomically. A sync is one exchange, two
+// when it trips a fleet window (fleet.h). Keys live under `prefix`:
 //   <prefix>k:<key>   the decision (a string, fleet_store.h's format)
 //   <prefix>v:<key>   votes to open (a sorted set: instance -> ms), expiring
 //   <prefix>l:<key>   the half-open lease (a string: the holder), SET NX PX
 //   <prefix>changes   key -> sequence of its last decision (a sorted set)
 //   <prefix>seq       the sequence counter; <prefix>id: the store's incarnation
 //   <prefix>w:<key>:<bucket>  fleet-wide counts (a hash: s, f), when counting is on
-//   <prefix>fw:<key>  fleet window levels (a hash: instance -> "calls|failures|slow|ms"),
-//                     expiring three sync intervals after the last write
+//   <prefix>fw:<key>  fleet window levels (a hash: instance -> "calls|failures|slow|ms",
+//                     and field "=" -> their running sum "calls|failures|slow|entries")
+//   <prefix>ft:<key>  the levels' times (a sorted set: instance -> ms), to drop stale ones;
+//                     both expire three sync intervals after the last write
 //
 // Timeouts. Connecting and every command are bounded (connect_timeout,
 // command_timeout, 50 ms by default): exchange() never waits longer. After a failure
