@@ -139,6 +139,26 @@ TEST(Fleet, FleetWindowsCostStoreOpsAndChangeNothingWhenTheFirstTripIsShared) {
   EXPECT_GT(w.store_ops, 10 * p.store_ops);
 }
 
+TEST(Fleet, FleetWindowsTripAFleetTooThinForAnyInstancesWindow) {
+  // 40 instances at 10 pages/s: 100 calls in each one's 10 s window, under a
+  // minimum_calls of 200, so no breaker ever opens alone; the fleet's summed window
+  // (4,000 calls) trips them all.
+  Scenario s = short_fleet();
+  s.configurations[0].breaker->as<TimeWindowConfig>().minimum_calls = 200;
+  const FleetSimulationResult plain = simulate_fleet(s);
+  s.fleet->fleet_window = true;
+  const FleetSimulationResult window = simulate_fleet(s);
+  const FleetConfigurationResult& p = plain.configurations[0];
+  const FleetConfigurationResult& w = window.configurations[0];
+  EXPECT_EQ(p.isolated.never_opened, 40u);
+  EXPECT_EQ(p.shared.never_opened, 40u);
+  EXPECT_EQ(p.shared.total.calls_while_degraded, p.isolated.total.calls_while_degraded);
+  EXPECT_EQ(w.shared.never_opened, 0u);
+  ASSERT_TRUE(w.goals.open_spread);
+  EXPECT_LE(*w.goals.open_spread, w.goals.open_spread_limit);
+  EXPECT_GE(w.goals.isolated_over_shared, 5.0);
+}
+
 TEST(Fleet, ReportsHoldTheRuns) {
   const FleetSimulationResult r = simulate_fleet(short_fleet());
   std::ostringstream text;
