@@ -371,6 +371,14 @@ TEST(FleetCli, FleetNeedsAFleetTable) {
   EXPECT_EQ(r.out, "");
 }
 
+TEST(FleetCli, DurationIsHeldToTheFleetsBounds) {
+  // 100 instances syncing every 200 ms: 1e8 syncs take 55.6 hours.
+  const CliRun r = run({"simulate", "--fleet", "--duration", "60h"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--duration: makes more than 1e8 fleet syncs"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
 TEST(FleetCli, TimelineOptionsDoNotApply) {
   const CliRun r = run({"simulate", "--fleet", "--timeline-step", "10s"});
   EXPECT_EQ(r.status, 2);

@@ -267,6 +267,27 @@ int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& j
     if (requests > bulwark::lab::kMaxRequests) {
       throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
     }
+    // A fleet configuration runs four times over (single, and two fleets of instances).
+    double attempts = 0;
+    for (const auto& c : scenario.configurations) {
+      const auto& names = scenario.fleet->configurations;
+      const bool fleet = std::find(names.begin(), names.end(), c.name) != names.end();
+      attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
+    }
+    if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
+      throw InputError({}, "--duration",
+                       "makes more than 2e9 attempts in the worst case (every attempt failing "
+                       "and retried) at this scenario's rate and max_attempts, over the fleet's "
+                       "runs");
+    }
+    const double syncs = static_cast<double>(scenario.fleet->instances) *
+                         (static_cast<double>(a.duration_value->count()) /
+                          static_cast<double>(scenario.fleet->sync_interval.count()));
+    if (syncs > bulwark::lab::kMaxFleetSyncs) {
+      throw InputError({}, "--duration",
+                       "makes more than 1e8 fleet syncs at this scenario's instances and "
+                       "sync_interval");
+    }
     for (const auto& o : scenario.fleet->outages) {
       if (o.start >= *a.duration_value) {
         throw InputError({}, "--duration",
