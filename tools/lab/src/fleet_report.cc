@@ -261,8 +261,9 @@ std::string fleet_to_svg(const FleetSimulationResult& result) {
     << num(height) << "\" font-family=\"sans-serif\" font-size=\"12\">\n";
   o << "<rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n";
   o << "<text x=\"20\" y=\"24\" font-size=\"15\">"
-    << detail::xml_text(result.scenario.name + ": a fleet of " +
-                        std::to_string(result.scenario.fleet->instances) + " instances")
+    << detail::xml_text(result.scenario.name + " (" +
+                        std::to_string(result.scenario.fleet->instances) +
+                        " instances): single, isolated and shared")
     << "</text>\n";
   double y0 = kTop;
   for (const FleetConfigurationResult& c : result.configurations) {
