@@ -30,6 +30,7 @@
 #include "bulwark/lab/calibrate.h"
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/duration.h"
+#include "bulwark/lab/fleet.h"
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/replay.h"
 #include "bulwark/lab/report.h"
@@ -85,6 +86,15 @@ void check_simulate(SimulateArgs& a) {
               " (to run a file, leave --print-scenario out)");
     }
     return;
+  }
+  if (a.fleet && !a.only.empty()) {
+    throw InputError({}, "--only",
+                     "does not apply to --fleet: the [fleet] table's configurations key picks "
+                     "what runs as a fleet");
+  }
+  if (a.fleet && a.timeline_step.given) {
+    throw InputError({}, "--timeline-step",
+                     "does not apply to --fleet: a fleet's report has no timeline");
   }
   if (a.scenario.given) check_path("SCENARIO", a.scenario.value);
   for (std::size_t i = 0; i < a.only.size(); ++i) {
@@ -239,15 +249,97 @@ class Output {
   bool written_ = false;
 };
 
+// A scenario with a [fleet] table: single, isolated and shared, side by side.
+int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& json, Output& svg) {
+  if (!a.only.empty()) {
+    throw InputError({}, "--only",
+                     "does not apply to a fleet scenario: the [fleet] table's configurations "
+                     "key picks what runs as a fleet");
+  }
+  if (a.timeline_step.given) {
+    throw InputError({}, "--timeline-step",
+                     "does not apply to a fleet scenario: a fleet's report has no timeline");
+  }
+  if (a.seed) scenario.seed = *a.seed;
+  if (a.duration_value) {
+    const double requests =
+        scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
+    if (requests > bulwark::lab::kMaxRequests) {
+      throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
+    }
+    // A fleet configuration runs four times over (single, and two fleets of instances).
+    double attempts = 0;
+    for (const auto& c : scenario.configurations) {
+      const auto& names = scenario.fleet->configurations;
+      const bool fleet = std::find(names.begin(), names.end(), c.name) != names.end();
+      attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
+    }
+    if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
+      throw InputError({}, "--duration",
+                       "makes more than 2e9 attempts in the worst case (every attempt failing "
+                       "and retried) at this scenario's rate and max_attempts, over the fleet's "
+                       "runs");
+    }
+    const double syncs = static_cast<double>(scenario.fleet->instances) *
+                         (static_cast<double>(a.duration_value->count()) /
+                          static_cast<double>(scenario.fleet->sync_interval.count()));
+    if (syncs > bulwark::lab::kMaxFleetSyncs) {
+      throw InputError({}, "--duration",
+                       "makes more than 1e8 fleet syncs at this scenario's instances and "
+                       "sync_interval");
+    }
+    for (const auto& o : scenario.fleet->outages) {
+      if (o.start >= *a.duration_value) {
+        throw InputError({}, "--duration",
+                         "ends before the store outage at " +
+                             bulwark::lab::format_duration(o.start) + " starts");
+      }
+    }
+    scenario.duration = *a.duration_value;
+  }
+  json.open();
+  svg.open();
+  if (json.same_file_as(svg)) {
+    throw InputError(
+        {}, "--svg",
+        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
+  }
+  const bulwark::lab::FleetSimulationResult result = bulwark::lab::simulate_fleet(scenario);
+  if (json.used()) json.write(bulwark::lab::fleet_to_json(result));
+  if (svg.used()) svg.write(bulwark::lab::fleet_to_svg(result));
+  if (!json.is_stdout() && !svg.is_stdout()) {
+    std::ostringstream text;
+    bulwark::lab::write_fleet_text(text, result);
+    if (json.used()) {
+      text << "\nResults written to " << bulwark::lab::printable(a.json.value) << "\n";
+    }
+    if (svg.used()) {
+      text << (json.used() ? "" : "\n") << "Chart written to "
+           << bulwark::lab::printable(a.svg.value) << "\n";
+    }
+    std::cout << text.str() << std::flush;
+    if (!std::cout) throw std::runtime_error("cannot write to standard output");
+  }
+  return 0;
+}
+
 int run_simulate(const SimulateArgs& a) {
   if (a.print_scenario) {
-    std::cout << bulwark::lab::builtin_scenario_toml();
+    std::cout << (a.fleet ? bulwark::lab::builtin_fleet_scenario_toml()
+                          : bulwark::lab::builtin_scenario_toml());
     return 0;
   }
   Output json("--json", a.json), svg("--svg", a.svg);
   bulwark::lab::Scenario scenario = a.scenario.given
                                         ? bulwark::lab::load_scenario_file(a.scenario.value)
-                                        : bulwark::lab::builtin_scenario();
+                                    : a.fleet ? bulwark::lab::builtin_fleet_scenario()
+                                              : bulwark::lab::builtin_scenario();
+  if (scenario.fleet) return run_fleet(a, scenario, json, svg);
+  if (a.fleet) {
+    throw InputError({scenario.source}, "--fleet",
+                     "the scenario has no [fleet] table (docs/lab.md: \"A fleet\"); to run "
+                     "the built-in fleet, leave the SCENARIO file out");
+  }
   if (a.seed) scenario.seed = *a.seed;
   if (a.duration_value) {
     // The bounds the scenario's own duration was held to, for the new one.
@@ -475,6 +567,10 @@ CommandLine::CommandLine() {
   simulate_->add_flag("--no-timeline", sim.no_timeline, "Print the summary without the timeline");
   simulate_->add_flag("--print-scenario", sim.print_scenario,
                       "Print the built-in scenario's TOML (a starting point) and exit");
+  simulate_->add_flag("--fleet", sim.fleet,
+                      "Run the built-in fleet scenario: the incident over 100 instances, single,\n"
+                      "isolated and sharing breaker decisions (a SCENARIO with a [fleet] table\n"
+                      "runs as a fleet without it)");
 
   ReplayArgs& rep = command_.rep;
   CLI::App* replay = app.add_subcommand(

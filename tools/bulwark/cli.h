@@ -38,6 +38,7 @@ struct SimulateArgs {
   std::optional<std::uint64_t> seed;
   bool no_timeline = false;
   bool print_scenario = false;
+  bool fleet = false;  // --fleet: the built-in fleet scenario, or SCENARIO's [fleet]
   // Set by parse(): the durations, read.
   Nanos step = std::chrono::seconds(1);
   std::optional<Nanos> duration_value;

@@ -2,7 +2,9 @@
 // enough to run in a few milliseconds, the simulation and its three reports. Bad input
 // must be a clear InputError; a scenario that loads must respect every bound the lab
 // promises (they keep a run finite); a run accounts for every request, and its text
-// and SVG hold no control byte whatever the names hold.
+// and SVG hold no control byte whatever the names hold. A [fleet] table must respect
+// its bounds too; without bulwark::redis (the fuzz build) its run is the clear "no
+// fleet support" error, and with it a small fleet runs and accounts for every request.
 
 #include <algorithm>
 #include <chrono>
@@ -12,6 +14,7 @@
 #include <string_view>
 
 #include "bulwark/lab/config.h"
+#include "bulwark/lab/fleet.h"
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/report.h"
 #include "bulwark/lab/simulate.h"
@@ -42,6 +45,53 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
   }
   check(requests <= lab::kMaxRequests && attempts <= lab::kMaxSimulatedAttempts, "work bound");
+  if (s.fleet) {
+    const lab::FleetSpec& f = *s.fleet;
+    check(f.instances >= 1 && f.instances <= lab::kMaxInstances, "fleet.instances bound");
+    check(f.quorum >= 1 && f.quorum <= f.instances, "fleet.quorum bound");
+    check(f.sync_interval >= std::chrono::milliseconds(1) && f.store_latency >= Nanos::zero() &&
+              f.store_latency < f.sync_interval,
+          "fleet sync bounds");
+    check(!f.configurations.empty() && f.outages.size() <= lab::kMaxOutages, "fleet lists");
+    for (const auto& o : f.outages) {
+      check(o.start < o.end && o.start < s.duration, "fleet outage bounds");
+    }
+    const double syncs =
+        static_cast<double>(f.instances) *
+        (static_cast<double>(s.duration.count()) / static_cast<double>(f.sync_interval.count()));
+    check(syncs <= lab::kMaxFleetSyncs, "fleet sync count bound");
+    if (!lab::fleet_supported()) {
+      try {
+        (void)lab::simulate_fleet(s);
+        check(false, "a build without fleet support refuses a fleet");
+      } catch (const lab::InputError& e) {
+        fuzz::check_error(e);
+        check(e.message().find("-DBULWARK_REDIS=ON") != std::string::npos,
+              "the refusal says how to get fleet support");
+      }
+    } else if (attempts * 4 <= 20'000 && syncs <= 20'000) {
+      lab::FleetSimulationResult fr;
+      try {
+        fr = lab::simulate_fleet(s);
+      } catch (const lab::InputError& e) {
+        fuzz::check_error(e);
+        check(false, "a fleet that loads simulates");
+      }
+      for (const auto& c : fr.configurations) {
+        for (const lab::FleetRun* run : {&c.single, &c.isolated, &c.shared}) {
+          const auto& t = run->total;
+          check(t.lost + t.served_full + t.served_degraded + t.failed == t.requests,
+                "every fleet request ends exactly once");
+        }
+      }
+      std::ostringstream out;
+      lab::write_fleet_text(out, fr);
+      check(!fuzz::has_control_bytes(out.str()), "the fleet text holds no control byte");
+      check(!fuzz::has_control_bytes(lab::fleet_to_svg(fr)), "the fleet SVG holds no control byte");
+      check(!fuzz::has_control_bytes(lab::fleet_to_json(fr)),
+            "the fleet JSON holds no control byte");
+    }
+  }
   if (attempts > 20'000) return 0;  // valid, but too long a run for a fuzzer's input
 
   // At most 1000 timeline rows.

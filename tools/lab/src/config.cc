@@ -799,6 +799,133 @@ Phase read_phase(Reader& r) {
   return p;
 }
 
+// [fleet]: checked against the scenario it belongs to (its duration, its configurations).
+FleetSpec read_fleet(Reader& r, const Scenario& s) {
+  FleetSpec f;
+  f.instances = r.required(r.count("instances", kMaxInstances), "instances");
+  if (f.instances < 1) r.fail("instances", "must be at least 1 (got 0)");
+  // The Fleet exchanges its periods in whole milliseconds.
+  auto whole_ms = [&](std::string_view key, Nanos min, Nanos max) -> std::optional<Nanos> {
+    auto v = r.duration(key, max);
+    if (!v) return std::nullopt;
+    if (*v < min) {
+      r.fail(key,
+             "must be at least " + format_duration(min) + " (got " + format_duration(*v) + ")");
+    }
+    if (*v % std::chrono::milliseconds(1) != Nanos::zero()) {
+      r.fail(key, "must be a whole number of milliseconds (got " + format_duration(*v) + ")");
+    }
+    return v;
+  };
+  if (auto v = whole_ms("sync_interval", std::chrono::milliseconds(1), std::chrono::minutes(1))) {
+    f.sync_interval = *v;
+  }
+  if (auto v = r.duration("store_latency", std::chrono::minutes(1))) {
+    if (*v >= f.sync_interval) {
+      r.fail("store_latency", "must be shorter than sync_interval (" +
+                                  format_duration(f.sync_interval) + "; got " +
+                                  format_duration(*v) + "): one exchange at a time per instance");
+    }
+    f.store_latency = *v;
+  } else if (f.store_latency >= f.sync_interval) {
+    f.store_latency = Nanos::zero();
+  }
+  if (auto v = r.count("quorum", kMaxInstances)) {
+    if (*v < 1 || *v > f.instances) {
+      r.fail("quorum", "must be in 1..instances (" + std::to_string(f.instances) + "; got " +
+                           std::to_string(*v) + ")");
+    }
+    f.quorum = *v;
+  }
+  if (auto v = whole_ms("quorum_window", std::chrono::milliseconds(1), kMaxConfigDuration)) {
+    f.quorum_window = *v;
+  }
+  if (auto v = whole_ms("lease_duration", std::chrono::milliseconds(1), kMaxConfigDuration)) {
+    f.lease_duration = *v;
+  }
+  if (auto v = r.boolean("sync_on_open")) f.sync_on_open = *v;
+  if (auto v = r.boolean("fleet_window")) f.fleet_window = *v;
+  if (const toml::array* list = r.array("outages")) {
+    if (list->size() > kMaxOutages) {
+      r.fail("outages", "has more than " + std::to_string(kMaxOutages) + " outages (got " +
+                            std::to_string(list->size()) + ")");
+    }
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const toml::node& n = *list->get(i);
+      const std::string path = r.key_path("outages") + "[" + std::to_string(i) + "]";
+      if (!n.is_table()) {
+        throw InputError(r.where(n), path,
+                         "expected a table such as { start = \"2min\", end = \"2min 30s\" }, got " +
+                             type_name(n));
+      }
+      Reader o(*n.as_table(), path, r.file());
+      StoreOutage out;
+      out.start = o.required(o.duration("start", kMaxScenarioDuration), "start");
+      out.end = o.required(o.duration("end", kMaxScenarioDuration), "end");
+      o.finish();
+      if (out.end <= out.start) {
+        o.fail("end", "must be after start (" + format_duration(out.start) + "; got " +
+                          format_duration(out.end) + ")");
+      }
+      if (out.start >= s.duration) {
+        o.fail("start",
+               "is not before the scenario's end (duration " + format_duration(s.duration) + ")");
+      }
+      f.outages.push_back(out);
+    }
+  }
+  if (const toml::array* list = r.array("configurations")) {
+    if (list->empty()) r.fail("configurations", "names no configuration");
+    for (std::size_t i = 0; i < list->size(); ++i) {
+      const toml::node& n = *list->get(i);
+      const std::string path = r.key_path("configurations") + "[" + std::to_string(i) + "]";
+      const auto name = n.value<std::string>();
+      if (!name) throw InputError(r.where(n), path, "expected a string, got " + type_name(n));
+      const auto c = std::find_if(s.configurations.begin(), s.configurations.end(),
+                                  [&](const ResilienceConfig& rc) { return rc.name == *name; });
+      if (c == s.configurations.end()) {
+        std::string names;
+        for (const auto& rc : s.configurations) {
+          names += (names.empty() ? "" : ", ") + in_quotes(rc.name);
+        }
+        throw InputError(
+            r.where(n), path,
+            "no configuration named " + in_quotes(*name) + " (the scenario has " + names + ")");
+      }
+      if (!c->breaker) {
+        throw InputError(r.where(n), path,
+                         "configuration " + in_quotes(*name) +
+                             " has no breaker: a fleet shares breakers' decisions");
+      }
+      if (std::find(f.configurations.begin(), f.configurations.end(), *name) !=
+          f.configurations.end()) {
+        throw InputError(r.where(n), path, "names " + in_quotes(*name) + " twice");
+      }
+      f.configurations.push_back(*name);
+    }
+  } else {
+    for (const ResilienceConfig& c : s.configurations) {
+      if (c.breaker) f.configurations.push_back(c.name);
+    }
+    if (f.configurations.empty()) {
+      r.fail_here(
+          "no configuration of the scenario has a breaker: a fleet shares breakers' "
+          "decisions");
+    }
+  }
+  r.finish();
+  const double syncs =
+      static_cast<double>(f.instances) *
+      (static_cast<double>(s.duration.count()) / static_cast<double>(f.sync_interval.count()));
+  if (syncs > kMaxFleetSyncs) {
+    r.fail("sync_interval", "with " + std::to_string(f.instances) + " instances and duration " +
+                                format_duration(s.duration) + " makes about " + number_text(syncs) +
+                                " syncs; the simulator takes at most " +
+                                number_text(kMaxFleetSyncs));
+  }
+  return f;
+}
+
 Scenario read_scenario(Reader& root) {
   Scenario s;
   s.source = *root.file();
@@ -901,12 +1028,17 @@ Scenario read_scenario(Reader& root) {
     }
     r->finish();
   }
+  if (auto r = root.table("fleet")) s.fleet = read_fleet(*r, s);
   root.finish();
   // The simulator's worst case: every attempt of every request fails and is retried.
   const double requests = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
   double attempts = 0;
   for (const ResilienceConfig& c : s.configurations) {
-    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
+    // A fleet runs its configurations three times more: single, isolated, shared.
+    const bool fleet =
+        s.fleet && std::find(s.fleet->configurations.begin(), s.fleet->configurations.end(),
+                             c.name) != s.fleet->configurations.end();
+    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
   }
   if (attempts > kMaxSimulatedAttempts) {
     std::string where = "config";

@@ -84,6 +84,10 @@ inline constexpr double kMaxRequests = 2e9;                 // rate x duration
 inline constexpr double kMaxSimulatedAttempts = 2e9;
 inline constexpr std::size_t kMaxPhases = 1000;
 inline constexpr std::size_t kMaxConfigurations = 16;
+inline constexpr std::uint32_t kMaxInstances = 10000;  // fleet.instances
+inline constexpr std::size_t kMaxOutages = 1000;       // fleet.outages
+// fleet.instances x duration / fleet.sync_interval: every sync is one exchange.
+inline constexpr double kMaxFleetSyncs = 1e8;
 
 // A breaker configuration of one of the three breaker types; the alternative held
 // says which (window()).
@@ -169,6 +173,35 @@ struct Dependency {
   std::vector<Phase> phases;  // the first starts at 0; starts strictly increase
 };
 
+// A window of time during which the fleet's store is down: every exchange fails.
+struct StoreOutage {
+  Nanos start = Nanos::zero();
+  Nanos end = Nanos::zero();  // > start
+};
+
+// The scenario run as a fleet ([fleet]): `instances` instances of the caller, each with
+// the configuration's own breaker, bulkhead and workers (the scenario's values, per
+// instance: what deploying the same configuration everywhere gives) and 1/instances of
+// the arrivals; isolated, or sharing breaker decisions through one in-process store.
+struct FleetSpec {
+  std::uint32_t instances = 0;                           // 1..kMaxInstances
+  Nanos sync_interval = std::chrono::milliseconds(200);  // whole ms, 1ms..1min
+  Nanos store_latency = std::chrono::milliseconds(1);    // an exchange's round trip
+  std::uint32_t quorum = 1;                              // 1..instances
+  Nanos quorum_window = std::chrono::seconds(10);        // whole ms
+  Nanos lease_duration = std::chrono::seconds(2);        // whole ms
+  // An instance whose breaker opens syncs at once (its timer woken by the transition)
+  // instead of waiting for its next tick.
+  bool sync_on_open = false;
+  // The key's rate rules judged on the sum of every instance's window counts too
+  // (bulwark::redis::AttachOptions::fleet_window): the fleet trips as one breaker.
+  bool fleet_window = false;
+  std::vector<StoreOutage> outages;  // each [start, end), inside the scenario
+  // The configurations to run as a fleet (each with a breaker); default: every one
+  // with a breaker.
+  std::vector<std::string> configurations;
+};
+
 struct Scenario {
   std::string name;
   std::string description;
@@ -179,6 +212,7 @@ struct Scenario {
   Caller caller;
   Dependency dependency;
   std::vector<ResilienceConfig> configurations;  // in file order
+  std::optional<FleetSpec> fleet;                // a [fleet] table: run as a fleet
 
   // When the first degraded phase starts and the next non-degraded one starts (or the
   // end); empty if no phase is degraded.

@@ -1,0 +1,389 @@
+// The fleet in `bulwark simulate` (bulwark/lab/fleet.h): the built-in fleet scenario
+// meets the requirement's goals (ratios of calls counted in virtual time), runs are
+// deterministic, a store that is down makes sharing behave exactly like isolation,
+// bad [fleet] values are clear errors, and the CLI runs it. In a build without
+// bulwark::redis, every fleet run is the clear "no fleet support" error.
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "bulwark/lab/config.h"
+#include "bulwark/lab/fleet.h"
+#include "bulwark/lab/input_error.h"
+#include "process.h"
+
+namespace bulwark::lab {
+namespace {
+
+using namespace std::chrono_literals;
+
+// The built-in fleet scenario, shortened: 2 min, the reviews service degraded from
+// 20 s to 1min 40s, 40 instances.
+Scenario short_fleet(std::uint32_t instances = 40) {
+  Scenario s = builtin_fleet_scenario();
+  s.duration = 2min;
+  s.dependency.phases[1].start = 20s;
+  s.dependency.phases[2].start = 100s;
+  s.fleet->instances = instances;
+  return s;
+}
+
+#if defined(BULWARK_LAB_FLEET)
+
+const FleetRun& run_named(const FleetConfigurationResult& c, const std::string& name) {
+  return name == "single" ? c.single : name == "isolated" ? c.isolated : c.shared;
+}
+
+TEST(Fleet, TheBuiltInFleetScenarioMeetsTheGoals) {
+  const Scenario s = builtin_fleet_scenario();
+  ASSERT_TRUE(s.fleet);
+  EXPECT_EQ(s.fleet->instances, 100u);
+  const FleetSimulationResult r = simulate_fleet(s);
+  ASSERT_EQ(r.configurations.size(), 1u);
+  const FleetConfigurationResult& c = r.configurations[0];
+  EXPECT_EQ(c.configuration, "after");
+  // Every run sees the same traffic in all.
+  EXPECT_NEAR(static_cast<double>(c.isolated.total.requests),
+              static_cast<double>(c.single.total.requests), 0.02 * 240'000);
+  EXPECT_EQ(c.isolated.total.requests, c.shared.total.requests);
+  EXPECT_EQ(c.single.instances, 1u);
+  EXPECT_EQ(c.isolated.instances, 100u);
+  EXPECT_EQ(c.shared.instances, 100u);
+
+  const double single = static_cast<double>(c.single.total.calls_while_degraded);
+  const double isolated = static_cast<double>(c.isolated.total.calls_while_degraded);
+  const double shared = static_cast<double>(c.shared.total.calls_while_degraded);
+  ASSERT_GT(single, 0);
+  ASSERT_GT(shared, 0);
+  EXPECT_GE(isolated / shared, 5.0) << "isolated " << isolated << ", shared " << shared;
+  EXPECT_LE(shared / single, 1.5) << "single " << single << ", shared " << shared;
+  EXPECT_DOUBLE_EQ(c.goals.isolated_over_shared, isolated / shared);
+  EXPECT_DOUBLE_EQ(c.goals.shared_over_single, shared / single);
+
+  // Every instance opened; the whole fleet within a sync interval and a round trip of
+  // the first, where isolated instances spread over seconds.
+  ASSERT_TRUE(c.shared.first_open && c.shared.last_open);
+  ASSERT_TRUE(c.isolated.first_open && c.isolated.last_open);
+  EXPECT_EQ(c.shared.never_opened, 0u);
+  EXPECT_LE(*c.shared.last_open - *c.shared.first_open,
+            s.fleet->sync_interval + s.fleet->store_latency);
+  EXPECT_GT(*c.isolated.last_open - *c.isolated.first_open, 1s);
+  EXPECT_TRUE(c.goals.all());
+
+  // One exchange per instance per sync interval, and the ones woken by a local opening.
+  const double ticks = 100.0 * 600 / 0.2;
+  EXPECT_GE(static_cast<double>(c.shared.store_exchanges), ticks - 100);
+  EXPECT_LE(static_cast<double>(c.shared.store_exchanges), ticks + 100 * 40);
+  EXPECT_EQ(c.shared.sync_errors, 0u);
+  EXPECT_EQ(c.isolated.store_exchanges, 0u);
+}
+
+TEST(Fleet, TwoRunsGiveTheSameResult) {
+  const Scenario s = short_fleet();
+  EXPECT_EQ(fleet_to_json(simulate_fleet(s)), fleet_to_json(simulate_fleet(s)));
+}
+
+TEST(Fleet, TheInstancesDrawTheirOwnArrivals) {
+  const FleetSimulationResult r = simulate_fleet(short_fleet());
+  const FleetRun& iso = r.configurations[0].isolated;
+  // Isolated instances with their own arrival streams open at different times.
+  ASSERT_TRUE(iso.first_open && iso.last_open);
+  EXPECT_LT(*iso.first_open, *iso.last_open);
+}
+
+TEST(Fleet, AStoreThatIsDownMakesSharingBehaveAsIsolation) {
+  Scenario s = short_fleet();
+  s.fleet->outages = {{0s, s.duration}};
+  const FleetSimulationResult r = simulate_fleet(s);
+  const FleetConfigurationResult& c = r.configurations[0];
+  EXPECT_EQ(c.shared.sync_errors, c.shared.store_exchanges);
+  EXPECT_GT(c.shared.store_exchanges, 0u);
+  EXPECT_EQ(c.shared.store_ops, 0u);
+  // Not one decision crossed: the same calls, pages and openings as isolated instances.
+  EXPECT_EQ(c.shared.total.calls_while_degraded, c.isolated.total.calls_while_degraded);
+  EXPECT_EQ(c.shared.total.served_degraded, c.isolated.total.served_degraded);
+  EXPECT_EQ(c.shared.time_to_open, c.isolated.time_to_open);
+}
+
+TEST(Fleet, AnOutageDuringTheIncidentCostsCallsAndTheFleetRecovers) {
+  Scenario s = short_fleet();
+  const FleetSimulationResult healthy = simulate_fleet(s);
+  s.fleet->outages = {{15s, 30s}};  // down as the degradation starts
+  const FleetSimulationResult r = simulate_fleet(s);
+  const FleetConfigurationResult& c = r.configurations[0];
+  EXPECT_GT(c.shared.sync_errors, 0u);
+  EXPECT_LT(c.shared.sync_errors, c.shared.store_exchanges);
+  EXPECT_GT(c.shared.total.calls_while_degraded,
+            healthy.configurations[0].shared.total.calls_while_degraded);
+  EXPECT_LE(c.shared.total.calls_while_degraded, c.isolated.total.calls_while_degraded);
+  EXPECT_EQ(c.shared.total.lost + c.shared.total.served_full + c.shared.total.served_degraded +
+                c.shared.total.failed,
+            c.shared.total.requests);
+}
+
+TEST(Fleet, FleetWindowsCostStoreOpsAndChangeNothingWhenTheFirstTripIsShared) {
+  // Quorum 1: the first instance's own trip is shared before the fleet's summed window
+  // would trip, so fleet windows add the instances' window levels to the exchanges and
+  // leave the calls as they were.
+  Scenario s = short_fleet();
+  const FleetSimulationResult plain = simulate_fleet(s);
+  s.fleet->fleet_window = true;
+  const FleetSimulationResult window = simulate_fleet(s);
+  const auto& p = plain.configurations[0].shared;
+  const auto& w = window.configurations[0].shared;
+  EXPECT_EQ(w.total.calls_while_degraded, p.total.calls_while_degraded);
+  EXPECT_GT(w.store_ops, 10 * p.store_ops);
+}
+
+TEST(Fleet, FleetWindowsTripAFleetTooThinForAnyInstancesWindow) {
+  // 40 instances at 10 pages/s: 100 calls in each one's 10 s window, under a
+  // minimum_calls of 200, so no breaker ever opens alone; the fleet's summed window
+  // (4,000 calls) trips them all.
+  Scenario s = short_fleet();
+  s.configurations[0].breaker->as<TimeWindowConfig>().minimum_calls = 200;
+  const FleetSimulationResult plain = simulate_fleet(s);
+  s.fleet->fleet_window = true;
+  const FleetSimulationResult window = simulate_fleet(s);
+  const FleetConfigurationResult& p = plain.configurations[0];
+  const FleetConfigurationResult& w = window.configurations[0];
+  EXPECT_EQ(p.isolated.never_opened, 40u);
+  EXPECT_EQ(p.shared.never_opened, 40u);
+  EXPECT_EQ(p.shared.total.calls_while_degraded, p.isolated.total.calls_while_degraded);
+  EXPECT_EQ(w.shared.never_opened, 0u);
+  ASSERT_TRUE(w.goals.open_spread);
+  EXPECT_LE(*w.goals.open_spread, w.goals.open_spread_limit);
+  EXPECT_GE(w.goals.isolated_over_shared, 5.0);
+}
+
+TEST(Fleet, ReportsHoldTheRuns) {
+  const FleetSimulationResult r = simulate_fleet(short_fleet());
+  std::ostringstream text;
+  write_fleet_text(text, r);
+  for (const char* row : {"single", "isolated", "shared", "goal:"}) {
+    EXPECT_NE(text.str().find(row), std::string::npos) << row;
+  }
+  const auto j = nlohmann::json::parse(fleet_to_json(r));
+  ASSERT_EQ(j["configurations"].size(), 1u);
+  const auto& runs = j["configurations"][0]["runs"];
+  ASSERT_EQ(runs.size(), 3u);
+  for (const auto& run : runs) {
+    const FleetRun& expected = run_named(r.configurations[0], run["name"].get<std::string>());
+    EXPECT_EQ(run["calls_while_degraded"].get<std::uint64_t>(),
+              expected.total.calls_while_degraded);
+    EXPECT_EQ(run["time_to_open_ms"].size(), expected.instances);
+  }
+  const std::string svg = fleet_to_svg(r);
+  EXPECT_EQ(svg.rfind("<svg", 0), 0u);
+  EXPECT_NE(svg.find("</svg>"), std::string::npos);
+}
+
+#else
+
+TEST(Fleet, WithoutRedisAFleetRunIsAClearError) {
+  EXPECT_FALSE(fleet_supported());
+  try {
+    simulate_fleet(short_fleet());
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("configure with -DBULWARK_REDIS=ON"), std::string::npos);
+  }
+}
+
+#endif
+
+// ---- [fleet] in TOML ----------------------------------------------------------------
+
+std::string with_fleet(const std::string& fleet) {
+  std::string toml(builtin_fleet_scenario_toml());
+  toml.resize(toml.rfind("\n[fleet]") + 1);
+  return toml + "[fleet]\n" + fleet;
+}
+
+TEST(FleetToml, ReadsEveryKey) {
+  const Scenario s = parse_scenario(with_fleet("instances = 7\n"
+                                               "sync_interval = \"250ms\"\n"
+                                               "store_latency = \"3ms\"\n"
+                                               "quorum = 2\n"
+                                               "quorum_window = \"5s\"\n"
+                                               "lease_duration = \"8s\"\n"
+                                               "sync_on_open = true\n"
+                                               "fleet_window = true\n"
+                                               "outages = [{ start = \"1min\", end = \"2min\" }]\n"
+                                               "configurations = [\"after\"]\n"),
+                                    "f.toml");
+  ASSERT_TRUE(s.fleet);
+  EXPECT_EQ(s.fleet->instances, 7u);
+  EXPECT_EQ(s.fleet->sync_interval, 250ms);
+  EXPECT_EQ(s.fleet->store_latency, 3ms);
+  EXPECT_EQ(s.fleet->quorum, 2u);
+  EXPECT_EQ(s.fleet->quorum_window, 5s);
+  EXPECT_EQ(s.fleet->lease_duration, 8s);
+  EXPECT_TRUE(s.fleet->sync_on_open);
+  EXPECT_TRUE(s.fleet->fleet_window);
+  ASSERT_EQ(s.fleet->outages.size(), 1u);
+  EXPECT_EQ(s.fleet->outages[0].start, 1min);
+  EXPECT_EQ(s.fleet->outages[0].end, 2min);
+  EXPECT_EQ(s.fleet->configurations, std::vector<std::string>{"after"});
+}
+
+TEST(FleetToml, DefaultsToEveryConfigurationWithABreaker) {
+  const Scenario s = parse_scenario(with_fleet("instances = 3\n"), "f.toml");
+  ASSERT_TRUE(s.fleet);
+  EXPECT_EQ(s.fleet->configurations, std::vector<std::string>{"after"});
+  EXPECT_EQ(s.fleet->sync_interval, 200ms);
+  EXPECT_EQ(s.fleet->quorum, 1u);
+  EXPECT_FALSE(s.fleet->sync_on_open);
+  EXPECT_FALSE(s.fleet->fleet_window);
+  EXPECT_FALSE(builtin_scenario().fleet);
+}
+
+struct Bad {
+  const char* fleet;
+  const char* field;
+  const char* message;
+};
+
+class FleetBadValue : public ::testing::TestWithParam<Bad> {};
+
+TEST_P(FleetBadValue, NamesTheField) {
+  const Bad b = GetParam();
+  try {
+    parse_scenario(with_fleet(b.fleet), "f.toml");
+    FAIL() << "expected an InputError for " << b.fleet;
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), b.field) << e.what();
+    EXPECT_NE(e.message().find(b.message), std::string::npos) << e.what();
+    EXPECT_EQ(e.where().file, "f.toml");
+    EXPECT_GT(e.where().line, 0u) << e.what();
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Values, FleetBadValue,
+    ::testing::Values(
+        Bad{"sync_interval = \"200ms\"\n", "fleet", "missing required key \"instances\""},
+        Bad{"instances = 0\n", "fleet.instances", "at least 1"},
+        Bad{"instances = 10001\n", "fleet.instances", "at most 10000"},
+        Bad{"instances = \"100\"\n", "fleet.instances", "whole number"},
+        Bad{"instances = 10\nquorum = 11\n", "fleet.quorum", "1..instances"},
+        Bad{"instances = 10\nquorum = 0\n", "fleet.quorum", "1..instances"},
+        Bad{"instances = 10\nsync_interval = \"0ms\"\n", "fleet.sync_interval", "at least 1ms"},
+        Bad{"instances = 10\nsync_interval = \"1500us\"\n", "fleet.sync_interval",
+            "whole number of milliseconds"},
+        Bad{"instances = 10\nsync_interval = \"2min\"\n", "fleet.sync_interval", "at most"},
+        Bad{"instances = 10\nstore_latency = \"200ms\"\n", "fleet.store_latency",
+            "shorter than sync_interval"},
+        Bad{"instances = 10\nlease_duration = 5\n", "fleet.lease_duration", "no unit"},
+        Bad{"instances = 10\nsync_on_open = 1\n", "fleet.sync_on_open", "true or false"},
+        Bad{"instances = 10\noutages = [{ start = \"2min\", end = \"1min\" }]\n",
+            "fleet.outages[0].end", "must be after start"},
+        Bad{"instances = 10\noutages = [{ start = \"20min\", end = \"21min\" }]\n",
+            "fleet.outages[0].start", "not before the scenario's end"},
+        Bad{"instances = 10\noutages = [{ start = \"1min\" }]\n", "fleet.outages[0]",
+            "missing required key \"end\""},
+        Bad{"instances = 10\noutages = [\"1min\"]\n", "fleet.outages[0]", "expected a table"},
+        Bad{"instances = 10\noutages = [{ start = \"1min\", end = \"2min\", x = 1 }]\n",
+            "fleet.outages[0].x", "unknown key"},
+        Bad{"instances = 10\nconfigurations = [\"before\"]\n", "fleet.configurations[0]",
+            "no configuration named \"before\""},
+        Bad{"instances = 10\nconfigurations = []\n", "fleet.configurations", "names no"},
+        Bad{"instances = 10\nconfigurations = [\"after\", \"after\"]\n", "fleet.configurations[1]",
+            "twice"},
+        Bad{"instances = 10\nsync_intervall = \"1s\"\n", "fleet.sync_intervall",
+            "did you mean \"sync_interval\""},
+        Bad{"instances = 10000\nsync_interval = \"1ms\"\n", "fleet.sync_interval",
+            "syncs; the simulator takes at most"}));
+
+TEST(FleetToml, AConfigurationWithoutABreakerCannotRunAsAFleet) {
+  std::string toml(builtin_fleet_scenario_toml());
+  toml.resize(toml.rfind("\n[fleet]") + 1);
+  toml +=
+      "[config.plain]\ntimeout = \"1s\"\n\n[fleet]\ninstances = 2\nconfigurations = "
+      "[\"plain\"]\n";
+  try {
+    parse_scenario(toml, "f.toml");
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "fleet.configurations[0]");
+    EXPECT_NE(e.message().find("has no breaker"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Fleet, AScenarioWithoutAFleetIsRefused) {
+  try {
+    simulate_fleet(builtin_scenario());
+    FAIL();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "fleet");
+  }
+}
+
+}  // namespace
+}  // namespace bulwark::lab
+
+// ---- the CLI ------------------------------------------------------------------------
+
+namespace bulwark::testing {
+namespace {
+
+#if defined(BULWARK_LAB_FLEET)
+
+TEST(FleetCli, RunsTheBuiltInFleetScenario) {
+  const CliRun r = run({"simulate", "--fleet", "--duration", "2min"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  for (const char* s : {"single", "isolated", "shared", "goal: sharing sends"}) {
+    EXPECT_NE(r.out.find(s), std::string::npos) << s << "\n" << r.out;
+  }
+}
+
+TEST(FleetCli, WritesJson) {
+  const CliRun r = run({"simulate", "--fleet", "--duration", "2min", "--json", "-"});
+  ASSERT_EQ(r.status, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["fleet"]["instances"], 100);
+  EXPECT_EQ(j["configurations"][0]["runs"].size(), 3u);
+}
+
+#else
+
+TEST(FleetCli, WithoutRedisSaysHowToGetIt) {
+  const CliRun r = run({"simulate", "--fleet"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("configure with -DBULWARK_REDIS=ON"), std::string::npos) << r.err;
+}
+
+#endif
+
+TEST(FleetCli, PrintsTheFleetScenario) {
+  const CliRun r = run({"simulate", "--fleet", "--print-scenario"});
+  EXPECT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("[fleet]"), std::string::npos);
+}
+
+TEST(FleetCli, FleetNeedsAFleetTable) {
+  const CliRun r = run({"simulate", "--fleet", source_path("tools/examples/incident.toml")});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("no [fleet] table"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(FleetCli, DurationIsHeldToTheFleetsBounds) {
+  // 100 instances syncing every 200 ms: 1e8 syncs take 55.6 hours.
+  const CliRun r = run({"simulate", "--fleet", "--duration", "60h"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--duration: makes more than 1e8 fleet syncs"), std::string::npos) << r.err;
+  EXPECT_EQ(r.out, "");
+}
+
+TEST(FleetCli, TimelineOptionsDoNotApply) {
+  const CliRun r = run({"simulate", "--fleet", "--timeline-step", "10s"});
+  EXPECT_EQ(r.status, 2);
+  EXPECT_NE(r.err.find("--timeline-step"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace bulwark::testing
