@@ -125,6 +125,37 @@ TEST(FleetTest, AnOpeningOnOneInstanceOpensAllAfterOneSyncEach) {
   EXPECT_EQ(b.fleet.reading().adopted_opens, 1u);
 }
 
+// on_queued wakes the application's sync for local decisions only: an opening and the
+// close that ends a shared open, not the fleet's own decisions adopted by sync().
+TEST(FleetTest, OnQueuedReportsLocalDecisionsToWakeTheSync) {
+  World w;
+  std::vector<std::pair<std::string, State>> woken;
+  Breaker breaker(breaker_config("inventory"), w.clock);
+  Fleet fleet(FleetConfig{.instance = "a",
+                          .lease_duration = 2s,
+                          .on_queued = [&](const std::string& key,
+                                           State to) { woken.emplace_back(key, to); },
+                          .wall_ms = [&w] { return w.wall; }},
+              w.store);
+  fleet.attach(breaker);
+  Instance b(w, "b");
+  ASSERT_TRUE(fleet.sync());
+  b.fail();  // b's opening, adopted by a's sync: not a's own decision
+  b.sync();
+  ASSERT_TRUE(fleet.sync());
+  ASSERT_EQ(breaker.state(), State::open);
+  EXPECT_TRUE(woken.empty());
+  ASSERT_TRUE(breaker.transition_to(State::closed));  // an operator closes it here
+  ASSERT_EQ(woken.size(), 1u);
+  EXPECT_EQ(woken[0], (std::pair<std::string, State>("inventory", State::closed)));
+  for (int i = 0; i < 3; ++i) {
+    if (auto p = breaker.try_acquire()) p->record_failure();
+  }
+  ASSERT_EQ(breaker.state(), State::open);
+  ASSERT_EQ(woken.size(), 2u);
+  EXPECT_EQ(woken[1], (std::pair<std::string, State>("inventory", State::open)));
+}
+
 TEST(FleetTest, TheLeaseHolderProbesAndItsCloseClosesEveryone) {
   World w;
   Instance a(w, "a"), b(w, "b");

@@ -118,12 +118,13 @@ void Fleet::add_member(Member m, const void* policy_id,
   }
   by_key_.emplace(m.key, index);
   members_.push_back(std::make_unique<Member>(std::move(m)));
+  const std::string* key = &members_.back()->key;
   if (!listened_policies_[policy_id]) {
     unlisten_.push_back(listen());
     listened_policies_[policy_id] = true;
   }
   std::lock_guard queue(queue_mu_);
-  by_breaker_.emplace(breaker, index);
+  by_breaker_.emplace(breaker, Attached{index, key});
 }
 
 // On the thread that made the transition. Bounded: a lookup and a push into reserved
@@ -138,14 +139,19 @@ void Fleet::on_transition(const TransitionEvent& e) noexcept {
       to_open ? config_.wall_ms() +
                     std::chrono::duration_cast<std::chrono::milliseconds>(e.open_duration).count()
               : 0;
-  std::lock_guard lock(queue_mu_);
-  const auto it = by_breaker_.find(e.breaker);
-  if (it == by_breaker_.end()) return;  // another breaker of the same policy
-  if (queue_.size() >= config_.queue_capacity) {
-    overflowed_ = true;
-    return;
+  const std::string* key = nullptr;
+  {
+    std::lock_guard lock(queue_mu_);
+    const auto it = by_breaker_.find(e.breaker);
+    if (it == by_breaker_.end()) return;  // another breaker of the same policy
+    key = it->second.key;
+    if (queue_.size() >= config_.queue_capacity) {
+      overflowed_ = true;
+    } else {
+      queue_.push_back(Queued{it->second.member, e.to, e.reason, until});
+    }
   }
-  queue_.push_back(Queued{it->second, e.to, e.reason, until});
+  if (config_.on_queued) config_.on_queued(*key, e.to);
 }
 
 void Fleet::reject_fleet_window(const std::string& key) const {

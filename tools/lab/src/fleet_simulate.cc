@@ -106,6 +106,14 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
       // only makes the next sync re-read the breaker). The default's 4096 would reserve
       // about 200 KB per instance.
       fc.queue_capacity = 64;
+      // sync_on_open: a local opening wakes the instance's timer, as an application
+      // would from this hook.
+      if (spec.sync_on_open) {
+        char* flag = &woken[i];
+        fc.on_queued = [flag](const std::string&, State to) {
+          if (to == State::open) *flag = 1;
+        };
+      }
       fc.wall_ms = [sim] { return sim->clock().now().time_since_epoch().count() / kMs; };
       try {
         fleets.push_back(std::make_unique<redis::Fleet>(std::move(fc), store));
@@ -122,16 +130,12 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
   const std::optional<Nanos> degraded = scenario.degraded_from();
   for (std::uint32_t i = 0; i < n; ++i) {
     detail::Simulation<B>* sim = sims[i].get();
-    char* flag = &woken[i];
     std::optional<Nanos>* first = &opened_at[i];
-    const bool wake = shared && spec.sync_on_open;
-    sim->breaker()->policy().on_transition(
-        [sim, flag, first, wake, degraded, end](const TransitionEvent& e) {
-          if (e.to != State::open) return;
-          const Nanos t = sim->clock().now().time_since_epoch();
-          if (degraded && !*first && t >= *degraded && t.count() <= end) *first = t - *degraded;
-          if (wake && e.reason != TransitionReason::fleet_opened) *flag = 1;
-        });
+    sim->breaker()->policy().on_transition([sim, first, degraded, end](const TransitionEvent& e) {
+      if (e.to != State::open) return;
+      const Nanos t = sim->clock().now().time_since_epoch();
+      if (degraded && !*first && t >= *degraded && t.count() <= end) *first = t - *degraded;
+    });
   }
 
   std::priority_queue<Step, std::vector<Step>, StepLater> steps;

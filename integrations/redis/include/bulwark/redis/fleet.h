@@ -92,6 +92,13 @@ struct FleetConfig {
   // no new calls send nothing. Zero (the default): no counting.
   std::chrono::milliseconds count_bucket = std::chrono::milliseconds::zero();
   std::uint32_t count_buckets = 6;
+  // Called after a local transition (an opening, or the close of an open the fleet
+  // shared) was queued for the next sync, on the thread that made it, outside the
+  // Fleet's locks, with the key and the new state. An application whose timer ticks
+  // every sync_interval can wake it here so the fleet hears of an opening at once
+  // rather than up to one interval later. Must be cheap, must not throw, and must not
+  // call sync() itself (post to the timer's thread). Empty: nothing.
+  std::function<void(const std::string& key, State to)> on_queued{};
   // The wall clock (Unix ms) that open periods' ends are exchanged in. Instances'
   // clocks should agree to well within a sync interval (NTP). Default: system_clock.
   std::function<std::int64_t()> wall_ms{};
@@ -332,10 +339,14 @@ class Fleet {
 
   // The listener's queue: taken at transitions and by sync() to swap, nothing else.
   mutable std::mutex queue_mu_;
-  std::unordered_map<const void*, std::uint32_t> by_breaker_;  // under queue_mu_
-  std::vector<Queued> queue_;                                  // under queue_mu_
-  bool overflowed_ = false;                                    // under queue_mu_
-  std::vector<Queued> draining_;                               // sync() only
+  struct Attached {
+    std::uint32_t member;
+    const std::string* key;  // the member's (members_ holds it, at a fixed address)
+  };
+  std::unordered_map<const void*, Attached> by_breaker_;  // under queue_mu_
+  std::vector<Queued> queue_;                             // under queue_mu_
+  bool overflowed_ = false;                               // under queue_mu_
+  std::vector<Queued> draining_;                          // sync() only
 
   // The Fleet's view: written by sync() and attach(), read by reading().
   mutable std::mutex state_mu_;
