@@ -41,7 +41,7 @@ class RedisFleetTest : public ::testing::Test {
 
   RedisConfig redis_config() {
     return RedisConfig{.port = server->port(),
-                       .prefix = "test:fleet:",
+                       .prefix = "{test}:fleet:",
                        .reconnect_min = 5ms,
                        .reconnect_max = 20ms};
   }
@@ -96,9 +96,9 @@ TEST_F(RedisFleetTest, OpenOnOneIsOpenOnAllAfterOneSyncEachAndCloseFollows) {
   EXPECT_EQ(c->breaker.state(), State::open);
   EXPECT_EQ(c->key().decided_by, "a");
   EXPECT_EQ(c->key().decision, Decision::shared);
-  EXPECT_EQ(
-      server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|consecutive_failures|", 0),
-      0u);
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:k:inventory"})
+                .rfind("v1|open|consecutive_failures|", 0),
+            0u);
 
   // The lease: a asks first near the end of the period and probes; b and c wait.
   advance(9700ms);
@@ -106,7 +106,7 @@ TEST_F(RedisFleetTest, OpenOnOneIsOpenOnAllAfterOneSyncEachAndCloseFollows) {
   EXPECT_TRUE(a->key().lease_holder);
   EXPECT_FALSE(b->key().lease_holder);
   EXPECT_FALSE(c->key().lease_holder);
-  EXPECT_EQ(server->command({"GET", "test:fleet:l:inventory"}), "a");
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:l:inventory"}), "a");
   advance(300ms);
   auto probe = a->breaker.try_acquire();
   ASSERT_TRUE(probe && probe->is_probe());
@@ -116,7 +116,7 @@ TEST_F(RedisFleetTest, OpenOnOneIsOpenOnAllAfterOneSyncEachAndCloseFollows) {
   a->sync(), b->sync(), c->sync();
   EXPECT_EQ(b->breaker.state(), State::closed);
   EXPECT_EQ(c->breaker.state(), State::closed);
-  EXPECT_EQ(server->command({"EXISTS", "test:fleet:l:inventory"}), "0");
+  EXPECT_EQ(server->command({"EXISTS", "{test}:fleet:l:inventory"}), "0");
   const FleetReading r = b->fleet.reading();
   EXPECT_EQ(r.adopted_opens, 1u);
   EXPECT_EQ(r.adopted_closes, 1u);
@@ -180,7 +180,7 @@ TEST_F(RedisFleetTest, KilledRedisFailsFastThenTheFleetRejoinsAndRepublishes) {
   a->sync();  // re-publishes into the empty store
   b->sync();
   EXPECT_EQ(b->breaker.state(), State::open);
-  EXPECT_EQ(server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
   EXPECT_GE(a->store.reconnects(), 2u);
 }
 
@@ -205,10 +205,10 @@ TEST_F(RedisFleetTest, APausedRedisTimesOutInsteadOfHanging) {
 TEST_F(RedisFleetTest, MalformedValuesPlantedInRedisAreCountedAndNamed) {
   auto a = make("a");
   a->sync();
-  server->command({"SET", "test:fleet:k:inventory", "v1|open|manual|tomorrow|x|1"});
-  server->command({"ZADD", "test:fleet:changes", "1000000", "inventory"});
-  server->command({"HSET", "test:fleet:k:other", "f", "v"});
-  server->command({"ZADD", "test:fleet:changes", "1000001", "other"});
+  server->command({"SET", "{test}:fleet:k:inventory", "v1|open|manual|tomorrow|x|1"});
+  server->command({"ZADD", "{test}:fleet:changes", "1000000", "inventory"});
+  server->command({"HSET", "{test}:fleet:k:other", "f", "v"});
+  server->command({"ZADD", "{test}:fleet:changes", "1000001", "other"});
   const SyncSummary s = a->sync();
   EXPECT_EQ(s.malformed, 2u);
   const FleetReading r = a->fleet.reading();
@@ -219,7 +219,7 @@ TEST_F(RedisFleetTest, MalformedValuesPlantedInRedisAreCountedAndNamed) {
   // The instance's own opening still goes through (and repairs the value).
   a->fail();
   a->sync();
-  EXPECT_EQ(server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
 }
 
 TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
@@ -243,7 +243,7 @@ TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
   EXPECT_EQ(b.reading().keys[0].fleet_failures, 2u);
 
   const std::string bucket = std::to_string(wall / 1000);
-  server->command({"HSET", "test:fleet:w:inventory:" + bucket, "s", "lots"});
+  server->command({"HSET", "{test}:fleet:w:inventory:" + bucket, "s", "lots"});
   bb.try_acquire()->record_success();
   const auto s = b.sync();
   ASSERT_TRUE(s);
@@ -308,7 +308,7 @@ TEST_F(RedisFleetTest, FleetWindowsTripTogetherAndBadEntriesAreRefused) {
     fleet.push_back(
         std::make_unique<Member>(redis_config(), clock, wall, "web-" + std::to_string(i), config));
   // A bad entry first: refused, named, dropped.
-  server->command({"HSET", "test:fleet:fw:inventory", "ghost", "999|999|0|soon"});
+  server->command({"HSET", "{test}:fleet:fw:inventory", "ghost", "999|999|0|soon"});
   for (auto& m : fleet) {
     for (int i = 0; i < 2; ++i) m->breaker.try_acquire()->record_failure();
     m->breaker.try_acquire()->record_success();
@@ -320,14 +320,14 @@ TEST_F(RedisFleetTest, FleetWindowsTripTogetherAndBadEntriesAreRefused) {
             std::string::npos)
       << fleet[0]->fleet.reading().last_malformed;
   EXPECT_EQ(fleet[0]->breaker.state(), State::closed);
-  EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "ghost"}), "0");
-  const std::int64_t ttl = std::stoll(server->command({"PTTL", "test:fleet:fw:inventory"}));
+  EXPECT_EQ(server->command({"HEXISTS", "{test}:fleet:fw:inventory", "ghost"}), "0");
+  const std::int64_t ttl = std::stoll(server->command({"PTTL", "{test}:fleet:fw:inventory"}));
   EXPECT_GT(ttl, 0);
   EXPECT_LE(ttl, 600);  // three sync intervals
 
   for (std::size_t i = 1; i < fleet.size(); ++i) ASSERT_TRUE(fleet[i]->fleet.sync());
   // web-6 brought the fleet to 21 calls: it tripped, and the later ones adopted.
-  const std::string record = server->command({"GET", "test:fleet:k:inventory"});
+  const std::string record = server->command({"GET", "{test}:fleet:k:inventory"});
   EXPECT_EQ(record.rfind("v1|open|failure_rate|", 0), 0u) << record;
   EXPECT_NE(record.find("|web-6|"), std::string::npos) << record;
   EXPECT_EQ(record.substr(record.size() - 7), "|window") << record;
@@ -342,7 +342,7 @@ TEST_F(RedisFleetTest, FleetWindowsTripTogetherAndBadEntriesAreRefused) {
   }
   // Open, each instance withdraws its level at its next sync.
   for (auto& m : fleet) ASSERT_TRUE(m->fleet.sync());
-  EXPECT_EQ(server->command({"HLEN", "test:fleet:fw:inventory"}), "0");
+  EXPECT_EQ(server->command({"HLEN", "{test}:fleet:fw:inventory"}), "0");
 }
 
 // An instance that stops syncing stops counting: Redis judges freshness by the
@@ -370,19 +370,19 @@ TEST_F(RedisFleetTest, AFleetWindowEntryGoesStaleWhenItsInstanceStopsSyncing) {
   ASSERT_TRUE(b.sync());
   EXPECT_EQ(b.reading().keys[0].window_calls, 2u);
   EXPECT_EQ(b.reading().keys[0].window_instances, 1u);
-  EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "a"}), "0");
-  EXPECT_EQ(server->command({"ZSCORE", "test:fleet:ft:inventory", "a"}), "(nil)");
-  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "2|0|0|1");
+  EXPECT_EQ(server->command({"HEXISTS", "{test}:fleet:fw:inventory", "a"}), "0");
+  EXPECT_EQ(server->command({"ZSCORE", "{test}:fleet:ft:inventory", "a"}), "(nil)");
+  EXPECT_EQ(server->command({"HGET", "{test}:fleet:fw:inventory", "="}), "2|0|0|1");
   // The running sum is a cache of the entries: an unreadable one is reported and
   // rebuilt from them.
-  server->command({"HSET", "test:fleet:fw:inventory", "=", "lots"});
+  server->command({"HSET", "{test}:fleet:fw:inventory", "=", "lots"});
   bb.try_acquire()->record_success();
   const auto s = b.sync();
   ASSERT_TRUE(s);
   EXPECT_EQ(s->malformed, 1u);
   EXPECT_NE(b.reading().last_malformed.find("malformed|==lots"), std::string::npos)
       << b.reading().last_malformed;
-  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "3|0|0|1");
+  EXPECT_EQ(server->command({"HGET", "{test}:fleet:fw:inventory", "="}), "3|0|0|1");
   ASSERT_TRUE(a.sync());  // a is back: one more entry, added to the sum
   EXPECT_EQ(a.reading().keys[0].window_calls, 12u);
   EXPECT_EQ(a.reading().keys[0].window_instances, 2u);
