@@ -45,12 +45,19 @@ end
 -- No counter: a store that starts again (new, flushed, or unused for the idle TTL) is a
 -- new incarnation, which makes every instance read from the start and re-publish. The
 -- counter goes on from the newest change left, so that no sequence is reused.
+-- The incarnation names its creator, its clock and the server's (so it differs from the
+-- one before it even when the same instance makes it at the same millisecond).
+if redis.replicate_commands then redis.replicate_commands() end
+local function incarnation()
+  local t = redis.call('TIME')
+  return inst .. '@' .. now .. '@' .. t[1] .. '.' .. t[2]
+end
 if redis.call('EXISTS', seqk) == 0 then
   local last = redis.call('ZRANGE', chk, -1, -1, 'WITHSCORES')
   redis.call('SET', seqk, last[2] or '0', 'PX', idle_ttl)
-  redis.call('SET', idk, inst .. '@' .. now, 'PX', idle_ttl)
-else
-  redis.call('SET', idk, inst .. '@' .. now, 'PX', idle_ttl, 'NX')
+  redis.call('SET', idk, incarnation(), 'PX', idle_ttl)
+elseif redis.call('EXISTS', idk) == 0 then
+  redis.call('SET', idk, incarnation(), 'PX', idle_ttl)
 end
 local function get(k)
   local v = redis.pcall('GET', k)
