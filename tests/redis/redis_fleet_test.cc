@@ -10,7 +10,9 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bulwark/redis/fleet.h"
@@ -25,8 +27,8 @@ using Breaker = BasicCircuitBreaker<ManualClock>;
 using bulwark::testing::RedisServer;
 
 // The only place these tests build a breaker configuration.
-Breaker::Config breaker_config(std::string name) {
-  return Breaker::Config{.name = std::move(name), .consecutive_failures = 3, .open_duration = 10s};
+Breaker::Config breaker_config(std::string name, std::chrono::milliseconds open = 10s) {
+  return Breaker::Config{.name = std::move(name), .consecutive_failures = 3, .open_duration = open};
 }
 
 class RedisFleetTest : public ::testing::Test {
@@ -41,7 +43,7 @@ class RedisFleetTest : public ::testing::Test {
 
   RedisConfig redis_config() {
     return RedisConfig{.port = server->port(),
-                       .prefix = "test:fleet:",
+                       .prefix = "{test}:fleet:",
                        .reconnect_min = 5ms,
                        .reconnect_max = 20ms};
   }
@@ -96,9 +98,9 @@ TEST_F(RedisFleetTest, OpenOnOneIsOpenOnAllAfterOneSyncEachAndCloseFollows) {
   EXPECT_EQ(c->breaker.state(), State::open);
   EXPECT_EQ(c->key().decided_by, "a");
   EXPECT_EQ(c->key().decision, Decision::shared);
-  EXPECT_EQ(
-      server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|consecutive_failures|", 0),
-      0u);
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:k:inventory"})
+                .rfind("v1|open|consecutive_failures|", 0),
+            0u);
 
   // The lease: a asks first near the end of the period and probes; b and c wait.
   advance(9700ms);
@@ -106,7 +108,7 @@ TEST_F(RedisFleetTest, OpenOnOneIsOpenOnAllAfterOneSyncEachAndCloseFollows) {
   EXPECT_TRUE(a->key().lease_holder);
   EXPECT_FALSE(b->key().lease_holder);
   EXPECT_FALSE(c->key().lease_holder);
-  EXPECT_EQ(server->command({"GET", "test:fleet:l:inventory"}), "a");
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:l:inventory"}), "a");
   advance(300ms);
   auto probe = a->breaker.try_acquire();
   ASSERT_TRUE(probe && probe->is_probe());
@@ -116,7 +118,7 @@ TEST_F(RedisFleetTest, OpenOnOneIsOpenOnAllAfterOneSyncEachAndCloseFollows) {
   a->sync(), b->sync(), c->sync();
   EXPECT_EQ(b->breaker.state(), State::closed);
   EXPECT_EQ(c->breaker.state(), State::closed);
-  EXPECT_EQ(server->command({"EXISTS", "test:fleet:l:inventory"}), "0");
+  EXPECT_EQ(server->command({"EXISTS", "{test}:fleet:l:inventory"}), "0");
   const FleetReading r = b->fleet.reading();
   EXPECT_EQ(r.adopted_opens, 1u);
   EXPECT_EQ(r.adopted_closes, 1u);
@@ -180,7 +182,7 @@ TEST_F(RedisFleetTest, KilledRedisFailsFastThenTheFleetRejoinsAndRepublishes) {
   a->sync();  // re-publishes into the empty store
   b->sync();
   EXPECT_EQ(b->breaker.state(), State::open);
-  EXPECT_EQ(server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
   EXPECT_GE(a->store.reconnects(), 2u);
 }
 
@@ -205,10 +207,10 @@ TEST_F(RedisFleetTest, APausedRedisTimesOutInsteadOfHanging) {
 TEST_F(RedisFleetTest, MalformedValuesPlantedInRedisAreCountedAndNamed) {
   auto a = make("a");
   a->sync();
-  server->command({"SET", "test:fleet:k:inventory", "v1|open|manual|tomorrow|x|1"});
-  server->command({"ZADD", "test:fleet:changes", "1000000", "inventory"});
-  server->command({"HSET", "test:fleet:k:other", "f", "v"});
-  server->command({"ZADD", "test:fleet:changes", "1000001", "other"});
+  server->command({"SET", "{test}:fleet:k:inventory", "v1|open|manual|tomorrow|x|1"});
+  server->command({"ZADD", "{test}:fleet:changes", "1000000", "inventory"});
+  server->command({"HSET", "{test}:fleet:k:other", "f", "v"});
+  server->command({"ZADD", "{test}:fleet:changes", "1000001", "other"});
   const SyncSummary s = a->sync();
   EXPECT_EQ(s.malformed, 2u);
   const FleetReading r = a->fleet.reading();
@@ -219,7 +221,7 @@ TEST_F(RedisFleetTest, MalformedValuesPlantedInRedisAreCountedAndNamed) {
   // The instance's own opening still goes through (and repairs the value).
   a->fail();
   a->sync();
-  EXPECT_EQ(server->command({"GET", "test:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
+  EXPECT_EQ(server->command({"GET", "{test}:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
 }
 
 TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
@@ -243,7 +245,7 @@ TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
   EXPECT_EQ(b.reading().keys[0].fleet_failures, 2u);
 
   const std::string bucket = std::to_string(wall / 1000);
-  server->command({"HSET", "test:fleet:w:inventory:" + bucket, "s", "lots"});
+  server->command({"HSET", "{test}:fleet:w:inventory:" + bucket, "s", "lots"});
   bb.try_acquire()->record_success();
   const auto s = b.sync();
   ASSERT_TRUE(s);
@@ -308,7 +310,7 @@ TEST_F(RedisFleetTest, FleetWindowsTripTogetherAndBadEntriesAreRefused) {
     fleet.push_back(
         std::make_unique<Member>(redis_config(), clock, wall, "web-" + std::to_string(i), config));
   // A bad entry first: refused, named, dropped.
-  server->command({"HSET", "test:fleet:fw:inventory", "ghost", "999|999|0|soon"});
+  server->command({"HSET", "{test}:fleet:fw:inventory", "ghost", "999|999|0|soon"});
   for (auto& m : fleet) {
     for (int i = 0; i < 2; ++i) m->breaker.try_acquire()->record_failure();
     m->breaker.try_acquire()->record_success();
@@ -320,14 +322,14 @@ TEST_F(RedisFleetTest, FleetWindowsTripTogetherAndBadEntriesAreRefused) {
             std::string::npos)
       << fleet[0]->fleet.reading().last_malformed;
   EXPECT_EQ(fleet[0]->breaker.state(), State::closed);
-  EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "ghost"}), "0");
-  const std::int64_t ttl = std::stoll(server->command({"PTTL", "test:fleet:fw:inventory"}));
+  EXPECT_EQ(server->command({"HEXISTS", "{test}:fleet:fw:inventory", "ghost"}), "0");
+  const std::int64_t ttl = std::stoll(server->command({"PTTL", "{test}:fleet:fw:inventory"}));
   EXPECT_GT(ttl, 0);
   EXPECT_LE(ttl, 600);  // three sync intervals
 
   for (std::size_t i = 1; i < fleet.size(); ++i) ASSERT_TRUE(fleet[i]->fleet.sync());
   // web-6 brought the fleet to 21 calls: it tripped, and the later ones adopted.
-  const std::string record = server->command({"GET", "test:fleet:k:inventory"});
+  const std::string record = server->command({"GET", "{test}:fleet:k:inventory"});
   EXPECT_EQ(record.rfind("v1|open|failure_rate|", 0), 0u) << record;
   EXPECT_NE(record.find("|web-6|"), std::string::npos) << record;
   EXPECT_EQ(record.substr(record.size() - 7), "|window") << record;
@@ -342,7 +344,7 @@ TEST_F(RedisFleetTest, FleetWindowsTripTogetherAndBadEntriesAreRefused) {
   }
   // Open, each instance withdraws its level at its next sync.
   for (auto& m : fleet) ASSERT_TRUE(m->fleet.sync());
-  EXPECT_EQ(server->command({"HLEN", "test:fleet:fw:inventory"}), "0");
+  EXPECT_EQ(server->command({"HLEN", "{test}:fleet:fw:inventory"}), "0");
 }
 
 // An instance that stops syncing stops counting: Redis judges freshness by the
@@ -370,19 +372,19 @@ TEST_F(RedisFleetTest, AFleetWindowEntryGoesStaleWhenItsInstanceStopsSyncing) {
   ASSERT_TRUE(b.sync());
   EXPECT_EQ(b.reading().keys[0].window_calls, 2u);
   EXPECT_EQ(b.reading().keys[0].window_instances, 1u);
-  EXPECT_EQ(server->command({"HEXISTS", "test:fleet:fw:inventory", "a"}), "0");
-  EXPECT_EQ(server->command({"ZSCORE", "test:fleet:ft:inventory", "a"}), "(nil)");
-  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "2|0|0|1");
+  EXPECT_EQ(server->command({"HEXISTS", "{test}:fleet:fw:inventory", "a"}), "0");
+  EXPECT_EQ(server->command({"ZSCORE", "{test}:fleet:ft:inventory", "a"}), "(nil)");
+  EXPECT_EQ(server->command({"HGET", "{test}:fleet:fw:inventory", "="}), "2|0|0|1");
   // The running sum is a cache of the entries: an unreadable one is reported and
   // rebuilt from them.
-  server->command({"HSET", "test:fleet:fw:inventory", "=", "lots"});
+  server->command({"HSET", "{test}:fleet:fw:inventory", "=", "lots"});
   bb.try_acquire()->record_success();
   const auto s = b.sync();
   ASSERT_TRUE(s);
   EXPECT_EQ(s->malformed, 1u);
   EXPECT_NE(b.reading().last_malformed.find("malformed|==lots"), std::string::npos)
       << b.reading().last_malformed;
-  EXPECT_EQ(server->command({"HGET", "test:fleet:fw:inventory", "="}), "3|0|0|1");
+  EXPECT_EQ(server->command({"HGET", "{test}:fleet:fw:inventory", "="}), "3|0|0|1");
   ASSERT_TRUE(a.sync());  // a is back: one more entry, added to the sum
   EXPECT_EQ(a.reading().keys[0].window_calls, 12u);
   EXPECT_EQ(a.reading().keys[0].window_instances, 2u);
@@ -442,6 +444,200 @@ TEST_F(RedisFleetTest, RedisAndTheMemoryStoreSumFleetWindowsAlike) {
   }
 }
 
+// Expiry. Redis's own TTLs are real time: these tests use a retention and idle TTL of a
+// few hundred milliseconds and poll (bounded) for what must disappear.
+class RedisExpiryTest : public RedisFleetTest {
+ protected:
+  using Windowed = BasicCircuitBreaker<ManualClock, CountWindow>;
+  // One instance: its store, its breakers, its fleet.
+  struct Node {
+    Node(RedisConfig rc, FleetConfig fc) : store(std::move(rc)), fleet(std::move(fc), store) {}
+    Breaker& add(std::string key, ManualClock& clock, std::chrono::milliseconds open = 10s) {
+      breakers.push_back(std::make_unique<Breaker>(breaker_config(std::move(key), open), clock));
+      fleet.attach(*breakers.back());
+      return *breakers.back();
+    }
+    SyncSummary sync() {
+      auto s = fleet.sync();
+      EXPECT_TRUE(s) << (s ? "" : s.error().message);
+      return s ? *s : SyncSummary{};
+    }
+    RedisFleetStore store;
+    std::vector<std::unique_ptr<Breaker>> breakers;
+    Fleet fleet;
+  };
+  RedisConfig short_lived(std::chrono::milliseconds idle_ttl = 600ms) {
+    RedisConfig rc = redis_config();
+    rc.retention = 300ms;
+    rc.idle_ttl = idle_ttl;
+    return rc;
+  }
+  FleetConfig fleet_config(std::string id) {
+    return FleetConfig{.instance = std::move(id), .wall_ms = [this] { return wall; }};
+  }
+  static void trip(Breaker& b) {
+    for (int i = 0; i < 3; ++i) {
+      if (auto p = b.try_acquire()) p->record_failure();
+    }
+  }
+  std::int64_t pttl(const std::string& key) {
+    return std::stoll(server->command({"PTTL", kPrefix + key}));
+  }
+  bool exists(const std::string& key) { return server->command({"EXISTS", kPrefix + key}) == "1"; }
+  // Polls `done` every 10 ms for up to 5 s.
+  template <class F>
+  static bool eventually(F done) {
+    const auto deadline = std::chrono::steady_clock::now() + 5s;
+    while (!done()) {
+      if (std::chrono::steady_clock::now() > deadline) return false;
+      std::this_thread::sleep_for(10ms);
+    }
+    return true;
+  }
+  const std::string kPrefix = "{test}:fleet:";
+};
+
+TEST_F(RedisExpiryTest, EveryKeyUnderThePrefixHasATtlWhileTheFleetIsActive) {
+  const Windowed::Config wc{
+      .name = "search", .window = {.size = 100}, .minimum_calls = 20, .failure_rate = 0.5};
+  auto config = [this](std::string id) {
+    FleetConfig fc = fleet_config(std::move(id));
+    fc.count_bucket = 1000ms;
+    fc.count_buckets = 3;
+    return fc;
+  };
+  Node a(redis_config(), config("a")), b(redis_config(), config("b"));
+  Breaker& inventory = a.add("inventory", clock);
+  b.add("inventory", clock);
+  Windowed sa(wc, clock), sb(wc, clock);
+  a.fleet.attach(sa, {.fleet_window = true});
+  b.fleet.attach(sb, {.fleet_window = true});
+  trip(inventory);
+  sa.try_acquire()->record_success();
+  sb.try_acquire()->record_success();
+  a.sync(), b.sync();
+  advance(9700ms);  // near the end of the open period: a takes the half-open lease
+  sa.try_acquire()->record_success();
+  a.sync(), b.sync();
+  std::set<std::string> kinds;
+  for (const std::string& key : server->scan(kPrefix + "*")) {
+    EXPECT_GT(pttl(key.substr(kPrefix.size())), 0) << key << " does not expire";
+    const std::string rest = key.substr(kPrefix.size());
+    kinds.insert(rest.substr(0, rest.find(':')));
+  }
+  EXPECT_EQ(kinds, (std::set<std::string>{"changes", "ft", "fw", "id", "k", "l", "seq", "v", "w"}));
+}
+
+TEST_F(RedisExpiryTest, OnceTheFleetStopsEveryKeyExpires) {
+  auto config = [this](std::string id) {
+    FleetConfig fc = fleet_config(std::move(id));
+    fc.quorum_window = 200ms;
+    fc.sync_interval = 100ms;
+    fc.lease_duration = 300ms;
+    fc.count_bucket = 100ms;
+    fc.count_buckets = 3;
+    return fc;
+  };
+  const Windowed::Config wc{
+      .name = "search", .window = {.size = 100}, .minimum_calls = 20, .failure_rate = 0.5};
+  Node a(short_lived(), config("a")), b(short_lived(), config("b"));
+  Breaker& inventory = a.add("inventory", clock, 200ms);
+  b.add("inventory", clock, 200ms);
+  Windowed sa(wc, clock);
+  a.fleet.attach(sa, {.fleet_window = true});
+  trip(inventory);
+  sa.try_acquire()->record_success();
+  a.sync(), b.sync();
+  advance(150ms);  // the lease
+  a.sync(), b.sync();
+  EXPECT_GE(std::stoll(server->command({"DBSIZE"})), 9);
+  EXPECT_TRUE(eventually([&] { return server->command({"DBSIZE"}) == "0"; }))
+      << "left: " << server->command({"DBSIZE"}) << " keys";
+}
+
+TEST_F(RedisExpiryTest, ARecordOutlivesItsOpenPeriodByTheRetentionAndNoLonger) {
+  Node a(short_lived(), fleet_config("a"));
+  Breaker& inventory = a.add("inventory", clock);  // open for 10 s
+  trip(inventory);
+  a.sync();
+  const std::int64_t open_ttl = pttl("k:inventory");
+  EXPECT_LE(open_ttl, 10'300);
+  EXPECT_GT(open_ttl, 8'300);
+  const std::int64_t idle = pttl("seq");
+  EXPECT_GT(idle, 0);
+  EXPECT_LE(idle, 600);
+  // The probe succeeds: the close is kept for the retention, then the key is gone and
+  // an instance's next sync finds nothing wrong.
+  advance(10s);
+  auto probe = inventory.try_acquire();
+  ASSERT_TRUE(probe && probe->is_probe());
+  probe->record_success();
+  a.sync();
+  EXPECT_EQ(server->command({"GET", kPrefix + "k:inventory"}).rfind("v1|closed|", 0), 0u);
+  const std::int64_t closed_ttl = pttl("k:inventory");
+  EXPECT_GT(closed_ttl, 0);
+  EXPECT_LE(closed_ttl, 300);
+  EXPECT_TRUE(eventually([&] { return !exists("k:inventory"); }));
+  EXPECT_EQ(a.sync().malformed, 0u);
+  EXPECT_EQ(server->command({"ZSCORE", kPrefix + "changes", "inventory"}), "(nil)");
+}
+
+TEST_F(RedisExpiryTest, ARecordThatExpiresWhileTheFleetRunsIsClosedNotMalformed) {
+  Node a(short_lived(10s), fleet_config("a")), b(short_lived(10s), fleet_config("b"));
+  // Eight long opens first: the oldest changes stay, so the per-exchange pruning (the
+  // oldest 8) does not reach the short one, and reading must skip it.
+  for (int i = 0; i < 8; ++i) {
+    trip(a.add("k" + std::to_string(i), clock));
+    b.add("k" + std::to_string(i), clock);
+  }
+  a.sync();
+  trip(a.add("inventory", clock, 200ms));
+  b.add("inventory", clock, 200ms);
+  a.sync(), b.sync();
+  EXPECT_EQ(b.breakers.back()->state(), State::open);
+  EXPECT_TRUE(eventually([&] {
+    EXPECT_EQ(a.sync().malformed, 0u);
+    EXPECT_EQ(b.sync().malformed, 0u);
+    return !exists("k:inventory");
+  }));
+  EXPECT_NE(server->command({"ZSCORE", kPrefix + "changes", "inventory"}), "(nil)");
+  Node c(short_lived(10s), fleet_config("c"));
+  for (int i = 0; i < 8; ++i) c.add("k" + std::to_string(i), clock);
+  c.add("inventory", clock, 200ms);
+  const SyncSummary s = c.sync();
+  EXPECT_EQ(s.malformed, 0u);
+  EXPECT_EQ(s.changes, 8u);
+  EXPECT_EQ(c.breakers.front()->state(), State::open);
+  EXPECT_EQ(c.breakers.back()->state(), State::closed);
+  EXPECT_EQ(c.fleet.reading().keys.back().decision, Decision::none);
+  EXPECT_EQ(server->command({"ZSCORE", kPrefix + "changes", "inventory"}), "(nil)");
+  EXPECT_EQ(a.fleet.reading().malformed_values + b.fleet.reading().malformed_values, 0u);
+}
+
+TEST_F(RedisExpiryTest, AfterTheIdleTtlANewIncarnationBringsBackWhatIsStillOpen) {
+  Node a(short_lived(), fleet_config("a")), b(short_lived(), fleet_config("b"));
+  trip(a.add("inventory", clock));  // open for 10 s, longer than the idle TTL
+  b.add("inventory", clock);
+  a.sync(), b.sync();
+  ASSERT_EQ(b.breakers[0]->state(), State::open);
+  const std::string before = server->command({"GET", kPrefix + "id"});
+  // Nobody syncs for the idle TTL: the counter, the incarnation and the changes go.
+  EXPECT_TRUE(eventually([&] { return !exists("seq") && !exists("id") && !exists("changes"); }));
+  EXPECT_TRUE(exists("k:inventory"));
+  a.sync();  // a new incarnation: a reads from the start and re-publishes next time
+  a.sync();
+  EXPECT_NE(server->command({"GET", kPrefix + "id"}), before);
+  EXPECT_NE(server->command({"ZSCORE", kPrefix + "changes", "inventory"}), "(nil)");
+  b.sync();                         // b sees the new incarnation: its cursor goes back to 0
+  EXPECT_EQ(b.sync().changes, 1u);  // and it reads the re-published open
+  Node c(short_lived(), fleet_config("c"));
+  c.add("inventory", clock);
+  c.sync();
+  EXPECT_EQ(c.breakers[0]->state(), State::open);
+  EXPECT_EQ(c.fleet.reading().keys[0].decided_by, "a");
+  EXPECT_EQ(a.fleet.reading().malformed_values + b.fleet.reading().malformed_values, 0u);
+}
+
 class RedisAuthTest : public RedisFleetTest {
   std::vector<std::string> server_args() override { return {"--requirepass", "s3cret"}; }
 };
@@ -472,6 +668,30 @@ TEST(RedisConfigTest, BadConfigurationIsRejectedNamingTheField) {
   EXPECT_THROW(RedisFleetStore(RedisConfig{.prefix = ""}), InvalidConfig);
   EXPECT_THROW(RedisFleetStore(RedisConfig{.prefix = "a b"}), InvalidConfig);
   EXPECT_THROW(RedisFleetStore(RedisConfig{.command_timeout = 0ms}), InvalidConfig);
+}
+
+TEST(RedisConfigTest, APrefixWithoutANonEmptyHashTagIsRefused) {
+  auto refusal = [](RedisConfig rc) -> std::string {
+    try {
+      RedisFleetStore s(std::move(rc));
+    } catch (const InvalidConfig& e) {
+      return e.error().field + ": " + e.error().message;
+    }
+    return "accepted";
+  };
+  EXPECT_EQ(
+      refusal(RedisConfig{.prefix = "test:fleet:"}).rfind("prefix: must contain a hash tag", 0),
+      0u);
+  EXPECT_EQ(
+      refusal(RedisConfig{.prefix = "test{fleet:"}).rfind("prefix: must contain a hash tag", 0),
+      0u);
+  EXPECT_EQ(refusal(RedisConfig{.prefix = "{}:fleet:"}).rfind("prefix: has an empty hash tag", 0),
+            0u);
+  EXPECT_EQ(refusal(RedisConfig{.prefix = "checkout:{fleet}:"}), "accepted");
+  EXPECT_EQ(refusal(RedisConfig{}), "accepted");
+  EXPECT_EQ(RedisConfig{}.prefix, "{bulwark}:fleet:");
+  EXPECT_EQ(refusal(RedisConfig{.retention = 0ms}).rfind("retention:", 0), 0u);
+  EXPECT_EQ(refusal(RedisConfig{.retention = 2s, .idle_ttl = 1s}).rfind("idle_ttl:", 0), 0u);
 }
 
 }  // namespace

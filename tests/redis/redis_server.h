@@ -98,6 +98,28 @@ class RedisServer {
     return out;
   }
 
+  // Every key matching `pattern` (SCAN MATCH, to the end of the cursor).
+  std::vector<std::string> scan(const std::string& pattern) const {
+    std::vector<std::string> keys;
+    redisContext* c = connect();
+    if (c == nullptr) return keys;
+    std::string cursor = "0";
+    do {
+      auto* r = static_cast<redisReply*>(redisCommand(
+          c, "SCAN %s MATCH %b COUNT 100", cursor.c_str(), pattern.data(), pattern.size()));
+      if (r == nullptr || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+        if (r != nullptr) freeReplyObject(r);
+        break;
+      }
+      cursor.assign(r->element[0]->str, r->element[0]->len);
+      for (size_t i = 0; i < r->element[1]->elements; ++i)
+        keys.emplace_back(r->element[1]->element[i]->str, r->element[1]->element[i]->len);
+      freeReplyObject(r);
+    } while (cursor != "0");
+    redisFree(c);
+    return keys;
+  }
+
   int port() const { return port_; }
 
  private:

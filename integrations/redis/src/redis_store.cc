@@ -16,20 +16,49 @@
 namespace bulwark::redis {
 namespace {
 
+// KEYS[1]: <prefix>seq (so that a Cluster-aware proxy routes the script to its slot).
 // ARGV: prefix, instance, now_ms, quorum, cutoff_ms (votes at or before it expire),
 // vote_ttl_ms, cursor, op count, count bucket, count buckets, bucket ttl ms, max
-// changes, window ttl ms, then 5 per op: op, key, reason, until_ms, lease_ms (a count
-// op: op, key, successes, failures, 0; a window op: op, key, calls, failures, slow).
+// changes, window ttl ms, retention ms, idle ttl ms, then 5 per op: op, key, reason,
+// until_ms, lease_ms (a count op: op, key, successes, failures, 0; a window op: op,
+// key, calls, failures, slow).
 // Returns: incarnation, sequence, lease count, the holders, count-op count, two totals
 // per count op, window-op count, one "calls|failures|slow|instances" per window op,
 // then key, value pairs.
+// Every key it writes carries a TTL from the write on: k: records their open period plus
+// the retention, v: l: w: fw: ft: their own, seq id changes the idle TTL (renewed by
+// every exchange).
 constexpr const char* kScript = R"lua(
 local p, inst, now, quorum = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
 local cutoff, vote_ttl, cursor, n = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
 local bucket, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 local max_changes, window_ttl = tonumber(ARGV[12]), tonumber(ARGV[13])
-local seqk, chk = p .. 'seq', p .. 'changes'
-redis.call('SET', p .. 'id', inst .. '@' .. now, 'NX')
+local retention, idle_ttl = tonumber(ARGV[14]), ARGV[15]
+local seqk, chk, idk = KEYS[1], p .. 'changes', p .. 'id'
+for j = 16, 16 + 5 * (n - 1), 5 do
+  local op = ARGV[j]
+  if op ~= 'open' and op ~= 'close' and op ~= 'assert' and op ~= 'count' and op ~= 'window' and
+     op ~= 'wopen' and op ~= 'lease' then
+    return redis.error_reply('unknown fleet op ' .. tostring(op))
+  end
+end
+-- No counter: a store that starts again (new, flushed, or unused for the idle TTL) is a
+-- new incarnation, which makes every instance read from the start and re-publish. The
+-- counter goes on from the newest change left, so that no sequence is reused.
+-- The incarnation names its creator, its clock and the server's (so it differs from the
+-- one before it even when the same instance makes it at the same millisecond).
+if redis.replicate_commands then redis.replicate_commands() end
+local function incarnation()
+  local t = redis.call('TIME')
+  return inst .. '@' .. now .. '@' .. t[1] .. '.' .. t[2]
+end
+if redis.call('EXISTS', seqk) == 0 then
+  local last = redis.call('ZRANGE', chk, -1, -1, 'WITHSCORES')
+  redis.call('SET', seqk, last[2] or '0', 'PX', idle_ttl)
+  redis.call('SET', idk, incarnation(), 'PX', idle_ttl)
+elseif redis.call('EXISTS', idk) == 0 then
+  redis.call('SET', idk, incarnation(), 'PX', idle_ttl)
+end
 local function get(k)
   local v = redis.pcall('GET', k)
   if type(v) ~= 'string' then return nil end
@@ -44,9 +73,13 @@ local function current(k)
 end
 local function record(key, st, reason, u, suffix)
   local e = redis.call('INCR', seqk)
+  -- Kept for the open period and the retention after it; a closed one for the retention.
+  local ttl = retention
+  if st == 'open' then ttl = ttl + math.min(math.max(tonumber(u) - tonumber(now), 0), 2 ^ 50) end
   redis.call('SET', p .. 'k:' .. key, 'v1|' .. st .. '|' .. reason .. '|' .. u .. '|' .. inst ..
-             '|' .. tostring(e) .. (suffix or ''))
+             '|' .. tostring(e) .. (suffix or ''), 'PX', string.format('%d', ttl))
   redis.call('ZADD', chk, e, key)
+  redis.call('PEXPIRE', chk, idle_ttl)
 end
 local leases, counts, windows = {}, {}, {}
 -- One instance's window level: "calls|failures|slow|ms", each at most 15 digits.
@@ -66,7 +99,7 @@ local function total(key, field)
   end
   return string.format('%d', sum)
 end
-local i = 14
+local i = 16
 for _ = 1, n do
   local op, key, reason, u, lease = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
@@ -85,7 +118,11 @@ for _ = 1, n do
     if current(rk) == 'open' then record(key, 'closed', reason, '0') end
     redis.call('DEL', lk, vk)
   elseif op == 'assert' then
-    if redis.call('EXISTS', rk) == 0 then record(key, 'open', reason, u) end
+    -- Also when the record outlived the changes set (a long open period): unlisted, no
+    -- instance would read it.
+    if redis.call('EXISTS', rk) == 0 or not redis.call('ZSCORE', chk, key) then
+      record(key, 'open', reason, u)
+    end
   elseif op == 'count' then
     if nbuckets > 0 then
       local wk = p .. 'w:' .. key .. ':' .. ARGV[9]
@@ -186,10 +223,16 @@ for _ = 1, n do
   elseif op == 'lease' then
     redis.call('SET', lk, inst, 'NX', 'PX', lease)
     leases[#leases + 1] = get(lk) or ''
-  else
-    return redis.error_reply('unknown fleet op ' .. tostring(op))
   end
 end
+-- The oldest few changes whose record expired leave the set (bounded work per exchange;
+-- the set holds one entry per key at most).
+for _, key in ipairs(redis.call('ZRANGE', chk, 0, 7)) do
+  if redis.call('EXISTS', p .. 'k:' .. key) == 0 then redis.call('ZREM', chk, key) end
+end
+redis.call('PEXPIRE', seqk, idle_ttl)
+redis.call('PEXPIRE', idk, idle_ttl)
+redis.call('PEXPIRE', chk, idle_ttl)
 local seq = redis.call('GET', seqk) or '0'
 local changed = redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf', 'WITHSCORES', 'LIMIT', 0,
                            max_changes)
@@ -204,9 +247,14 @@ for _, w in ipairs(windows) do out[#out + 1] = w end
 for j = 1, #changed, 2 do
   local key = changed[j]
   local v = redis.pcall('GET', p .. 'k:' .. key)
-  if type(v) == 'table' then v = '(not a string)' elseif not v then v = '(missing)' end
-  out[#out + 1] = key
-  out[#out + 1] = v
+  if type(v) == 'table' then v = '(not a string)' end
+  if v then
+    out[#out + 1] = key
+    out[#out + 1] = v
+  else
+    -- The record expired: the same as none, the key is closed for the fleet.
+    redis.call('ZREM', chk, key)
+  end
 end
 return out
 )lua";
@@ -305,12 +353,27 @@ RedisFleetStore::RedisFleetStore(RedisConfig config)
     if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
       bad("prefix", "must not contain spaces or control characters");
   }
+  {
+    // Redis Cluster hashes only what lies between the first '{' and the next '}'.
+    const auto open = config_.prefix.find('{');
+    const auto close = open == std::string::npos ? open : config_.prefix.find('}', open + 1);
+    if (close == std::string::npos)
+      bad("prefix",
+          "must contain a hash tag {...} (\"" + config_.prefix +
+              "\" has none), so that all of the fleet's keys share one Redis Cluster slot");
+    if (close == open + 1)
+      bad("prefix", "has an empty hash tag {} (\"" + config_.prefix +
+                        "\"): Redis Cluster would hash each whole key, scattering the fleet's "
+                        "keys over slots");
+  }
   if (config_.connect_timeout <= std::chrono::milliseconds::zero())
     bad("connect_timeout", "must be positive");
   if (config_.command_timeout <= std::chrono::milliseconds::zero())
     bad("command_timeout", "must be positive");
   if (config_.reconnect_min <= std::chrono::milliseconds::zero())
     bad("reconnect_min", "must be positive");
+  if (config_.retention <= std::chrono::milliseconds::zero()) bad("retention", "must be positive");
+  if (config_.idle_ttl < config_.retention) bad("idle_ttl", "must be at least retention");
   if (config_.reconnect_max < config_.reconnect_min)
     bad("reconnect_max", "must be at least reconnect_min");
   if (config_.password.empty() && !config_.username.empty())
@@ -408,10 +471,11 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
     if (!ok) return Unexpected(ok.error());
   }
   std::vector<std::string> args;
-  args.reserve(17 + 5 * req.ops.size());
+  args.reserve(20 + 5 * req.ops.size());
   args.push_back("EVALSHA");
   args.push_back(sha_);
-  args.push_back("0");
+  args.push_back("1");
+  args.push_back(config_.prefix + "seq");
   args.push_back(config_.prefix);
   args.push_back(req.instance);
   args.push_back(std::to_string(req.now_ms));
@@ -426,6 +490,8 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
   args.push_back(std::to_string(std::max<std::uint32_t>(req.max_changes, 1)));
   args.push_back(std::to_string(std::max<std::int64_t>(req.window_ttl_ms, 1)));
+  args.push_back(std::to_string(config_.retention.count()));
+  args.push_back(std::to_string(config_.idle_ttl.count()));
   for (const FleetOp& op : req.ops) {
     args.push_back(op_name(op.kind));
     args.push_back(op.key);
