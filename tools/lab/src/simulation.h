@@ -10,13 +10,11 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <numbers>
 #include <optional>
-#include <queue>
 #include <utility>
 #include <vector>
 
@@ -125,6 +123,33 @@ class Histogram {
   Nanos max_ = Nanos::min();
 };
 
+// A first-in first-out queue in a ring buffer that grows by doubling: no allocation
+// once it has reached the largest size it needs.
+template <class T>
+class Fifo {
+ public:
+  bool empty() const noexcept { return head_ == tail_; }
+  const T& front() const noexcept { return buf_[head_ & (buf_.size() - 1)]; }
+  void pop() noexcept { ++head_; }
+  void push(const T& v) {
+    if (tail_ - head_ == buf_.size()) grow();
+    buf_[tail_++ & (buf_.size() - 1)] = v;
+  }
+
+ private:
+  void grow() {
+    std::vector<T> next(std::max<std::size_t>(16, 2 * buf_.size()));
+    for (std::size_t i = head_; i != tail_; ++i) next[i - head_] = buf_[i & (buf_.size() - 1)];
+    tail_ -= head_;
+    head_ = 0;
+    buf_.swap(next);
+  }
+
+  std::vector<T> buf_;
+  std::size_t head_ = 0;
+  std::size_t tail_ = 0;
+};
+
 // Stands in for a breaker in configurations without one.
 struct NoBreaker {
   struct Permit {
@@ -182,12 +207,15 @@ class Simulation {
   Ticks end() const { return scenario_.duration.count(); }
   // The next event's time; Ticks max when none is left.
   Ticks next_time() const {
-    return events_.empty() ? std::numeric_limits<Ticks>::max() : events_.top().t;
+    Ticks t = next_arrival_;
+    if (!heap_.empty()) t = std::min(t, heap_.front().t);
+    if (!pages_.empty()) t = std::min(t, pages_.front().t);
+    if (!expiries_.empty()) t = std::min(t, expiries_.front().t);
+    return t;
   }
   // Processes the next event (next_time() <= end()).
   void process_next() {
-    const Event e = events_.top();
-    events_.pop();
+    const Event e = pop_next();
     advance_timeline(e.t);
     clock_.set(Nanos(e.t));
     dispatch(e);
@@ -208,9 +236,8 @@ class Simulation {
     // No arrival comes after the end; the pages in progress finish (their counts go to
     // the totals, not to the timeline), so every request is accounted for.
     draining_ = true;
-    while (!events_.empty()) {
-      const Event e = events_.top();
-      events_.pop();
+    while (pending()) {
+      const Event e = pop_next();
       clock_.set(Nanos(e.t));
       dispatch(e);
     }
@@ -248,16 +275,56 @@ class Simulation {
     bool timed_out = false;
     PageResult result = PageResult::full;
   };
-  // Time order; at equal times everything else before arrivals (as in replay: a call
-  // that ends at t frees its worker, slot and permit for a request arriving at t).
+  // The event order: time, then at equal times everything else before arrivals (as in
+  // replay: a call that ends at t frees its worker, slot and permit for a request
+  // arriving at t), then the order they were scheduled in (seq). The one pending
+  // arrival is kept apart (next_arrival_), page completions and wait expiries (each a
+  // constant delay after the current time) in FIFOs that are already in that order,
+  // and only attempt completions and retries, whose delays vary, in the heap.
+  static bool before(const Event& a, const Event& b) noexcept {
+    return a.t != b.t ? a.t < b.t : a.seq < b.seq;
+  }
   struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      if (a.t != b.t) return a.t > b.t;
-      const bool a_arrives = a.kind == Kind::arrival, b_arrives = b.kind == Kind::arrival;
-      if (a_arrives != b_arrives) return a_arrives;
-      return a.seq > b.seq;
-    }
+    bool operator()(const Event& a, const Event& b) const noexcept { return before(b, a); }
   };
+
+  bool pending() const noexcept {
+    return next_arrival_ != kNoArrival || !heap_.empty() || !pages_.empty() || !expiries_.empty();
+  }
+
+  // Removes and returns the next event in the event order (pending() is true).
+  Event pop_next() {
+    enum class From : std::uint8_t { arrival, heap, pages, expiries } from = From::arrival;
+    const Event* best = nullptr;
+    if (!heap_.empty()) best = &heap_.front(), from = From::heap;
+    if (!pages_.empty() && (!best || before(pages_.front(), *best))) {
+      best = &pages_.front(), from = From::pages;
+    }
+    if (!expiries_.empty() && (!best || before(expiries_.front(), *best))) {
+      best = &expiries_.front(), from = From::expiries;
+    }
+    if (next_arrival_ != kNoArrival && (!best || next_arrival_ < best->t)) {
+      const Ticks t = next_arrival_;
+      next_arrival_ = kNoArrival;
+      return Event{t, 0, 0, 0, Kind::arrival};
+    }
+    const Event e = *best;
+    switch (from) {
+      case From::heap:
+        std::pop_heap(heap_.begin(), heap_.end(), Later{});
+        heap_.pop_back();
+        break;
+      case From::pages:
+        pages_.pop();
+        break;
+      case From::expiries:
+        expiries_.pop();
+        break;
+      case From::arrival:
+        break;
+    }
+    return e;
+  }
 
   struct Request {
     Ticks arrived = 0;
@@ -309,8 +376,22 @@ class Simulation {
 
   void push(Ticks t, std::uint32_t req, Kind kind, bool failed = false, bool timed_out = false,
             PageResult result = PageResult::full) {
-    const std::uint32_t gen = kind == Kind::arrival ? 0 : requests_[req].gen;
-    events_.push(Event{t, seq_++, req, gen, kind, failed, timed_out, result});
+    const Event e{t, seq_++, req, requests_[req].gen, kind, failed, timed_out, result};
+    switch (kind) {
+      case Kind::page_done:
+        pages_.push(e);
+        break;
+      case Kind::wait_expired:
+        expiries_.push(e);
+        break;
+      case Kind::attempt_done:
+      case Kind::retry:
+        heap_.push_back(e);
+        std::push_heap(heap_.begin(), heap_.end(), Later{});
+        break;
+      case Kind::arrival:
+        break;
+    }
   }
 
   // ---- timeline ----------------------------------------------------------------
@@ -353,7 +434,7 @@ class Simulation {
       at = next_poisson_;
     }
     if (at >= static_cast<double>(scenario_.duration.count())) return;
-    push(static_cast<Ticks>(at), 0, Kind::arrival);
+    next_arrival_ = static_cast<Ticks>(at);
   }
 
   void on_arrival(Ticks t) {
@@ -388,7 +469,7 @@ class Simulation {
       if (!slot) {
         if (bulkhead_->config().max_wait > Nanos::zero()) {
           r.waiting = true;
-          waiters_.push_back({id, r.gen});
+          waiters_.push({id, r.gen});
           push(saturating_add(t, bulkhead_->config().max_wait.count()), id, Kind::wait_expired);
           return;
         }
@@ -509,12 +590,12 @@ class Simulation {
       const Waiter w = waiters_.front();
       Request& r = requests_[w.req];
       if (!r.active || r.gen != w.gen || !r.waiting) {
-        waiters_.pop_front();
+        waiters_.pop();
         continue;
       }
       auto slot = bulkhead_->try_acquire();
       if (!slot) return;
-      waiters_.pop_front();
+      waiters_.pop();
       r.waiting = false;
       r.slot.emplace(std::move(*slot));
       begin_attempts(w.req, t);
@@ -615,10 +696,14 @@ class Simulation {
   std::optional<Budget> budget_;
 
   ConfigurationResult result_;
-  std::priority_queue<Event, std::vector<Event>, Later> events_;
-  std::deque<Request> requests_;
+  static constexpr Ticks kNoArrival = std::numeric_limits<Ticks>::max();
+  Ticks next_arrival_ = kNoArrival;
+  std::vector<Event> heap_;  // attempt_done and retry, a binary heap in Later's order
+  Fifo<Event> pages_;        // page_done
+  Fifo<Event> expiries_;     // wait_expired
+  std::vector<Request> requests_;
   std::vector<std::uint32_t> free_;
-  std::deque<Waiter> waiters_;
+  Fifo<Waiter> waiters_;
   Histogram latency_;
   TimelineStep scratch_;
   bool draining_ = false;
