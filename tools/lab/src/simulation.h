@@ -197,7 +197,10 @@ class Simulation {
   // The whole run: start(), process_next() while next_time() <= end(), finish().
   ConfigurationResult run() {
     start();
-    while (next_time() <= end()) process_next();
+    const Ticks end = this->end();
+    for (Source s = next_source(); s != Source::none && time_of(s) <= end; s = next_source()) {
+      process(s);
+    }
     return finish();
   }
 
@@ -214,12 +217,7 @@ class Simulation {
     return t;
   }
   // Processes the next event (next_time() <= end()).
-  void process_next() {
-    const Event e = pop_next();
-    advance_timeline(e.t);
-    clock_.set(Nanos(e.t));
-    dispatch(e);
-  }
+  void process_next() { process(next_source()); }
   // Moves the clock (and the timeline) to `t` without an event: t >= the last event's
   // time and <= next_time(). For work the caller does between events at `t`.
   void advance_to(Ticks t) {
@@ -236,10 +234,16 @@ class Simulation {
     // No arrival comes after the end; the pages in progress finish (their counts go to
     // the totals, not to the timeline), so every request is accounted for.
     draining_ = true;
-    while (pending()) {
-      const Event e = pop_next();
-      clock_.set(Nanos(e.t));
-      dispatch(e);
+    for (Source s = next_source(); s != Source::none; s = next_source()) {
+      if (s == Source::arrival) {
+        const Ticks t = take_arrival();
+        clock_.set(Nanos(t));
+        on_arrival(t);
+      } else {
+        const Event e = take(s);
+        clock_.set(Nanos(e.t));
+        dispatch(e);
+      }
     }
     result_.p50 = latency_.quantile(0.50);
     result_.p99 = latency_.quantile(0.99);
@@ -284,46 +288,110 @@ class Simulation {
   static bool before(const Event& a, const Event& b) noexcept {
     return a.t != b.t ? a.t < b.t : a.seq < b.seq;
   }
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const noexcept { return before(b, a); }
-  };
 
-  bool pending() const noexcept {
-    return next_arrival_ != kNoArrival || !heap_.empty() || !pages_.empty() || !expiries_.empty();
-  }
-
-  // Removes and returns the next event in the event order (pending() is true).
-  Event pop_next() {
-    enum class From : std::uint8_t { arrival, heap, pages, expiries } from = From::arrival;
+  // Where the next event in that order is.
+  enum class Source : std::uint8_t { none, arrival, heap, pages, expiries };
+  Source next_source() const noexcept {
+    Source s = Source::none;
     const Event* best = nullptr;
-    if (!heap_.empty()) best = &heap_.front(), from = From::heap;
+    if (!heap_.empty()) best = &heap_.front(), s = Source::heap;
     if (!pages_.empty() && (!best || before(pages_.front(), *best))) {
-      best = &pages_.front(), from = From::pages;
+      best = &pages_.front(), s = Source::pages;
     }
     if (!expiries_.empty() && (!best || before(expiries_.front(), *best))) {
-      best = &expiries_.front(), from = From::expiries;
+      best = &expiries_.front(), s = Source::expiries;
     }
-    if (next_arrival_ != kNoArrival && (!best || next_arrival_ < best->t)) {
-      const Ticks t = next_arrival_;
-      next_arrival_ = kNoArrival;
-      return Event{t, 0, 0, 0, Kind::arrival};
-    }
-    const Event e = *best;
-    switch (from) {
-      case From::heap:
-        std::pop_heap(heap_.begin(), heap_.end(), Later{});
-        heap_.pop_back();
+    if (next_arrival_ != kNoArrival && (!best || next_arrival_ < best->t)) s = Source::arrival;
+    return s;
+  }
+  Ticks time_of(Source s) const noexcept {
+    switch (s) {
+      case Source::arrival:
+        return next_arrival_;
+      case Source::heap:
+        return heap_.front().t;
+      case Source::pages:
+        return pages_.front().t;
+      case Source::expiries:
+        return expiries_.front().t;
+      case Source::none:
         break;
-      case From::pages:
+    }
+    return std::numeric_limits<Ticks>::max();
+  }
+  Ticks take_arrival() noexcept {
+    const Ticks t = next_arrival_;
+    next_arrival_ = kNoArrival;
+    return t;
+  }
+  // Removes and returns the first event of `s` (heap, pages or expiries).
+  Event take(Source s) noexcept {
+    switch (s) {
+      case Source::pages: {
+        const Event e = pages_.front();
         pages_.pop();
-        break;
-      case From::expiries:
+        return e;
+      }
+      case Source::expiries: {
+        const Event e = expiries_.front();
         expiries_.pop();
-        break;
-      case From::arrival:
+        return e;
+      }
+      default:
         break;
     }
+    const Event e = heap_.front();
+    heap_pop();
     return e;
+  }
+
+  // Processes the first event of `s` (nothing for none).
+  void process(Source s) {
+    if (s == Source::none) return;
+    if (s == Source::arrival) {
+      const Ticks t = take_arrival();
+      advance_timeline(t);
+      clock_.set(Nanos(t));
+      on_arrival(t);
+      return;
+    }
+    const Event e = take(s);
+    advance_timeline(e.t);
+    clock_.set(Nanos(e.t));
+    dispatch(e);
+  }
+
+  // The heap: 4-ary (half the depth of a binary one), in before() order.
+  void heap_push(const Event& e) {
+    std::size_t i = heap_.size();
+    heap_.push_back(e);
+    while (i > 0) {
+      const std::size_t parent = (i - 1) / 4;
+      if (!before(e, heap_[parent])) break;
+      heap_[i] = heap_[parent];
+      i = parent;
+    }
+    heap_[i] = e;
+  }
+  void heap_pop() noexcept {
+    const Event last = heap_.back();
+    heap_.pop_back();
+    const std::size_t n = heap_.size();
+    if (n == 0) return;
+    std::size_t i = 0;
+    for (;;) {
+      const std::size_t first = 4 * i + 1;
+      if (first >= n) break;
+      const std::size_t stop = std::min(first + 4, n);
+      std::size_t least = first;
+      for (std::size_t c = first + 1; c < stop; ++c) {
+        if (before(heap_[c], heap_[least])) least = c;
+      }
+      if (!before(heap_[least], last)) break;
+      heap_[i] = heap_[least];
+      i = least;
+    }
+    heap_[i] = last;
   }
 
   struct Request {
@@ -386,8 +454,7 @@ class Simulation {
         break;
       case Kind::attempt_done:
       case Kind::retry:
-        heap_.push_back(e);
-        std::push_heap(heap_.begin(), heap_.end(), Later{});
+        heap_push(e);
         break;
       case Kind::arrival:
         break;
@@ -698,7 +765,7 @@ class Simulation {
   ConfigurationResult result_;
   static constexpr Ticks kNoArrival = std::numeric_limits<Ticks>::max();
   Ticks next_arrival_ = kNoArrival;
-  std::vector<Event> heap_;  // attempt_done and retry, a binary heap in Later's order
+  std::vector<Event> heap_;  // attempt_done and retry
   Fifo<Event> pages_;        // page_done
   Fifo<Event> expiries_;     // wait_expired
   std::vector<Request> requests_;
