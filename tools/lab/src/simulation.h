@@ -37,9 +37,12 @@ inline double unit_interval(std::uint64_t bits) {
 }
 
 // The draws of request `index`'s attempt `attempt`: the same in every configuration.
-inline SplitMix64 draws_for(std::uint64_t seed, std::uint64_t index, std::uint32_t attempt) {
-  SplitMix64 mix(seed ^ 0x6C62272E07BB0142ull);
-  const std::uint64_t a = mix() ^ (index * 0x9E3779B97F4A7C15ull);
+// `mixed` is draws_seed(the scenario's seed), computed once per run.
+inline std::uint64_t draws_seed(std::uint64_t seed) {
+  return SplitMix64(seed ^ 0x6C62272E07BB0142ull)();
+}
+inline SplitMix64 draws_for_mixed(std::uint64_t mixed, std::uint64_t index, std::uint32_t attempt) {
+  const std::uint64_t a = mixed ^ (index * 0x9E3779B97F4A7C15ull);
   SplitMix64 g(a + attempt * 0xD1B54A32D192ED03ull);
   return SplitMix64(g());
 }
@@ -191,6 +194,7 @@ class Simulation {
       if (config.retry_budget) budget_.emplace(*config.retry_budget, clock_);
     }
     arrivals_rng_ = SplitMix64(scenario.seed ^ 0x243F6A8885A308D3ull);
+    draws_seed_ = draws_seed(scenario.seed);
     result_.timeline.push_back(TimelineStep{});
   }
 
@@ -571,7 +575,7 @@ class Simulation {
     const std::uint32_t n = ++r.attempts;
     if (n > 1) ++result_.retries;
     const Phase& phase = phase_at(t);
-    SplitMix64 g = draws_for(scenario_.seed, r.index, n);
+    SplitMix64 g = draws_for_mixed(draws_seed_, r.index, n);
     bool failed = unit_interval(g()) < phase.error_rate;
     Nanos took = sample(phase.latency, g);
     bool timed_out = false;
@@ -713,11 +717,12 @@ class Simulation {
     free_.push_back(id);
   }
 
-  const Phase& phase_at(Ticks t) const {
+  // The phase in effect at `t`, the current time: the last one started by then (the
+  // first before any has). Times only grow, so a cursor moves forward over the phases.
+  const Phase& phase_at(Ticks t) {
     const auto& phases = scenario_.dependency.phases;
-    auto it = std::upper_bound(phases.begin(), phases.end(), t,
-                               [](Ticks v, const Phase& p) { return v < p.start.count(); });
-    return it == phases.begin() ? phases.front() : *std::prev(it);
+    while (phase_ + 1 < phases.size() && phases[phase_ + 1].start.count() <= t) ++phase_;
+    return phases[phase_];
   }
 
   void summarize_breaker(Ticks end) {
@@ -777,6 +782,8 @@ class Simulation {
   SplitMix64 arrivals_rng_{0};
   double next_poisson_ = 0;
   std::uint64_t arrival_index_ = 0;
+  std::uint64_t draws_seed_ = 0;
+  std::size_t phase_ = 0;
   std::uint64_t seq_ = 0;
   std::uint32_t in_flight_ = 0;
   std::uint32_t busy_ = 0;
