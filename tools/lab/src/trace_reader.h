@@ -325,6 +325,7 @@ class TraceReader {
     std::string_view key;
     std::uint32_t key_column = 0;
     Outcome outcome = Outcome::success;
+    bool new_key = false;
     const std::size_t n = order_.size();
     for (std::size_t i = 0; i < n; ++i) {
       const char* f = p;
@@ -336,20 +337,27 @@ class TraceReader {
           if (!plain_millis(p, end, duration)) return false;
           break;
         case Column::key:
-          while (p != end && *p != ',') {
-            const auto c = static_cast<unsigned char>(*p);
-            if (c >= 0x80 || c == '"' || c == '\r') return false;
-            ++p;
+          // The key of the row before (runs of one key are common): already checked.
+          if (const std::size_t k = last_key_size_;
+              k > 0 && static_cast<std::size_t>(end - p) >= k && (p + k == end || p[k] == ',') &&
+              std::memcmp(p, last_key_, k) == 0) {
+            p += k;
+          } else {
+            new_key = true;
+            while (p != end && *p != ',') {
+              const auto c = static_cast<unsigned char>(*p);
+              if (c >= 0x80 || c == '"' || c == '\r') return false;
+              ++p;
+            }
+            if (p == f || static_cast<std::size_t>(p - f) > kMaxKeyBytes) return false;
           }
-          if (p == f || static_cast<std::size_t>(p - f) > kMaxKeyBytes) return false;
           key = std::string_view(f, static_cast<std::size_t>(p - f));
           key_column = static_cast<std::uint32_t>(f - line.data() + 1);
           break;
         case Column::outcome: {
-          const char* e = p;
-          while (e != end && *e != ',') ++e;
           // All three are 7 letters: one length test, then fixed-size comparisons.
-          if (e - p != 7) return false;
+          if (end - p < 7 || (end - p > 7 && p[7] != ',')) return false;
+          const char* const e = p + 7;
           if (std::memcmp(p, "success", 7) == 0) {
             outcome = Outcome::success;
           } else if (std::memcmp(p, "failure", 7) == 0) {
@@ -372,6 +380,10 @@ class TraceReader {
       }
     }
     if (t < last_t_) return false;
+    if (new_key) {
+      std::memcpy(last_key_, key.data(), key.size());
+      last_key_size_ = key.size();
+    }
     row.t = t;
     row.duration = duration;
     row.key = key;
@@ -601,6 +613,9 @@ class TraceReader {
   std::vector<std::pair<std::size_t, std::size_t>> quoted_;
   Ticks last_t_ = 0;
   std::uint64_t last_line_ = 0;
+  // The key of the last row read_plain() read.
+  char last_key_[kMaxKeyBytes] = {};
+  std::size_t last_key_size_ = 0;
 };
 
 }  // namespace bulwark::lab::detail
