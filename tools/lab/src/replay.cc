@@ -182,10 +182,11 @@ class Replayer {
            (spec.window() == WindowKind::count ? spec.as<CountWindowConfig>().window.size : 0);
   }
 
-  void arrival(const Row& row) {
+  // `same_key`: the row's key is the one of the call before (a hint; false says nothing).
+  void arrival(const Row& row, bool same_key = false) {
     complete_until(row.t);
     clock_.set(Nanos(row.t));
-    const std::uint32_t k = key_index(row.key);
+    const std::uint32_t k = same_key && !keys_.empty() ? last_key_ : key_index(row.key);
     Key& key = *keys_[k];
     auto permit = key.breaker->try_acquire();
     if (options_.decisions && out_ != nullptr) decision(row.t, key, permit.has_value());
@@ -333,8 +334,9 @@ class KeyBudget {
   KeyBudget(std::size_t bytes_per_key, std::string name)
       : per_key_(bytes_per_key), name_(std::move(name)) {}
 
+  // Every row of the trace, in order.
   void add(const Row& row) {
-    if (seen_.size() > 0 && row.key == last_) return;  // the key of the row before
+    if (seen_.size() > 0 && (row.same_key || row.key == last_)) return;  // the row before's
     last_.assign(row.key);
     if (!seen_.insert(std::hash<std::string_view>{}(row.key)).second) return;
     // The breaker and its bookkeeping, and the name, kept twice (the key and its index).
@@ -400,7 +402,7 @@ void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std
     Row row;
     while (reader.next(row)) {
       keys.add(row);
-      replayer.arrival(row);
+      replayer.arrival(row, row.same_key);
     }
     replayer.finish();
   });

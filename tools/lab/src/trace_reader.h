@@ -202,6 +202,8 @@ struct Row {
   Ticks duration = 0;
   Outcome outcome = Outcome::success;
   std::uint64_t line = 0;
+  // The key is the one of the row next() returned before (false: maybe not).
+  bool same_key = false;
 };
 
 // Reads a trace row by row, checking everything; optionally copies every line it reads
@@ -228,6 +230,8 @@ class TraceReader {
       if (!read_line(line)) return false;
     } while (line.empty());
     if (read_plain(line, row)) return true;
+    last_key_size_ = 0;  // the next row's key is checked in full
+    row.same_key = false;
     if (const std::size_t cr = line.find('\r'); cr != std::string_view::npos) {
       // getline() splits at LF only: rows that end in a bare CR arrive as one line.
       fail(static_cast<std::uint32_t>(cr + 1), "",
@@ -390,6 +394,7 @@ class TraceReader {
     row.key_column = key_column;
     row.outcome = outcome;
     row.line = line_no_;
+    row.same_key = !new_key;
     last_t_ = t;
     last_line_ = line_no_;
     return true;
@@ -613,7 +618,7 @@ class TraceReader {
   std::vector<std::pair<std::size_t, std::size_t>> quoted_;
   Ticks last_t_ = 0;
   std::uint64_t last_line_ = 0;
-  // The key of the last row read_plain() read.
+  // The key of the row before, if read_plain() read it (else empty).
   char last_key_[kMaxKeyBytes] = {};
   std::size_t last_key_size_ = 0;
 };
