@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/replay.h"
@@ -300,6 +301,23 @@ TEST(Replay, AnOutputLargerThanWhatIsHeldInMemoryIsWrittenWholeOrNotAtAll) {
   std::fclose(out);
   EXPECT_EQ(size, 0u);
   std::free(data);
+}
+
+TEST(Replay, ProgressHearsTheRowsAndTheEndBeforeTheOutput) {
+  std::string csv = "t_ms,key,duration_ms,outcome\n";
+  for (int i = 0; i < 10; ++i) csv += std::to_string(i) + ",k,1,success\n";
+  struct Heard {
+    std::vector<std::pair<std::uint64_t, bool>> calls;
+  } heard;
+  ReplayOptions options;
+  options.progress = [](std::uint64_t rows, bool done, void* h) {
+    static_cast<Heard*>(h)->calls.emplace_back(rows, done);
+  };
+  options.progress_context = &heard;
+  const std::string out = replay_text(consecutive(1), csv, "t.csv", options);
+  EXPECT_NE(out.find("\"permitted\":10"), std::string::npos) << out;
+  ASSERT_EQ(heard.calls.size(), 1u) << "fewer than 2^20 rows: only the end";
+  EXPECT_EQ(heard.calls[0], std::make_pair(std::uint64_t{10}, true));
 }
 
 TEST(Replay, AnInputThatCannotBeRewoundIsReadOnce) {

@@ -418,12 +418,6 @@ int run_simulate(const SimulateArgs& a) {
   return 0;
 }
 
-int run_replay(const ReplayArgs& a) {
-  const bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file(a.config);
-  bulwark::lab::replay_file(spec, a.trace, stdout, {.decisions = a.decisions});
-  return 0;
-}
-
 // A progress line on standard error, for a run longer than a second, only on a
 // terminal: rows read so far, overwritten in place, and cleared at the end.
 struct Progress {
@@ -444,10 +438,28 @@ struct Progress {
     std::fflush(stderr);
     p.shown = true;
   }
-  ~Progress() {
+  // Clears the line (before output that may go to the same terminal).
+  void clear() {
     if (shown) std::fputs("\r\033[K", stderr);
+    shown = false;
   }
+  ~Progress() { clear(); }
 };
+
+int run_replay(const ReplayArgs& a) {
+  const bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file(a.config);
+  bulwark::lab::ReplayOptions options{.decisions = a.decisions};
+  Progress progress;
+  if (::isatty(::fileno(stderr))) {
+    options.progress = [](std::uint64_t rows, bool done, void* p) {
+      if (done) return static_cast<Progress*>(p)->clear();
+      Progress::report(rows, 0, p);
+    };
+    options.progress_context = &progress;
+  }
+  bulwark::lab::replay_file(spec, a.trace, stdout, options);
+  return 0;
+}
 
 int run_calibrate(const CalibrateArgs& a) {
   Output json("--json", a.json), svg("--svg", a.svg), toml("--toml", a.toml),

@@ -400,10 +400,16 @@ void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std
     Replayer<B> replayer(spec, &writer, options);
     TraceReader reader(in, name);
     Row row;
+    constexpr std::uint64_t kProgressEvery = 1 << 20;
+    std::uint64_t rows = 0;
     while (reader.next(row)) {
       keys.add(row);
       replayer.arrival(row, row.same_key);
+      if (++rows % kProgressEvery == 0 && options.progress) {
+        options.progress(rows, false, options.progress_context);
+      }
     }
+    if (options.progress) options.progress(rows, true, options.progress_context);
     replayer.finish();
   });
   writer.flush();

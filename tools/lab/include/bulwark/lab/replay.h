@@ -48,6 +48,7 @@
 #ifndef BULWARK_LAB_REPLAY_H_
 #define BULWARK_LAB_REPLAY_H_
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -58,6 +59,11 @@ namespace bulwark::lab {
 
 struct ReplayOptions {
   bool decisions = false;  // also write one line per call
+  // Called every 2^20 rows (for a progress line) with the rows read so far, and once
+  // with done = true after the last row, before the output is written; may be empty.
+  // On the replaying thread, between rows.
+  void (*progress)(std::uint64_t rows, bool done, void* context) = nullptr;
+  void* progress_context = nullptr;
 };
 
 // Replays the trace at `path` ("-": standard input). Throws InputError for a bad trace
