@@ -172,7 +172,11 @@ class Simulation {
  public:
   Simulation(const Scenario& scenario, const ResilienceConfig& config,
              const SimulateOptions& options)
-      : scenario_(scenario), config_(config), step_(options.timeline_step.count()) {
+      : scenario_(scenario),
+        config_(config),
+        step_(options.timeline_step.count()),
+        progress_(options.progress),
+        progress_context_(options.progress_context) {
     result_.name = config.name;
     if (config.breaker) result_.alert_when_open_for = config.alert_when_open_for;
     if constexpr (kHasBreaker) {
@@ -202,8 +206,13 @@ class Simulation {
   ConfigurationResult run() {
     start();
     const Ticks end = this->end();
+    std::uint32_t events = 0;
     for (Source s = next_source(); s != Source::none && time_of(s) <= end; s = next_source()) {
       process(s);
+      if (++events % kProgressEvery == 0 && progress_) {
+        progress_(config_.name, clock_.now().time_since_epoch(), scenario_.duration,
+                  progress_context_);
+      }
     }
     return finish();
   }
@@ -759,6 +768,9 @@ class Simulation {
   const Scenario& scenario_;
   const ResilienceConfig& config_;
   const Ticks step_;
+  static constexpr std::uint32_t kProgressEvery = 1u << 18;
+  decltype(SimulateOptions::progress) progress_;
+  void* progress_context_;
 
   // The library objects first: requests hold permits on them and go before them.
   ManualClock clock_;
