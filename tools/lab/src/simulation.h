@@ -80,7 +80,8 @@ class Histogram {
   void add(Nanos d) {
     const auto us = static_cast<std::uint64_t>(std::max<Ticks>(0, d.count()) / 1000);
     const std::size_t i = index(us);
-    if (i >= counts_.size()) counts_.resize(i + 1, 0);
+    if (i >= counts_.size()) [[unlikely]]
+      grow(i);
     ++counts_[i];
     ++n_;
     min_ = std::min(min_, d);
@@ -106,6 +107,9 @@ class Histogram {
   Nanos max() const { return n_ == 0 ? Nanos::zero() : max_; }
 
  private:
+  // Out of line: the buckets grow only as far as the longest latency seen.
+  [[gnu::noinline]] void grow(std::size_t i) { counts_.resize(i + 1, 0); }
+
   static constexpr unsigned kSubBits = 7;
   static constexpr std::uint64_t kSub = 1u << kSubBits;
   static std::size_t index(std::uint64_t v) {
