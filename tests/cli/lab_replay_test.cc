@@ -7,6 +7,7 @@
 #include <string>
 #include <string_view>
 #include <utility>
+#include <vector>
 
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/replay.h"
@@ -274,7 +275,52 @@ TEST(Replay, NothingIsWrittenWhenALaterRowIsBad) {
   std::free(data);
 }
 
-TEST(Replay, AnInputThatCannotBeRewoundIsReadOnceAndSpooled) {
+TEST(Replay, AnOutputLargerThanWhatIsHeldInMemoryIsWrittenWholeOrNotAtAll) {
+  // One decision line per row: about 2 MB of output, past the 1 MiB held in memory.
+  std::string csv = "t_ms,key,duration_ms,outcome\n";
+  std::string expected;
+  for (int i = 0; i < 40'000; ++i) {
+    csv += std::to_string(i) + ",k,1,success\n";
+    expected += "{\"t_ms\":" + std::to_string(i) + ",\"key\":\"k\",\"decision\":\"permitted\"}\n";
+  }
+  expected +=
+      "{\"key\":\"k\",\"summary\":{\"permitted\":40000,\"rejected\":0,\"success\":40000,"
+      "\"failure\":0,\"slow\":0,\"ignored\":0,\"opened\":0}}\n";
+  ASSERT_GT(expected.size(), std::size_t{1} << 20);
+  EXPECT_EQ(replay_text(consecutive(1), csv, "t.csv", {.decisions = true}), expected);
+
+  csv += "40000,k,1,bogus\n";
+  char* data = nullptr;
+  std::size_t size = 0;
+  std::FILE* out = open_memstream(&data, &size);
+  ASSERT_NE(out, nullptr);
+  std::FILE* in = fmemopen(csv.data(), csv.size(), "r");
+  ASSERT_NE(in, nullptr);
+  EXPECT_THROW(replay(consecutive(1), in, "t.csv", out, {.decisions = true}), InputError);
+  std::fclose(in);
+  std::fclose(out);
+  EXPECT_EQ(size, 0u);
+  std::free(data);
+}
+
+TEST(Replay, ProgressHearsTheRowsAndTheEndBeforeTheOutput) {
+  std::string csv = "t_ms,key,duration_ms,outcome\n";
+  for (int i = 0; i < 10; ++i) csv += std::to_string(i) + ",k,1,success\n";
+  struct Heard {
+    std::vector<std::pair<std::uint64_t, bool>> calls;
+  } heard;
+  ReplayOptions options;
+  options.progress = [](std::uint64_t rows, bool done, void* h) {
+    static_cast<Heard*>(h)->calls.emplace_back(rows, done);
+  };
+  options.progress_context = &heard;
+  const std::string out = replay_text(consecutive(1), csv, "t.csv", options);
+  EXPECT_NE(out.find("\"permitted\":10"), std::string::npos) << out;
+  ASSERT_EQ(heard.calls.size(), 1u) << "fewer than 2^20 rows: only the end";
+  EXPECT_EQ(heard.calls[0], std::make_pair(std::uint64_t{10}, true));
+}
+
+TEST(Replay, AnInputThatCannotBeRewoundIsReadOnce) {
   const std::string csv = "t_ms,key,duration_ms,outcome\n0,k,1,failure\n5,k,1,success\n";
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);

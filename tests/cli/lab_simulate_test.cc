@@ -6,6 +6,9 @@
 
 #include <chrono>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/report.h"
@@ -236,6 +239,36 @@ TEST(Simulate, TheIncidentInMiniatureTellsTheSeedsStory) {
   for (const auto& c : r.configurations) {
     EXPECT_EQ(c.lost + c.served_full + c.served_degraded + c.failed, c.requests) << c.name;
   }
+}
+
+TEST(Simulate, ProgressHearsEachConfigurationsVirtualTimeAdvance) {
+  // The incident: half a million events or more per configuration, a report or more each.
+  const Scenario s = builtin_scenario();
+  struct Heard {
+    std::vector<std::pair<std::string, Nanos>> calls;
+    Nanos duration{};
+  } heard;
+  SimulateOptions options;
+  options.progress = [](std::string_view name, Nanos at, Nanos duration, void* h) {
+    static_cast<Heard*>(h)->calls.emplace_back(std::string(name), at);
+    static_cast<Heard*>(h)->duration = duration;
+  };
+  options.progress_context = &heard;
+  const SimulationResult with = simulate(s, options);
+  EXPECT_EQ(heard.duration, s.duration);
+  for (const ResilienceConfig& c : s.configurations) {
+    Nanos last = Nanos::zero();
+    int reports = 0;
+    for (const auto& [name, at] : heard.calls) {
+      if (name != c.name) continue;
+      ++reports;
+      EXPECT_GE(at, last);
+      EXPECT_LE(at, s.duration);
+      last = at;
+    }
+    EXPECT_GE(reports, 1) << c.name;
+  }
+  EXPECT_EQ(to_json(with), to_json(simulate(s))) << "reporting changes nothing";
 }
 
 TEST(Simulate, BadOptionsAreInputErrors) {

@@ -323,6 +323,50 @@ int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& j
   return 0;
 }
 
+// A progress line on standard error, for a run longer than a second, only on a
+// terminal: rows read so far, overwritten in place, and cleared at the end.
+struct Progress {
+  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
+  bool shown = false;
+  static void report(std::uint64_t rows, std::uint64_t of, void* self) {
+    auto& p = *static_cast<Progress*>(self);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
+    if (s < 1) return;
+    if (of == 0) {
+      std::fprintf(stderr, "\rreading: %llu rows (%.1fs)", static_cast<unsigned long long>(rows),
+                   s);
+    } else {
+      std::fprintf(stderr, "\rchecking the proposal: %llu of %llu rows (%.1fs)\033[K",
+                   static_cast<unsigned long long>(rows), static_cast<unsigned long long>(of), s);
+    }
+    std::fflush(stderr);
+    p.shown = true;
+  }
+  // For simulate: the configuration and how far its virtual time has come.
+  static void simulating(std::string_view configuration, bulwark::Nanos at, bulwark::Nanos duration,
+                         void* self) {
+    auto& p = *static_cast<Progress*>(self);
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
+    if (s < 1) return;
+    const double done = duration.count() > 0 ? 100.0 * static_cast<double>(at.count()) /
+                                                   static_cast<double>(duration.count())
+                                             : 100.0;
+    std::fprintf(stderr, "\rsimulating %s: %.0f%% of %s (%.1fs)\033[K",
+                 bulwark::lab::printable(configuration).c_str(), done,
+                 bulwark::lab::format_duration(duration).c_str(), s);
+    std::fflush(stderr);
+    p.shown = true;
+  }
+  // Clears the line (before output that may go to the same terminal).
+  void clear() {
+    if (shown) std::fputs("\r\033[K", stderr);
+    shown = false;
+  }
+  ~Progress() { clear(); }
+};
+
 int run_simulate(const SimulateArgs& a) {
   if (a.print_scenario) {
     std::cout << (a.fleet ? bulwark::lab::builtin_fleet_scenario_toml()
@@ -398,8 +442,14 @@ int run_simulate(const SimulateArgs& a) {
         {}, "--svg",
         "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
   }
-  const bulwark::lab::SimulationResult result =
-      bulwark::lab::simulate(scenario, {.timeline_step = a.step});
+  bulwark::lab::SimulateOptions options{.timeline_step = a.step};
+  Progress progress;
+  if (::isatty(::fileno(stderr))) {
+    options.progress = &Progress::simulating;
+    options.progress_context = &progress;
+  }
+  const bulwark::lab::SimulationResult result = bulwark::lab::simulate(scenario, options);
+  progress.clear();
   if (json.used()) json.write(bulwark::lab::to_json(result));
   if (svg.used()) svg.write(bulwark::lab::to_svg(result));
   if (!json.is_stdout() && !svg.is_stdout()) {
@@ -420,34 +470,18 @@ int run_simulate(const SimulateArgs& a) {
 
 int run_replay(const ReplayArgs& a) {
   const bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file(a.config);
-  bulwark::lab::replay_file(spec, a.trace, stdout, {.decisions = a.decisions});
+  bulwark::lab::ReplayOptions options{.decisions = a.decisions};
+  Progress progress;
+  if (::isatty(::fileno(stderr))) {
+    options.progress = [](std::uint64_t rows, bool done, void* p) {
+      if (done) return static_cast<Progress*>(p)->clear();
+      Progress::report(rows, 0, p);
+    };
+    options.progress_context = &progress;
+  }
+  bulwark::lab::replay_file(spec, a.trace, stdout, options);
   return 0;
 }
-
-// A progress line on standard error, for a run longer than a second, only on a
-// terminal: rows read so far, overwritten in place, and cleared at the end.
-struct Progress {
-  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now();
-  bool shown = false;
-  static void report(std::uint64_t rows, std::uint64_t of, void* self) {
-    auto& p = *static_cast<Progress*>(self);
-    const double s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - p.start).count();
-    if (s < 1) return;
-    if (of == 0) {
-      std::fprintf(stderr, "\rreading: %llu rows (%.1fs)", static_cast<unsigned long long>(rows),
-                   s);
-    } else {
-      std::fprintf(stderr, "\rchecking the proposal: %llu of %llu rows (%.1fs)\033[K",
-                   static_cast<unsigned long long>(rows), static_cast<unsigned long long>(of), s);
-    }
-    std::fflush(stderr);
-    p.shown = true;
-  }
-  ~Progress() {
-    if (shown) std::fputs("\r\033[K", stderr);
-  }
-};
 
 int run_calibrate(const CalibrateArgs& a) {
   Output json("--json", a.json), svg("--svg", a.svg), toml("--toml", a.toml),

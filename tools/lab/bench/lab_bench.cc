@@ -1,6 +1,6 @@
 // How much faster than real time the simulator runs the built-in incident (10 minutes
 // of 400 req/s through both of its configurations, in virtual time). The goal is at
-// least 1,000x; the `speedup` counter is simulated seconds per wall-clock second, and
+// least 10,000x; the `speedup` counter is simulated seconds per wall-clock second, and
 // `requests_per_s` counts simulated requests (all configurations) per wall-clock second.
 //
 //   build/release/tools/lab/bench/bulwark_lab_bench --benchmark_filter=Simulate
@@ -41,8 +41,8 @@ BENCHMARK(BM_Simulate_DefaultIncident)->Unit(benchmark::kMillisecond)->UseRealTi
 
 }  // namespace
 
-// Trace rows per wall-clock second through `bulwark replay` (both passes: the check and
-// the replay) and through `bulwark calibrate` (both passes: the statistics and the
+// Trace rows per wall-clock second through `bulwark replay` (one pass: each row checked
+// and replayed) and through `bulwark calibrate` (both passes: the statistics and the
 // three check replays), on 500,000 rows of the reviews service's normal traffic
 // (400/s, lognormal latency around 120 ms, 2 % errors) held in memory.
 //

@@ -77,30 +77,74 @@ void append_json_string(std::string& out, std::string_view s) {
   out += '"';
 }
 
+struct FileCloser {
+  void operator()(std::FILE* f) const noexcept {
+    if (f != nullptr) std::fclose(f);
+  }
+};
+using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
+
 // ---- output ----------------------------------------------------------------------
 
+// Holds the output until flush(): nothing is written for a trace with a bad row, which
+// is found only as the replay reaches it. Past 1 MiB the lines go on to a temporary
+// file, so memory does not grow with the output (one line per row with decisions).
 class Writer {
  public:
-  explicit Writer(std::FILE* out) : out_(out) { buf_.reserve(kFlushAt + 4096); }
+  explicit Writer(std::FILE* out) : out_(out) { buf_.reserve(kSpillAt + 4096); }
   Writer(const Writer&) = delete;
   Writer& operator=(const Writer&) = delete;
   std::string& buffer() { return buf_; }
   void end_line() {
     buf_ += '\n';
-    if (buf_.size() >= kFlushAt) flush();
+    if (buf_.size() >= kSpillAt) spill();
   }
+  // Writes everything held to the output.
   void flush() {
-    if (!buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), out_) != buf_.size()) {
-      throw std::runtime_error("cannot write the output");
+    if (spill_) {
+      spill();
+      if (std::fflush(spill_.get()) != 0 || std::fseek(spill_.get(), 0, SEEK_SET) != 0) {
+        throw std::runtime_error("cannot read back the temporary file of the output");
+      }
+      buf_.resize(kSpillAt);
+      for (;;) {
+        const std::size_t got = std::fread(buf_.data(), 1, buf_.size(), spill_.get());
+        if (got == 0) break;
+        write(buf_.data(), got);
+      }
+      if (std::ferror(spill_.get())) {
+        throw std::runtime_error("cannot read back the temporary file of the output");
+      }
+      spill_.reset();
+      buf_.clear();
     }
+    write(buf_.data(), buf_.size());
     buf_.clear();
     if (std::fflush(out_) != 0) throw std::runtime_error("cannot write the output");
   }
 
  private:
-  static constexpr std::size_t kFlushAt = 1 << 16;
+  static constexpr std::size_t kSpillAt = 1 << 20;
+
+  void write(const char* data, std::size_t n) {
+    if (n > 0 && std::fwrite(data, 1, n, out_) != n) {
+      throw std::runtime_error("cannot write the output");
+    }
+  }
+  void spill() {
+    if (!spill_) {
+      spill_.reset(std::tmpfile());
+      if (!spill_) throw std::runtime_error("cannot create a temporary file for the output");
+    }
+    if (!buf_.empty() && std::fwrite(buf_.data(), 1, buf_.size(), spill_.get()) != buf_.size()) {
+      throw std::runtime_error("cannot write the output to a temporary file");
+    }
+    buf_.clear();
+  }
+
   std::FILE* out_;
   std::string buf_;
+  FilePtr spill_;
 };
 
 // ---- the replay ------------------------------------------------------------------
@@ -138,10 +182,11 @@ class Replayer {
            (spec.window() == WindowKind::count ? spec.as<CountWindowConfig>().window.size : 0);
   }
 
-  void arrival(const Row& row) {
+  // `same_key`: the row's key is the one of the call before (a hint; false says nothing).
+  void arrival(const Row& row, bool same_key = false) {
     complete_until(row.t);
     clock_.set(Nanos(row.t));
-    const std::uint32_t k = key_index(row.key);
+    const std::uint32_t k = same_key && !keys_.empty() ? last_key_ : key_index(row.key);
     Key& key = *keys_[k];
     auto permit = key.breaker->try_acquire();
     if (options_.decisions && out_ != nullptr) decision(row.t, key, permit.has_value());
@@ -282,15 +327,16 @@ class Replayer {
   std::uint32_t last_key_ = 0;
 };
 
-// Counts the distinct keys of the checking pass (by hash: a collision only undercounts)
+// Counts the distinct keys of the trace (by hash: a collision only undercounts)
 // and refuses the key past which their breakers would take more than kMaxKeyMemory.
 class KeyBudget {
  public:
   KeyBudget(std::size_t bytes_per_key, std::string name)
       : per_key_(bytes_per_key), name_(std::move(name)) {}
 
+  // Every row of the trace, in order.
   void add(const Row& row) {
-    if (seen_.size() > 0 && row.key == last_) return;  // the key of the row before
+    if (seen_.size() > 0 && (row.same_key || row.key == last_)) return;  // the row before's
     last_.assign(row.key);
     if (!seen_.insert(std::hash<std::string_view>{}(row.key)).second) return;
     // The breaker and its bookkeeping, and the name, kept twice (the key and its index).
@@ -312,19 +358,6 @@ class KeyBudget {
   std::string last_;
   std::size_t used_ = 0;
 };
-
-// True if `f` can be read again from the start.
-bool rewindable(std::FILE* f) {
-  const off_t pos = ftello(f);
-  return pos != -1 && fseeko(f, pos, SEEK_SET) == 0;
-}
-
-struct FileCloser {
-  void operator()(std::FILE* f) const noexcept {
-    if (f != nullptr) std::fclose(f);
-  }
-};
-using FilePtr = std::unique_ptr<std::FILE, FileCloser>;
 
 }  // namespace
 
@@ -358,38 +391,25 @@ void ReplayRun::finish() { impl_->finish(); }
 
 void replay(const BreakerSpec& spec, std::FILE* in, const std::string& name, std::FILE* out,
             const ReplayOptions& options) {
-  // Pass 1: check every row; copy an input that cannot be rewound.
-  const off_t start = ftello(in);
-  FilePtr spool;
-  if (!rewindable(in)) {
-    spool.reset(std::tmpfile());
-    if (!spool)
-      throw std::runtime_error("cannot create a temporary file to read " + name + " twice");
-  }
-  std::uint64_t lines = 0;
-  {
-    const std::size_t per_key = with_breaker_type(spec.window(), [&](auto type) {
-      return Replayer<typename decltype(type)::type>::bytes_per_key(spec);
-    });
-    KeyBudget keys(per_key, name);
-    TraceReader check(in, name, spool.get());
-    Row row;
-    while (check.next(row)) keys.add(row);
-    lines = check.lines_read();
-  }
-  // Pass 2: replay.
-  std::FILE* source = spool ? spool.get() : in;
-  if ((spool && std::fflush(source) != 0) ||
-      fseeko(source, spool ? 0 : std::max<off_t>(start, 0), SEEK_SET) != 0) {
-    throw std::runtime_error("cannot read " + name + " a second time");
-  }
+  // One pass: every row is checked as it is replayed, and the output is held until the
+  // last row has been (a bad row stops the replay with its error and nothing written).
   Writer writer(out);
   with_breaker_type(spec.window(), [&](auto type) {
     using B = typename decltype(type)::type;
+    KeyBudget keys(Replayer<B>::bytes_per_key(spec), name);
     Replayer<B> replayer(spec, &writer, options);
-    TraceReader reader(source, name, nullptr, lines);
+    TraceReader reader(in, name);
     Row row;
-    while (reader.next(row)) replayer.arrival(row);
+    constexpr std::uint64_t kProgressEvery = 1 << 20;
+    std::uint64_t rows = 0;
+    while (reader.next(row)) {
+      keys.add(row);
+      replayer.arrival(row, row.same_key);
+      if (++rows % kProgressEvery == 0 && options.progress) {
+        options.progress(rows, false, options.progress_context);
+      }
+    }
+    if (options.progress) options.progress(rows, true, options.progress_context);
     replayer.finish();
   });
   writer.flush();

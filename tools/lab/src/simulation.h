@@ -10,13 +10,11 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
 #include <numbers>
 #include <optional>
-#include <queue>
 #include <utility>
 #include <vector>
 
@@ -39,9 +37,12 @@ inline double unit_interval(std::uint64_t bits) {
 }
 
 // The draws of request `index`'s attempt `attempt`: the same in every configuration.
-inline SplitMix64 draws_for(std::uint64_t seed, std::uint64_t index, std::uint32_t attempt) {
-  SplitMix64 mix(seed ^ 0x6C62272E07BB0142ull);
-  const std::uint64_t a = mix() ^ (index * 0x9E3779B97F4A7C15ull);
+// `mixed` is draws_seed(the scenario's seed), computed once per run.
+inline std::uint64_t draws_seed(std::uint64_t seed) {
+  return SplitMix64(seed ^ 0x6C62272E07BB0142ull)();
+}
+inline SplitMix64 draws_for_mixed(std::uint64_t mixed, std::uint64_t index, std::uint32_t attempt) {
+  const std::uint64_t a = mixed ^ (index * 0x9E3779B97F4A7C15ull);
   SplitMix64 g(a + attempt * 0xD1B54A32D192ED03ull);
   return SplitMix64(g());
 }
@@ -79,7 +80,8 @@ class Histogram {
   void add(Nanos d) {
     const auto us = static_cast<std::uint64_t>(std::max<Ticks>(0, d.count()) / 1000);
     const std::size_t i = index(us);
-    if (i >= counts_.size()) counts_.resize(i + 1, 0);
+    if (i >= counts_.size()) [[unlikely]]
+      grow(i);
     ++counts_[i];
     ++n_;
     min_ = std::min(min_, d);
@@ -105,6 +107,9 @@ class Histogram {
   Nanos max() const { return n_ == 0 ? Nanos::zero() : max_; }
 
  private:
+  // Out of line: the buckets grow only as far as the longest latency seen.
+  [[gnu::noinline]] void grow(std::size_t i) { counts_.resize(i + 1, 0); }
+
   static constexpr unsigned kSubBits = 7;
   static constexpr std::uint64_t kSub = 1u << kSubBits;
   static std::size_t index(std::uint64_t v) {
@@ -123,6 +128,33 @@ class Histogram {
   std::uint64_t n_ = 0;
   Nanos min_ = Nanos::max();
   Nanos max_ = Nanos::min();
+};
+
+// A first-in first-out queue in a ring buffer that grows by doubling: no allocation
+// once it has reached the largest size it needs.
+template <class T>
+class Fifo {
+ public:
+  bool empty() const noexcept { return head_ == tail_; }
+  const T& front() const noexcept { return buf_[head_ & (buf_.size() - 1)]; }
+  void pop() noexcept { ++head_; }
+  void push(const T& v) {
+    if (tail_ - head_ == buf_.size()) grow();
+    buf_[tail_++ & (buf_.size() - 1)] = v;
+  }
+
+ private:
+  void grow() {
+    std::vector<T> next(std::max<std::size_t>(16, 2 * buf_.size()));
+    for (std::size_t i = head_; i != tail_; ++i) next[i - head_] = buf_[i & (buf_.size() - 1)];
+    tail_ -= head_;
+    head_ = 0;
+    buf_.swap(next);
+  }
+
+  std::vector<T> buf_;
+  std::size_t head_ = 0;
+  std::size_t tail_ = 0;
 };
 
 // Stands in for a breaker in configurations without one.
@@ -144,7 +176,11 @@ class Simulation {
  public:
   Simulation(const Scenario& scenario, const ResilienceConfig& config,
              const SimulateOptions& options)
-      : scenario_(scenario), config_(config), step_(options.timeline_step.count()) {
+      : scenario_(scenario),
+        config_(config),
+        step_(options.timeline_step.count()),
+        progress_(options.progress),
+        progress_context_(options.progress_context) {
     result_.name = config.name;
     if (config.breaker) result_.alert_when_open_for = config.alert_when_open_for;
     if constexpr (kHasBreaker) {
@@ -166,13 +202,22 @@ class Simulation {
       if (config.retry_budget) budget_.emplace(*config.retry_budget, clock_);
     }
     arrivals_rng_ = SplitMix64(scenario.seed ^ 0x243F6A8885A308D3ull);
+    draws_seed_ = draws_seed(scenario.seed);
     result_.timeline.push_back(TimelineStep{});
   }
 
   // The whole run: start(), process_next() while next_time() <= end(), finish().
   ConfigurationResult run() {
     start();
-    while (next_time() <= end()) process_next();
+    const Ticks end = this->end();
+    std::uint32_t events = 0;
+    for (Source s = next_source(); s != Source::none && time_of(s) <= end; s = next_source()) {
+      process(s);
+      if (++events % kProgressEvery == 0 && progress_) {
+        progress_(config_.name, clock_.now().time_since_epoch(), scenario_.duration,
+                  progress_context_);
+      }
+    }
     return finish();
   }
 
@@ -182,16 +227,14 @@ class Simulation {
   Ticks end() const { return scenario_.duration.count(); }
   // The next event's time; Ticks max when none is left.
   Ticks next_time() const {
-    return events_.empty() ? std::numeric_limits<Ticks>::max() : events_.top().t;
+    Ticks t = next_arrival_;
+    if (!heap_.empty()) t = std::min(t, heap_.front().t);
+    if (!pages_.empty()) t = std::min(t, pages_.front().t);
+    if (!expiries_.empty()) t = std::min(t, expiries_.front().t);
+    return t;
   }
   // Processes the next event (next_time() <= end()).
-  void process_next() {
-    const Event e = events_.top();
-    events_.pop();
-    advance_timeline(e.t);
-    clock_.set(Nanos(e.t));
-    dispatch(e);
-  }
+  void process_next() { process(next_source()); }
   // Moves the clock (and the timeline) to `t` without an event: t >= the last event's
   // time and <= next_time(). For work the caller does between events at `t`.
   void advance_to(Ticks t) {
@@ -208,11 +251,16 @@ class Simulation {
     // No arrival comes after the end; the pages in progress finish (their counts go to
     // the totals, not to the timeline), so every request is accounted for.
     draining_ = true;
-    while (!events_.empty()) {
-      const Event e = events_.top();
-      events_.pop();
-      clock_.set(Nanos(e.t));
-      dispatch(e);
+    for (Source s = next_source(); s != Source::none; s = next_source()) {
+      if (s == Source::arrival) {
+        const Ticks t = take_arrival();
+        clock_.set(Nanos(t));
+        on_arrival(t);
+      } else {
+        const Event e = take(s);
+        clock_.set(Nanos(e.t));
+        dispatch(e);
+      }
     }
     result_.p50 = latency_.quantile(0.50);
     result_.p99 = latency_.quantile(0.99);
@@ -248,16 +296,100 @@ class Simulation {
     bool timed_out = false;
     PageResult result = PageResult::full;
   };
-  // Time order; at equal times everything else before arrivals (as in replay: a call
-  // that ends at t frees its worker, slot and permit for a request arriving at t).
-  struct Later {
-    bool operator()(const Event& a, const Event& b) const {
-      if (a.t != b.t) return a.t > b.t;
-      const bool a_arrives = a.kind == Kind::arrival, b_arrives = b.kind == Kind::arrival;
-      if (a_arrives != b_arrives) return a_arrives;
-      return a.seq > b.seq;
+  // The event order: time, then at equal times everything else before arrivals (as in
+  // replay: a call that ends at t frees its worker, slot and permit for a request
+  // arriving at t), then the order they were scheduled in (seq). The one pending
+  // arrival is kept apart (next_arrival_), page completions and wait expiries (each a
+  // constant delay after the current time) in FIFOs that are already in that order,
+  // and only attempt completions and retries, whose delays vary, in the heap.
+  static bool before(const Event& a, const Event& b) noexcept {
+    return a.t != b.t ? a.t < b.t : a.seq < b.seq;
+  }
+
+  // Where the next event in that order is.
+  enum class Source : std::uint8_t { none, arrival, heap, pages, expiries };
+  Source next_source() const noexcept {
+    Source s = Source::none;
+    const Event* best = nullptr;
+    if (!heap_.empty()) best = &heap_.front(), s = Source::heap;
+    if (!pages_.empty() && (!best || before(pages_.front(), *best))) {
+      best = &pages_.front(), s = Source::pages;
     }
+    if (!expiries_.empty() && (!best || before(expiries_.front(), *best))) {
+      best = &expiries_.front(), s = Source::expiries;
+    }
+    if (next_arrival_ != kNoArrival && (!best || next_arrival_ < best->t)) s = Source::arrival;
+    return s;
+  }
+  Ticks time_of(Source s) const noexcept {
+    switch (s) {
+      case Source::arrival:
+        return next_arrival_;
+      case Source::heap:
+        return heap_.front().t;
+      case Source::pages:
+        return pages_.front().t;
+      case Source::expiries:
+        return expiries_.front().t;
+      case Source::none:
+        break;
+    }
+    return std::numeric_limits<Ticks>::max();
+  }
+  Ticks take_arrival() noexcept {
+    const Ticks t = next_arrival_;
+    next_arrival_ = kNoArrival;
+    return t;
+  }
+  // Removes and returns the first event of `s` (heap, pages or expiries).
+  Event take(Source s) noexcept {
+    switch (s) {
+      case Source::pages: {
+        const Event e = pages_.front();
+        pages_.pop();
+        return e;
+      }
+      case Source::expiries: {
+        const Event e = expiries_.front();
+        expiries_.pop();
+        return e;
+      }
+      default:
+        break;
+    }
+    const Event e = heap_.front();
+    heap_pop();
+    return e;
+  }
+
+  // Processes the first event of `s` (nothing for none).
+  void process(Source s) {
+    if (s == Source::none) return;
+    if (s == Source::arrival) {
+      const Ticks t = take_arrival();
+      advance_timeline(t);
+      clock_.set(Nanos(t));
+      on_arrival(t);
+      return;
+    }
+    const Event e = take(s);
+    advance_timeline(e.t);
+    clock_.set(Nanos(e.t));
+    dispatch(e);
+  }
+
+  // The heap, a binary one in before() order (a 4-ary one ran more instructions here).
+  struct Later {
+    bool operator()(const Event& a, const Event& b) const noexcept { return before(b, a); }
   };
+  void heap_push(const Event& e) {
+    heap_.push_back(e);
+    std::push_heap(heap_.begin(), heap_.end(), Later{});
+  }
+  void heap_pop() noexcept {
+    std::pop_heap(heap_.begin(), heap_.end(), Later{});
+    heap_.pop_back();
+  }
 
   struct Request {
     Ticks arrived = 0;
@@ -309,8 +441,21 @@ class Simulation {
 
   void push(Ticks t, std::uint32_t req, Kind kind, bool failed = false, bool timed_out = false,
             PageResult result = PageResult::full) {
-    const std::uint32_t gen = kind == Kind::arrival ? 0 : requests_[req].gen;
-    events_.push(Event{t, seq_++, req, gen, kind, failed, timed_out, result});
+    const Event e{t, seq_++, req, requests_[req].gen, kind, failed, timed_out, result};
+    switch (kind) {
+      case Kind::page_done:
+        pages_.push(e);
+        break;
+      case Kind::wait_expired:
+        expiries_.push(e);
+        break;
+      case Kind::attempt_done:
+      case Kind::retry:
+        heap_push(e);
+        break;
+      case Kind::arrival:
+        break;
+    }
   }
 
   // ---- timeline ----------------------------------------------------------------
@@ -353,7 +498,7 @@ class Simulation {
       at = next_poisson_;
     }
     if (at >= static_cast<double>(scenario_.duration.count())) return;
-    push(static_cast<Ticks>(at), 0, Kind::arrival);
+    next_arrival_ = static_cast<Ticks>(at);
   }
 
   void on_arrival(Ticks t) {
@@ -388,7 +533,7 @@ class Simulation {
       if (!slot) {
         if (bulkhead_->config().max_wait > Nanos::zero()) {
           r.waiting = true;
-          waiters_.push_back({id, r.gen});
+          waiters_.push({id, r.gen});
           push(saturating_add(t, bulkhead_->config().max_wait.count()), id, Kind::wait_expired);
           return;
         }
@@ -423,7 +568,7 @@ class Simulation {
     const std::uint32_t n = ++r.attempts;
     if (n > 1) ++result_.retries;
     const Phase& phase = phase_at(t);
-    SplitMix64 g = draws_for(scenario_.seed, r.index, n);
+    SplitMix64 g = draws_for_mixed(draws_seed_, r.index, n);
     bool failed = unit_interval(g()) < phase.error_rate;
     Nanos took = sample(phase.latency, g);
     bool timed_out = false;
@@ -509,12 +654,12 @@ class Simulation {
       const Waiter w = waiters_.front();
       Request& r = requests_[w.req];
       if (!r.active || r.gen != w.gen || !r.waiting) {
-        waiters_.pop_front();
+        waiters_.pop();
         continue;
       }
       auto slot = bulkhead_->try_acquire();
       if (!slot) return;
-      waiters_.pop_front();
+      waiters_.pop();
       r.waiting = false;
       r.slot.emplace(std::move(*slot));
       begin_attempts(w.req, t);
@@ -565,11 +710,12 @@ class Simulation {
     free_.push_back(id);
   }
 
-  const Phase& phase_at(Ticks t) const {
+  // The phase in effect at `t`, the current time: the last one started by then (the
+  // first before any has). Times only grow, so a cursor moves forward over the phases.
+  const Phase& phase_at(Ticks t) {
     const auto& phases = scenario_.dependency.phases;
-    auto it = std::upper_bound(phases.begin(), phases.end(), t,
-                               [](Ticks v, const Phase& p) { return v < p.start.count(); });
-    return it == phases.begin() ? phases.front() : *std::prev(it);
+    while (phase_ + 1 < phases.size() && phases[phase_ + 1].start.count() <= t) ++phase_;
+    return phases[phase_];
   }
 
   void summarize_breaker(Ticks end) {
@@ -606,6 +752,9 @@ class Simulation {
   const Scenario& scenario_;
   const ResilienceConfig& config_;
   const Ticks step_;
+  static constexpr std::uint32_t kProgressEvery = 1u << 18;
+  decltype(SimulateOptions::progress) progress_;
+  void* progress_context_;
 
   // The library objects first: requests hold permits on them and go before them.
   ManualClock clock_;
@@ -615,16 +764,22 @@ class Simulation {
   std::optional<Budget> budget_;
 
   ConfigurationResult result_;
-  std::priority_queue<Event, std::vector<Event>, Later> events_;
-  std::deque<Request> requests_;
+  static constexpr Ticks kNoArrival = std::numeric_limits<Ticks>::max();
+  Ticks next_arrival_ = kNoArrival;
+  std::vector<Event> heap_;  // attempt_done and retry
+  Fifo<Event> pages_;        // page_done
+  Fifo<Event> expiries_;     // wait_expired
+  std::vector<Request> requests_;
   std::vector<std::uint32_t> free_;
-  std::deque<Waiter> waiters_;
+  Fifo<Waiter> waiters_;
   Histogram latency_;
   TimelineStep scratch_;
   bool draining_ = false;
   SplitMix64 arrivals_rng_{0};
   double next_poisson_ = 0;
   std::uint64_t arrival_index_ = 0;
+  std::uint64_t draws_seed_ = 0;
+  std::size_t phase_ = 0;
   std::uint64_t seq_ = 0;
   std::uint32_t in_flight_ = 0;
   std::uint32_t busy_ = 0;

@@ -31,24 +31,24 @@
 // key, as in a registry). `slow` counts permitted calls, success or failure, whose
 // duration exceeded slow_call_duration (0 when it is unset).
 //
-// Errors: the trace is read twice — first every row is checked, and only if all are
-// well-formed is anything replayed and written — so a malformed trace produces an
-// InputError naming file, line and column, and no output. A trace that is not a
-// regular file (a pipe, standard input) is copied to a temporary file during the first
-// pass. Columns may come in any order; fields may be quoted ("a,b", with "" for ");
-// numbers are decimal milliseconds (fractions allowed), never negative; rows must be in
+// Errors: the trace is read once, each row checked as it is replayed, and the output
+// is held (past 1 MiB in a temporary file) until the last row has been, so a malformed
+// trace produces an InputError naming file, line and column, and no output. Columns
+// may come in any order; fields may be quoted ("a,b", with "" for "); numbers are
+// decimal milliseconds (fractions allowed), never negative; rows must be in
 // non-decreasing t_ms. Lines end in LF or CRLF: any other carriage return is an error.
 // A line is at most 1 MiB, a key at most 1024 bytes.
 //
 // Cost: memory is bounded by the number of keys and the calls in flight at one time,
 // not by the trace's length; time is O(rows · log(calls in flight)). Every key's
-// breaker is kept to the end (for its summary), so the checking pass refuses a trace
-// whose distinct keys' breakers would take more than 256 MiB (about 120,000 keys with
-// a time window, fewer with a large count window).
+// breaker is kept to the end (for its summary), so replay refuses a trace whose
+// distinct keys' breakers would take more than 256 MiB (about 120,000 keys with a time
+// window, fewer with a large count window).
 
 #ifndef BULWARK_LAB_REPLAY_H_
 #define BULWARK_LAB_REPLAY_H_
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 #include <string_view>
@@ -59,6 +59,11 @@ namespace bulwark::lab {
 
 struct ReplayOptions {
   bool decisions = false;  // also write one line per call
+  // Called every 2^20 rows (for a progress line) with the rows read so far, and once
+  // with done = true after the last row, before the output is written; may be empty.
+  // On the replaying thread, between rows.
+  void (*progress)(std::uint64_t rows, bool done, void* context) = nullptr;
+  void* progress_context = nullptr;
 };
 
 // Replays the trace at `path` ("-": standard input). Throws InputError for a bad trace

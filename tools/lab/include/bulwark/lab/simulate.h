@@ -40,6 +40,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bulwark/breaker_events.h"
@@ -51,6 +52,11 @@ namespace bulwark::lab {
 
 struct SimulateOptions {
   Nanos timeline_step = std::chrono::seconds(1);  // > 0; at most 1,000,000 steps
+  // Called every 2^18 events (for a progress line) with the configuration being run,
+  // its virtual time and the scenario's duration; may be empty.
+  void (*progress)(std::string_view configuration, Nanos at, Nanos duration,
+                   void* context) = nullptr;
+  void* progress_context = nullptr;
 };
 
 // One step of the timeline. Counts are of events inside the step; peaks are the
