@@ -249,37 +249,33 @@ class Output {
   bool written_ = false;
 };
 
-// A scenario with a [fleet] table: single, isolated and shared, side by side.
-int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& json, Output& svg) {
-  if (!a.only.empty()) {
-    throw InputError({}, "--only",
-                     "does not apply to a fleet scenario: the [fleet] table's configurations "
-                     "key picks what runs as a fleet");
-  }
-  if (a.timeline_step.given) {
-    throw InputError({}, "--timeline-step",
-                     "does not apply to a fleet scenario: a fleet's report has no timeline");
-  }
+// --seed and --duration over the scenario's own, held to the bounds its own duration
+// was held to when it was read (and, for a fleet, to its runs and syncs).
+void apply_seed_and_duration(const SimulateArgs& a, bulwark::lab::Scenario& scenario) {
   if (a.seed) scenario.seed = *a.seed;
-  if (a.duration_value) {
-    const double requests =
-        scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
-    if (requests > bulwark::lab::kMaxRequests) {
-      throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
-    }
-    // A fleet configuration runs four times over (single, and two fleets of instances).
-    double attempts = 0;
-    for (const auto& c : scenario.configurations) {
+  if (!a.duration_value) return;
+  const double requests =
+      scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
+  if (requests > bulwark::lab::kMaxRequests) {
+    throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
+  }
+  // A fleet's configuration runs four times over (single, and two fleets of instances).
+  double attempts = 0;
+  for (const auto& c : scenario.configurations) {
+    bool fleet = false;
+    if (scenario.fleet) {
       const auto& names = scenario.fleet->configurations;
-      const bool fleet = std::find(names.begin(), names.end(), c.name) != names.end();
-      attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
+      fleet = std::find(names.begin(), names.end(), c.name) != names.end();
     }
-    if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
-      throw InputError({}, "--duration",
-                       "makes more than 2e9 attempts in the worst case (every attempt failing "
-                       "and retried) at this scenario's rate and max_attempts, over the fleet's "
-                       "runs");
-    }
+    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
+  }
+  if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
+    throw InputError({}, "--duration",
+                     std::string("makes more than 2e9 attempts in the worst case (every attempt "
+                                 "failing and retried) at this scenario's rate and max_attempts") +
+                         (scenario.fleet ? ", over the fleet's runs" : ""));
+  }
+  if (scenario.fleet) {
     const double syncs = static_cast<double>(scenario.fleet->instances) *
                          (static_cast<double>(a.duration_value->count()) /
                           static_cast<double>(scenario.fleet->sync_interval.count()));
@@ -295,8 +291,22 @@ int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& j
                              bulwark::lab::format_duration(o.start) + " starts");
       }
     }
-    scenario.duration = *a.duration_value;
   }
+  scenario.duration = *a.duration_value;
+}
+
+// A scenario with a [fleet] table: single, isolated and shared, side by side.
+int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& json, Output& svg) {
+  if (!a.only.empty()) {
+    throw InputError({}, "--only",
+                     "does not apply to a fleet scenario: the [fleet] table's configurations "
+                     "key picks what runs as a fleet");
+  }
+  if (a.timeline_step.given) {
+    throw InputError({}, "--timeline-step",
+                     "does not apply to a fleet scenario: a fleet's report has no timeline");
+  }
+  apply_seed_and_duration(a, scenario);
   json.open();
   svg.open();
   if (json.same_file_as(svg)) {
@@ -384,25 +394,7 @@ int run_simulate(const SimulateArgs& a) {
                      "the scenario has no [fleet] table (docs/lab.md: \"A fleet\"); to run "
                      "the built-in fleet, leave the SCENARIO file out");
   }
-  if (a.seed) scenario.seed = *a.seed;
-  if (a.duration_value) {
-    // The bounds the scenario's own duration was held to, for the new one.
-    const double requests =
-        scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
-    if (requests > bulwark::lab::kMaxRequests) {
-      throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
-    }
-    double attempts = 0;
-    for (const auto& c : scenario.configurations) {
-      attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
-    }
-    if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
-      throw InputError({}, "--duration",
-                       "makes more than 2e9 attempts in the worst case (every attempt failing "
-                       "and retried) at this scenario's rate and max_attempts");
-    }
-    scenario.duration = *a.duration_value;
-  }
+  apply_seed_and_duration(a, scenario);
   if (scenario.duration / a.step > kMaxTimelineRows) {
     // Blame what the user wrote: the step if given, else the duration that made it long.
     const std::string rows = "makes more than 1000000 timeline rows of " +
