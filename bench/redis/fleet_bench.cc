@@ -228,19 +228,28 @@ void command_calls(const bulwark::testing::RedisServer& server, double& total, d
   }
 }
 
+// The benchmark's own redis-server on a free port, or nullptr with the benchmark marked
+// skipped (no redis-server installed, or it did not start).
+std::unique_ptr<bulwark::testing::RedisServer> start_server(benchmark::State& state) {
+  if (!bulwark::testing::redis_server_available()) {
+    state.SkipWithError("redis-server is not installed");
+    return nullptr;
+  }
+  auto server = std::make_unique<bulwark::testing::RedisServer>();
+  if (!server->start()) {
+    state.SkipWithError("redis-server did not start");
+    return nullptr;
+  }
+  return server;
+}
+
 // Two instances with range(0) keys; each iteration one of them flips range(1) keys
 // and both sync. Counters per instance per sync: commands sent (round trips) and the
 // commands Redis ran for them (inside the script), and per second at 5 syncs/s.
 void BM_Fleet_SyncRedis(benchmark::State& state) {
-  if (!bulwark::testing::redis_server_available()) {
-    state.SkipWithError("redis-server is not installed");
-    return;
-  }
-  bulwark::testing::RedisServer server;
-  if (!server.start()) {
-    state.SkipWithError("redis-server did not start");
-    return;
-  }
+  const auto server_ptr = start_server(state);
+  if (!server_ptr) return;
+  bulwark::testing::RedisServer& server = *server_ptr;
   const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
   RedisFleetStore sa(rc), sb(rc);
   const int keys = static_cast<int>(state.range(0));
@@ -279,15 +288,9 @@ BENCHMARK(BM_Fleet_SyncRedis)
 // holds the levels of range(0) instances for each key: the cost per window op should
 // not grow with the fleet (a running sum, stale entries found through a sorted set).
 void BM_Fleet_SyncRedisWindow(benchmark::State& state) {
-  if (!bulwark::testing::redis_server_available()) {
-    state.SkipWithError("redis-server is not installed");
-    return;
-  }
-  bulwark::testing::RedisServer server;
-  if (!server.start()) {
-    state.SkipWithError("redis-server did not start");
-    return;
-  }
+  const auto server_ptr = start_server(state);
+  if (!server_ptr) return;
+  bulwark::testing::RedisServer& server = *server_ptr;
   const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
   RedisFleetStore store(rc);
   constexpr int kKeys = 100;
