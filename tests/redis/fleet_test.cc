@@ -14,6 +14,7 @@
 
 #include "bulwark/redis/prometheus.h"
 #include "bulwark/registry.h"
+#include "fleet_world.h"
 
 namespace bulwark::redis {
 namespace {
@@ -26,15 +27,7 @@ Breaker::Config breaker_config(std::string name) {
   return Breaker::Config{.name = std::move(name), .consecutive_failures = 3, .open_duration = 10s};
 }
 
-struct World {
-  ManualClock clock;
-  std::int64_t wall = 1'700'000'000'000;
-  MemoryFleetStore store{[this] { return wall; }};
-  void advance(std::chrono::milliseconds d) {
-    clock.advance(d);
-    wall += d.count();
-  }
-};
+using testing::World;
 
 struct Instance {
   Instance(World& w, std::string id, std::uint32_t quorum = 1)

@@ -15,6 +15,7 @@
 #include "bulwark/redis/fleet.h"
 #include "bulwark/redis/prometheus.h"
 #include "bulwark/registry.h"
+#include "fleet_world.h"
 
 namespace bulwark::redis {
 namespace {
@@ -32,15 +33,7 @@ Breaker::Config breaker_config() {
                          .open_duration = 10s};
 }
 
-struct World {
-  ManualClock clock;
-  std::int64_t wall = 1'700'000'000'000;
-  MemoryFleetStore store{[this] { return wall; }};
-  void advance(std::chrono::milliseconds d) {
-    clock.advance(d);
-    wall += d.count();
-  }
-};
+using testing::World;
 
 struct Instance {
   Instance(World& w, std::string id, bool fleet_window, std::uint32_t quorum = 1,
