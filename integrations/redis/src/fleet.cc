@@ -135,6 +135,7 @@ void Fleet::on_transition(const TransitionEvent& e) noexcept {
   const bool to_open = e.to == State::open;
   const bool to_closed = e.to == State::closed && opened(e.from);
   if (!to_open && !to_closed) return;
+  // This instance's wall clock: the store keeps only until - SyncRequest::now_ms of it.
   const std::int64_t until =
       to_open ? config_.wall_ms() +
                     std::chrono::duration_cast<std::chrono::milliseconds>(e.open_duration).count()
@@ -199,6 +200,9 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
     ++counters_.dropped_transitions;
     rescan_ = true;
   }
+  // This instance's wall clock: the reference the ops' until_ms are sent in (the store
+  // converts them to its own clock), and the time this instance last sent its window
+  // levels. Compared with the store's times only through store_offset_ms_.
   const std::int64_t now = wall_now();
   req.instance = config_.instance;
   req.now_ms = now;
@@ -248,7 +252,9 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   for (std::uint32_t i = 0; i < members_.size(); ++i) {
     Member& m = *members_[i];
     if (!m.shared_open || m.lease_asked == m.record.sequence) continue;
-    if (now < m.record.until_ms - lead || !opened(m.state())) continue;
+    // The record's end is the store's: compared with the store's time now, as estimated
+    // from the last reply.
+    if (now + store_offset_ms_ < m.record.until_ms - lead || !opened(m.state())) continue;
     req.ops.push_back(
         {FleetOp::Kind::lease, m.key, m.record.reason, 0, config_.lease_duration.count()});
     leased.push_back(i);
@@ -321,10 +327,26 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   counters_.connected = true;
   last_success_ = t1;
   ever_synced_ = true;
+  if (reply->server_ms <= 0) {
+    // Without the store's time no until_ms in the reply can be read: the reply is
+    // refused whole, and what was sent goes again next time.
+    ++summary.malformed;
+    ++counters_.malformed_values;
+    counters_.last_malformed = "the store's reply has no valid time (server_ms " +
+                               std::to_string(reply->server_ms) +
+                               ", want a positive Unix ms): the reply is refused";
+    rescan_ = true;
+    return summary;
+  }
   rescan_ = false;
   republish_ = false;
 
+  // This instance's wall clock, after the exchange: the reference the window opens
+  // decided below are sent in (as `now` above). The reply's times are the store's and
+  // are read against reply->server_ms, never against this clock.
   const std::int64_t after = wall_now();
+  const std::int64_t server_now = reply->server_ms;
+  store_offset_ms_ = server_now - after;
   if (!incarnation_.empty() && reply->incarnation != incarnation_) {
     // The store started again empty: read it from the start, and publish again.
     republish_ = true;
@@ -401,7 +423,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
     }
     Member& m = *members_[it->second];
     m.fresh = false;
-    apply(m, *rec, after, summary);
+    apply(m, *rec, server_now, summary);
   }
   for (const auto& mp : members_) {
     Member& m = *mp;
@@ -411,7 +433,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
     if (k == known_.end()) continue;
     const FleetRecord r = k->second;
     known_.erase(k);
-    apply(m, r, after, summary);
+    apply(m, r, server_now, summary);
   }
   // The fleet's windows, judged by each breaker's own rate rules once the decisions read
   // above are applied (a key the fleet already holds open is not tripped again).
@@ -442,6 +464,8 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   return summary;
 }
 
+// `now`: the store's time of the reply the record came with (or a later one), so that
+// the remaining open period is the store's, whatever this instance's clock says.
 void Fleet::apply(Member& m, const FleetRecord& r, std::int64_t now, SyncSummary& s) {
   m.record = r;
   const bool mine = r.instance == config_.instance;

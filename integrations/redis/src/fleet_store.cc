@@ -62,6 +62,10 @@ std::optional<WindowEntry> parse_window_entry(std::string_view text) {
   return e;
 }
 
+// The longest remaining open period a store keeps (2^50 ms, what the Redis script keeps
+// exactly), so that converting an op's until_ms cannot overflow.
+constexpr std::int64_t kMaxLeftMs = std::int64_t{1} << 50;
+
 std::int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -229,8 +233,15 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
   std::lock_guard lock(mu_);
   ++exchanges_;
   if (down_) return Unexpected(StoreError{StoreError::Kind::unavailable, "the store is down"});
+  // The store's clock: every time kept here is read from it. An op's until_ms is the
+  // sender's; only its distance from the sender's now_ms is kept (at least 0).
   const std::int64_t lease_now = lease_clock_ms_();
+  auto until = [&](const FleetOp& op) {
+    const std::int64_t left = std::clamp<std::int64_t>(op.until_ms - req.now_ms, 0, kMaxLeftMs);
+    return lease_now + left;
+  };
   SyncReply reply;
+  reply.server_ms = lease_now;
   // The current record's state and end, if it is a valid record.
   auto current = [this](const std::string& key) -> std::optional<FleetRecord> {
     const auto it = records_.find(key);
@@ -252,14 +263,13 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
     switch (op.kind) {
       case FleetOp::Kind::vote_open: {
         auto& voters = votes_[op.key];
-        voters[req.instance] = req.now_ms;
+        voters[req.instance] = lease_now;
         std::erase_if(voters,
-                      [&](const auto& v) { return v.second <= req.now_ms - req.quorum_window_ms; });
+                      [&](const auto& v) { return v.second <= lease_now - req.quorum_window_ms; });
         const auto cur = current(op.key);
         const bool qualifies = holder(op.key) == req.instance || voters.size() >= req.quorum;
-        if (qualifies &&
-            !(cur && cur->state == SharedState::open && cur->until_ms >= op.until_ms)) {
-          record(op.key, SharedState::open, op.reason, op.until_ms, req.instance);
+        if (qualifies && !(cur && cur->state == SharedState::open && cur->until_ms >= until(op))) {
+          record(op.key, SharedState::open, op.reason, until(op), req.instance);
           leases_.erase(op.key);
         }
         break;
@@ -275,7 +285,7 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
       }
       case FleetOp::Kind::assert_open:
         if (records_.find(op.key) == records_.end())
-          record(op.key, SharedState::open, op.reason, op.until_ms, req.instance);
+          record(op.key, SharedState::open, op.reason, until(op), req.instance);
         break;
       case FleetOp::Kind::lease: {
         if (holder(op.key).empty()) leases_[op.key] = Lease{req.instance, lease_now + op.lease_ms};
@@ -287,7 +297,7 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
           reply.counts.push_back({"0", "0"});
           break;
         }
-        const std::int64_t bucket = req.now_ms / req.count_bucket_ms;
+        const std::int64_t bucket = lease_now / req.count_bucket_ms;
         const std::int64_t oldest = bucket - static_cast<std::int64_t>(req.count_buckets) + 1;
         auto& buckets = counts_[op.key];
         auto& cell = buckets[bucket];
@@ -303,7 +313,7 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
       }
       case FleetOp::Kind::window: {
         Window& w = windows_[op.key];
-        const std::int64_t cutoff = req.now_ms - req.window_ttl_ms;
+        const std::int64_t cutoff = lease_now - req.window_ttl_ms;
         std::string bad;
         // Removes a counted entry from the sum (false if it is unreadable).
         auto uncount = [&w](const std::string& entry) {
@@ -340,9 +350,8 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
         }
         if (op.calls != 0) {
           w.entries[req.instance] = std::to_string(op.calls) + '|' + std::to_string(op.failures) +
-                                    '|' + std::to_string(op.slow) + '|' +
-                                    std::to_string(req.now_ms);
-          w.by_ms.emplace(req.now_ms, req.instance);
+                                    '|' + std::to_string(op.slow) + '|' + std::to_string(lease_now);
+          w.by_ms.emplace(lease_now, req.instance);
           w.calls += op.calls, w.failures += op.failures, w.slow += op.slow;
           ++w.counted;
         }
@@ -375,8 +384,8 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
       }
       case FleetOp::Kind::window_open: {
         const auto cur = current(op.key);
-        if (!(cur && cur->state == SharedState::open && cur->until_ms >= op.until_ms)) {
-          record(op.key, SharedState::open, op.reason, op.until_ms, req.instance, true);
+        if (!(cur && cur->state == SharedState::open && cur->until_ms >= until(op))) {
+          record(op.key, SharedState::open, op.reason, until(op), req.instance, true);
           leases_.erase(op.key);
         }
         break;

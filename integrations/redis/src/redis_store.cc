@@ -17,21 +17,24 @@ namespace bulwark::redis {
 namespace {
 
 // KEYS[1]: <prefix>seq (so that a Cluster-aware proxy routes the script to its slot).
-// ARGV: prefix, instance, now_ms, quorum, cutoff_ms (votes at or before it expire),
-// vote_ttl_ms, cursor, op count, count bucket, count buckets, bucket ttl ms, max
-// changes, window ttl ms, retention ms, idle ttl ms, then 5 per op: op, key, reason,
-// until_ms, lease_ms (a count op: op, key, successes, failures, 0; a window op: op,
-// key, calls, failures, slow).
-// Returns: incarnation, sequence, lease count, the holders, count-op count, two totals
-// per count op, window-op count, one "calls|failures|slow|instances" per window op,
-// then key, value pairs.
+// ARGV: prefix, instance, now_ms (the sender's), quorum, quorum window ms (votes that
+// old expire), vote_ttl_ms, cursor, op count, count bucket ms, count buckets, bucket ttl
+// ms, max changes, window ttl ms, retention ms, idle ttl ms, then 5 per op: op, key,
+// reason, until_ms (the sender's), lease_ms (a count op: op, key, successes, failures,
+// 0; a window op: op, key, calls, failures, slow).
+// Every time it keeps is the server's (TIME): an op's until_ms becomes the server's now
+// plus until_ms - now_ms (at least 0, at most 2^50), votes, buckets and window levels
+// are stamped with the server's now, and the staleness cutoffs are measured from it.
+// Returns: incarnation, the server's now (Unix ms), sequence, lease count, the holders,
+// count-op count, two totals per count op, window-op count, one
+// "calls|failures|slow|instances" per window op, then key, value pairs.
 // Every key it writes carries a TTL from the write on: k: records their open period plus
 // the retention, v: l: w: fw: ft: their own, seq id changes the idle TTL (renewed by
 // every exchange).
 constexpr const char* kScript = R"lua(
 local p, inst, now, quorum = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
-local cutoff, vote_ttl, cursor, n = ARGV[5], ARGV[6], ARGV[7], tonumber(ARGV[8])
-local bucket, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
+local quorum_window, vote_ttl, cursor, n = tonumber(ARGV[5]), ARGV[6], ARGV[7], tonumber(ARGV[8])
+local bucket_ms, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 local max_changes, window_ttl = tonumber(ARGV[12]), tonumber(ARGV[13])
 local retention, idle_ttl = tonumber(ARGV[14]), ARGV[15]
 local seqk, chk, idk = KEYS[1], p .. 'changes', p .. 'id'
@@ -48,8 +51,19 @@ end
 -- The incarnation names its creator, its clock and the server's (so it differs from the
 -- one before it even when the same instance makes it at the same millisecond).
 if redis.replicate_commands then redis.replicate_commands() end
+-- The server's clock, the only one the fleet's times are kept in. Integers below 2^53
+-- are exact in a Lua number; string.format('%d') writes them without an exponent.
+local t = redis.call('TIME')
+local snow = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local sender_now = tonumber(now)
+local cutoff = string.format('%d', snow - quorum_window)
+local bucket = 0
+if nbuckets > 0 then bucket = math.floor(snow / bucket_ms) end
+-- An op's until_ms in the server's clock: only the remaining time is the sender's.
+local function until_of(u)
+  return snow + math.min(math.max(tonumber(u) - sender_now, 0), 2 ^ 50)
+end
 local function incarnation()
-  local t = redis.call('TIME')
   return inst .. '@' .. now .. '@' .. t[1] .. '.' .. t[2]
 end
 if redis.call('EXISTS', seqk) == 0 then
@@ -75,8 +89,9 @@ local function record(key, st, reason, u, suffix)
   local e = redis.call('INCR', seqk)
   -- Kept for the open period and the retention after it; a closed one for the retention.
   local ttl = retention
-  if st == 'open' then ttl = ttl + math.min(math.max(tonumber(u) - tonumber(now), 0), 2 ^ 50) end
-  redis.call('SET', p .. 'k:' .. key, 'v1|' .. st .. '|' .. reason .. '|' .. u .. '|' .. inst ..
+  if st == 'open' then ttl = ttl + math.min(math.max(u - snow, 0), 2 ^ 50) end
+  redis.call('SET', p .. 'k:' .. key, 'v1|' .. st .. '|' .. reason .. '|' ..
+             string.format('%d', u) .. '|' .. inst ..
              '|' .. tostring(e) .. (suffix or ''), 'PX', string.format('%d', ttl))
   redis.call('ZADD', chk, e, key)
   redis.call('PEXPIRE', chk, idle_ttl)
@@ -105,27 +120,28 @@ for _ = 1, n do
   i = i + 5
   local rk, lk, vk = p .. 'k:' .. key, p .. 'l:' .. key, p .. 'v:' .. key
   if op == 'open' then
-    redis.call('ZADD', vk, now, inst)
+    u = until_of(u)
+    redis.call('ZADD', vk, string.format('%d', snow), inst)
     redis.call('ZREMRANGEBYSCORE', vk, '-inf', cutoff)
     redis.call('PEXPIRE', vk, vote_ttl)
     local st, cu = current(rk)
     local q = get(lk) == inst or redis.call('ZCARD', vk) >= quorum
-    if q and not (st == 'open' and cu >= tonumber(u)) then
+    if q and not (st == 'open' and cu >= u) then
       record(key, 'open', reason, u)
       redis.call('DEL', lk)
     end
   elseif op == 'close' then
-    if current(rk) == 'open' then record(key, 'closed', reason, '0') end
+    if current(rk) == 'open' then record(key, 'closed', reason, 0) end
     redis.call('DEL', lk, vk)
   elseif op == 'assert' then
     -- Also when the record outlived the changes set (a long open period): unlisted, no
     -- instance would read it.
     if redis.call('EXISTS', rk) == 0 or not redis.call('ZSCORE', chk, key) then
-      record(key, 'open', reason, u)
+      record(key, 'open', reason, until_of(u))
     end
   elseif op == 'count' then
     if nbuckets > 0 then
-      local wk = p .. 'w:' .. key .. ':' .. ARGV[9]
+      local wk = p .. 'w:' .. key .. ':' .. string.format('%d', bucket)
       if reason ~= '0' then redis.pcall('HINCRBY', wk, 's', reason) end
       if u ~= '0' then redis.pcall('HINCRBY', wk, 'f', u) end
       redis.call('PEXPIRE', wk, bucket_ttl)
@@ -141,7 +157,7 @@ for _ = 1, n do
     -- Each op costs O(log entries + expired ones); the full re-sum runs only when the
     -- sum disagrees with the hash (a first write, a planted or unreadable entry).
     local fk, tk = p .. 'fw:' .. key, p .. 'ft:' .. key
-    local cutoff = tonumber(now) - window_ttl
+    local cutoff = snow - window_ttl
     local bad, again = nil, false
     local c, f, s, k
     local sum = redis.pcall('HGET', fk, '=')
@@ -183,8 +199,9 @@ for _ = 1, n do
       redis.call('HDEL', fk, inst)
       redis.pcall('ZREM', tk, inst)
     else
-      redis.call('HSET', fk, inst, reason .. '|' .. u .. '|' .. lease .. '|' .. now)
-      redis.pcall('ZADD', tk, now, inst)
+      local stamp = string.format('%d', snow)
+      redis.call('HSET', fk, inst, reason .. '|' .. u .. '|' .. lease .. '|' .. stamp)
+      redis.pcall('ZADD', tk, stamp, inst)
       c, f, s, k = c + tonumber(reason), f + tonumber(u), s + tonumber(lease), k + 1
     end
     if again or c < 0 or f < 0 or s < 0 or k < 0 or f > c or s > c then
@@ -216,7 +233,8 @@ for _ = 1, n do
     windows[#windows + 1] = bad or string.format('%d|%d|%d|%d', c, f, s, k)
   elseif op == 'wopen' then
     local st, cu = current(rk)
-    if not (st == 'open' and cu >= tonumber(u)) then
+    u = until_of(u)
+    if not (st == 'open' and cu >= u) then
       record(key, 'open', reason, u, '|window')
       redis.call('DEL', lk)
     end
@@ -238,7 +256,8 @@ local changed = redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf', 'WITHSCO
                            max_changes)
 -- Cut short: the next exchange reads on from the last change returned.
 if #changed / 2 >= max_changes then seq = changed[#changed] end
-local out = {redis.call('GET', p .. 'id') or '', tostring(seq), tostring(#leases)}
+local out = {redis.call('GET', p .. 'id') or '', string.format('%d', snow), tostring(seq),
+             tostring(#leases)}
 for _, h in ipairs(leases) do out[#out + 1] = h end
 out[#out + 1] = tostring(#counts / 2)
 for _, c in ipairs(counts) do out[#out + 1] = c end
@@ -480,12 +499,12 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   args.push_back(req.instance);
   args.push_back(std::to_string(req.now_ms));
   args.push_back(std::to_string(req.quorum));
-  args.push_back(std::to_string(req.now_ms - req.quorum_window_ms));
+  args.push_back(std::to_string(req.quorum_window_ms));
   args.push_back(std::to_string(2 * req.quorum_window_ms));
   args.push_back(std::to_string(req.cursor));
   args.push_back(std::to_string(req.ops.size()));
   const bool counting = req.count_bucket_ms > 0 && req.count_buckets > 0;
-  args.push_back(std::to_string(counting ? req.now_ms / req.count_bucket_ms : 0));
+  args.push_back(std::to_string(counting ? req.count_bucket_ms : 0));
   args.push_back(std::to_string(counting ? req.count_buckets : 0));
   args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
   args.push_back(std::to_string(std::max<std::uint32_t>(req.max_changes, 1)));
@@ -537,27 +556,32 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   auto protocol = [](std::string what) {
     return Unexpected(StoreError{StoreError::Kind::protocol, "the fleet script returned " + what});
   };
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 3)
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 4)
     return protocol("something else than its array");
   for (size_t i = 0; i < r->elements; ++i) {
     if (r->element[i]->type != REDIS_REPLY_STRING) return protocol("a non-string element");
   }
   SyncReply out;
   out.incarnation = reply_text(r->element[0]);
+  // The server's time goes to the Fleet as read, 0 if it is not a number: the Fleet
+  // refuses such a reply and says why.
+  std::uint64_t server_ms = 0;
+  if (parse_u64(r->element[1], server_ms) && server_ms <= (std::uint64_t{1} << 53))
+    out.server_ms = static_cast<std::int64_t>(server_ms);
   std::uint64_t leases = 0;
-  if (!parse_u64(r->element[1], out.sequence)) return protocol("a sequence that is not a number");
-  if (!parse_u64(r->element[2], leases) || leases > r->elements - 3)
+  if (!parse_u64(r->element[2], out.sequence)) return protocol("a sequence that is not a number");
+  if (!parse_u64(r->element[3], leases) || leases > r->elements - 4)
     return protocol("a bad lease count");
-  for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[3 + i]));
+  for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[4 + i]));
   std::uint64_t counts = 0;
-  if (3 + leases >= r->elements || !parse_u64(r->element[3 + leases], counts) ||
-      counts > (r->elements - 4 - leases) / 2)
+  if (4 + leases >= r->elements || !parse_u64(r->element[4 + leases], counts) ||
+      counts > (r->elements - 5 - leases) / 2)
     return protocol("a bad count of counts");
   for (size_t i = 0; i < counts; ++i) {
     out.counts.push_back(
-        {reply_text(r->element[4 + leases + 2 * i]), reply_text(r->element[5 + leases + 2 * i])});
+        {reply_text(r->element[5 + leases + 2 * i]), reply_text(r->element[6 + leases + 2 * i])});
   }
-  const size_t at_windows = 4 + leases + 2 * counts;
+  const size_t at_windows = 5 + leases + 2 * counts;
   std::uint64_t windows = 0;
   if (at_windows >= r->elements || !parse_u64(r->element[at_windows], windows) ||
       windows > r->elements - 1 - at_windows)

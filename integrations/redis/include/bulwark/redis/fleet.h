@@ -99,8 +99,9 @@ struct FleetConfig {
   // rather than up to one interval later. Must be cheap, must not throw, and must not
   // call sync() itself (post to the timer's thread). Empty: nothing.
   std::function<void(const std::string& key, State to)> on_queued{};
-  // The wall clock (Unix ms) that open periods' ends are exchanged in. Instances'
-  // clocks should agree to well within a sync interval (NTP). Default: system_clock.
+  // This instance's wall clock (Unix ms). Only differences of it travel: an open's end
+  // goes to the store as until - now of one request, and the store keeps every time in
+  // its own clock, so instances' clocks need not agree. Default: system_clock.
   std::function<std::int64_t()> wall_ms{};
 };
 
@@ -139,7 +140,7 @@ struct FleetKeyReading {
   State local_state;
   Decision decision;
   bool shared_open;         // the fleet holds the key open
-  std::int64_t until_ms;    // shared_open: when the shared open period ends
+  std::int64_t until_ms;    // shared_open: when the shared open period ends (store's clock)
   std::string decided_by;   // the instance that made the fleet's last decision ("" if none)
   TransitionReason reason;  // its reason
   bool lease_holder;        // this instance holds the half-open lease
@@ -362,6 +363,9 @@ class Fleet {
   std::atomic<bool> syncing_{false};
   FleetReading counters_;
   std::chrono::steady_clock::time_point last_success_{};
+  // The store's clock minus this instance's wall clock, as of the last reply (an
+  // estimate good to one round trip): for comparing a record's until_ms with now.
+  std::int64_t store_offset_ms_ = 0;
   bool ever_synced_ = false;
 };
 

@@ -1,7 +1,7 @@
 // bulwark/redis/fleet_store.h — where instances of a service share breaker decisions.
 //
 // A FleetStore holds, per key (a breaker's name), the fleet's last decision: open
-// until a wall-clock time, or closed, with the reason, the instance that decided and
+// until a time of the store's clock, or closed, with the reason, the instance that decided and
 // the decision's sequence number. An instance talks to it only from Fleet::sync()
 // (fleet.h), in one exchange per sync: it sends what changed locally (votes to open,
 // closes, re-publications, half-open lease requests) and gets back every decision made
@@ -11,6 +11,12 @@
 // Decisions travel as text ("v1|open|<reason>|<until_ms>|<instance>|<seq>") so that
 // every backend hands the Fleet raw values and the Fleet validates them in one place:
 // decode_record() rejects anything malformed with a message naming the problem.
+//
+// The store's clock is the fleet's only clock. Every time a store keeps (an open's end,
+// votes, count buckets, window levels, expiries) is its own, read when it handles the
+// exchange; an op's until_ms arrives in the sender's wall clock and is converted on
+// arrival to the store's now + (until_ms - request.now_ms), at least the store's now,
+// so that only the remaining time travels. Instances' clocks need not agree.
 
 #ifndef BULWARK_REDIS_FLEET_STORE_H_
 #define BULWARK_REDIS_FLEET_STORE_H_
@@ -40,7 +46,7 @@ constexpr std::string_view to_string(SharedState s) noexcept {
 struct FleetRecord {
   SharedState state = SharedState::closed;
   TransitionReason reason = TransitionReason::manual;  // why the deciding instance moved
-  std::int64_t until_ms = 0;   // open: when the open period ends (Unix ms); closed: 0
+  std::int64_t until_ms = 0;   // open: when the open period ends (store's Unix ms); closed: 0
   std::string instance;        // who decided
   std::uint64_t sequence = 0;  // the store's sequence number of this decision (> 0)
   // Open because the fleet's window reached a rate threshold (reason failure_rate or
@@ -72,7 +78,7 @@ struct FleetOp {
     count,        // add successes / failures to the key's current time bucket; the reply
                   // has the fleet-wide totals over the last count_buckets buckets
     window,       // set this instance's window level for the key (calls, failures, slow,
-                  // stamped with now_ms; calls 0 removes it); the reply has the totals
+                  // stamped with the store's now; calls 0 removes it); the reply has the totals
                   // over every instance's entry newer than window_ttl_ms
     window_open,  // the fleet's window tripped: record the key open (reason, until_ms,
                   // marked fleet_window) without a quorum, unless it already is open
@@ -81,7 +87,7 @@ struct FleetOp {
   Kind kind;
   std::string key;
   TransitionReason reason = TransitionReason::manual;
-  std::int64_t until_ms = 0;
+  std::int64_t until_ms = 0;  // the sender's wall clock, as SyncRequest::now_ms
   std::int64_t lease_ms = 0;
   std::uint64_t successes = 0;  // count: this instance's calls since its last count
   std::uint64_t failures = 0;   // count, window: failures (slow or not)
@@ -91,18 +97,21 @@ struct FleetOp {
 
 struct SyncRequest {
   std::string instance;
-  std::int64_t now_ms = 0;  // the sender's wall clock (Unix ms)
+  // The sender's wall clock (Unix ms) when it built the request: only the reference its
+  // ops' until_ms are converted from (the store keeps until_ms - now_ms of each).
+  std::int64_t now_ms = 0;
   std::uint32_t quorum = 1;
   std::int64_t quorum_window_ms = 10'000;
   std::uint64_t cursor = 0;  // the last sequence number this instance has seen
   // At most this many changes per reply (oldest first); the reply's sequence is then
   // the last one returned, and the next exchange reads on from there.
   std::uint32_t max_changes = 1000;
-  // Fleet-wide counts (count ops): buckets of count_bucket_ms, the current one
-  // now_ms / count_bucket_ms, totals over the last count_buckets. 0: no counting.
+  // Fleet-wide counts (count ops): buckets of count_bucket_ms, the current one the
+  // store's now / count_bucket_ms, totals over the last count_buckets. 0: no counting.
   std::int64_t count_bucket_ms = 0;
   std::uint32_t count_buckets = 0;
-  // Window levels (window ops): entries stamped at or before now_ms - window_ttl_ms are
+  // Window levels (window ops): entries stamped at or before the store's now minus
+  // window_ttl_ms are
   // stale, left out of the totals and dropped. Positive when a window op is sent.
   std::int64_t window_ttl_ms = 0;
   std::vector<FleetOp> ops;
@@ -118,7 +127,11 @@ struct SyncReply {
   // Identifies the store's current contents: it changes when the store starts again
   // empty (a Redis restart or flush), and then every instance re-publishes.
   std::string incarnation;
-  std::uint64_t sequence = 0;              // the newest sequence number: the next cursor
+  std::uint64_t sequence = 0;  // the newest sequence number: the next cursor
+  // The store's clock (Unix ms) when it handled the exchange: the time the changes'
+  // until_ms are measured against. The Fleet refuses a reply whose server_ms is not
+  // positive (a store that did not say, or said something unreadable).
+  std::int64_t server_ms = 0;
   std::vector<std::string> lease_holders;  // one per lease op, in order ("" if none)
   std::vector<RawRecord> changes;          // every key decided after the cursor
   // One per count op, in order: the fleet's totals over the window as raw text (each
@@ -174,7 +187,8 @@ class FleetStore {
 // put_raw() plants any value (a malformed one, say) for a key.
 class MemoryFleetStore final : public FleetStore {
  public:
-  // `lease_clock_ms` reads the time leases expire by (Unix ms); default: system_clock.
+  // `lease_clock_ms` is the store's clock (Unix ms): what leases expire by and every
+  // time the store keeps is read from; default: system_clock.
   explicit MemoryFleetStore(std::function<std::int64_t()> lease_clock_ms = {});
 
   Expected<SyncReply, StoreError> exchange(const SyncRequest& request) override;
