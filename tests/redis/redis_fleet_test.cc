@@ -49,13 +49,15 @@ class RedisFleetTest : public ::testing::Test {
   }
 
   struct Instance {
-    Instance(RedisFleetTest& t, std::string id, std::uint32_t quorum, RedisConfig rc)
+    // `skew_ms`: this instance's wall clock is the test's plus that.
+    Instance(RedisFleetTest& t, std::string id, std::uint32_t quorum, RedisConfig rc,
+             std::int64_t skew_ms = 0)
         : store(std::move(rc)),
           breaker(breaker_config("inventory"), t.clock),
-          fleet(
-              FleetConfig{
-                  .instance = std::move(id), .quorum = quorum, .wall_ms = [&t] { return t.wall; }},
-              store) {
+          fleet(FleetConfig{.instance = std::move(id),
+                            .quorum = quorum,
+                            .wall_ms = [&t, skew_ms] { return t.wall + skew_ms; }},
+                store) {
       fleet.attach(breaker);
     }
     void fail() {
@@ -73,8 +75,9 @@ class RedisFleetTest : public ::testing::Test {
     Breaker breaker;
     Fleet fleet;
   };
-  std::unique_ptr<Instance> make(std::string id, std::uint32_t quorum = 1) {
-    return std::make_unique<Instance>(*this, std::move(id), quorum, redis_config());
+  std::unique_ptr<Instance> make(std::string id, std::uint32_t quorum = 1,
+                                 std::int64_t skew_ms = 0) {
+    return std::make_unique<Instance>(*this, std::move(id), quorum, redis_config(), skew_ms);
   }
   void advance(std::chrono::milliseconds d) {
     clock.advance(d);
@@ -157,6 +160,33 @@ TEST_F(RedisFleetTest, ANewInstanceAdoptsTheFleetStateOnItsFirstSync) {
   ASSERT_FALSE(rej);
   EXPECT_LE(rej.error().retry_after, 7s);
   EXPECT_GE(rej.error().retry_after, 6s);
+}
+
+// Wall clocks 30 s apart change nothing: Redis keeps the open in its own clock, and
+// each instance reads the remaining time against the time Redis replied with.
+TEST_F(RedisFleetTest, InstancesWhoseClocksDifferBy30sAdoptTheSameRemainingOpenPeriod) {
+  auto a = make("a"), ahead = make("ahead", 1, +30'000), behind = make("behind", 1, -30'000);
+  a->sync(), ahead->sync(), behind->sync();
+  a->fail();
+  a->sync(), ahead->sync(), behind->sync();
+  auto own = a->breaker.try_acquire();
+  ASSERT_FALSE(own);
+  EXPECT_EQ(own.error().retry_after, 10s);
+  for (Instance* i : {ahead.get(), behind.get()}) {
+    EXPECT_EQ(i->key().decided_by, "a");
+    auto rej = i->breaker.try_acquire();
+    ASSERT_FALSE(rej);
+    EXPECT_LE(rej.error().retry_after, own.error().retry_after);
+    EXPECT_GE(rej.error().retry_after, own.error().retry_after - 1s);
+  }
+  // The record's end is Redis's now + 10 s, not any instance's (redis-server runs on
+  // this host: its clock is this process's system clock).
+  const std::int64_t host_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                                   std::chrono::system_clock::now().time_since_epoch())
+                                   .count();
+  const std::int64_t until = behind->key().until_ms;
+  EXPECT_GT(until, host_ms + 9'000);
+  EXPECT_LE(until, host_ms + 10'000);
 }
 
 TEST_F(RedisFleetTest, KilledRedisFailsFastThenTheFleetRejoinsAndRepublishes) {
