@@ -185,10 +185,15 @@ TEST(FleetSkewTest, AReplyWithoutAValidStoreTimeIsRefusedAsMalformed) {
   TimelessStore timeless(w.store);
   Instance a(w, "a", 0);
   Breaker breaker(Breaker::Config{.name = "inventory", .consecutive_failures = 3}, w.clock);
-  Fleet b(FleetConfig{.instance = "b", .wall_ms = [&w] { return w.wall; }}, timeless);
+  Fleet b(FleetConfig{.instance = "b",
+                      .count_bucket = 1s,
+                      .count_buckets = 2,
+                      .wall_ms = [&w] { return w.wall; }},
+          timeless);
   b.attach(breaker);
   a.fail();
   a.sync();
+  breaker.try_acquire()->record_success();  // counted by the first exchange only
   for (const std::int64_t bad : {std::int64_t{0}, std::int64_t{-5}}) {
     timeless.lie = bad;
     const auto s = b.sync();
@@ -206,6 +211,16 @@ TEST(FleetSkewTest, AReplyWithoutAValidStoreTimeIsRefusedAsMalformed) {
   ASSERT_TRUE(s);
   EXPECT_EQ(s->adopted, 1u);
   EXPECT_EQ(breaker.state(), State::open);
+  // The store added b's success once, though two of its replies were refused.
+  SyncRequest totals;
+  totals.instance = "c";
+  totals.now_ms = w.wall;
+  totals.count_bucket_ms = 1000;
+  totals.count_buckets = 2;
+  totals.ops.push_back({FleetOp::Kind::count, "inventory"});
+  const auto t = w.store.exchange(totals);
+  ASSERT_TRUE(t);
+  EXPECT_EQ(t->counts.at(0).successes, "1");
 }
 
 }  // namespace

@@ -329,7 +329,12 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   ever_synced_ = true;
   if (reply->server_ms <= 0) {
     // Without the store's time no until_ms in the reply can be read: the reply is
-    // refused whole, and what was sent goes again next time.
+    // refused whole, and what was sent goes again next time (every op is idempotent
+    // but counts, which the store has added: those are not sent again).
+    for (const Counted& c : counted) {
+      members_[c.member]->counted_successes = c.successes;
+      members_[c.member]->counted_failures = c.failures;
+    }
     ++summary.malformed;
     ++counters_.malformed_values;
     counters_.last_malformed = "the store's reply has no valid time (server_ms " +

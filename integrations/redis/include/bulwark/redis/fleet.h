@@ -258,12 +258,12 @@ class Fleet {
     std::uint32_t minimum_calls = 0;
     double failure_rate = 0, slow_call_rate = 0;  // 0: the rule is off
     Level sent{};
-    std::int64_t sent_ms = 0;
+    std::int64_t sent_ms = 0;  // this instance's wall clock
     Level fleet{};
     std::uint32_t fleet_instances = 0;
     bool window_open_pending = false;  // tripped by the fleet's window; the open to publish
     TransitionReason window_reason = TransitionReason::failure_rate;
-    std::int64_t window_until_ms = 0;
+    std::int64_t window_until_ms = 0;     // this instance's wall clock, sent as until - now
     std::uint64_t counted_successes = 0;  // totals already sent
     std::uint64_t counted_failures = 0;
     std::uint64_t fleet_successes = 0;
@@ -273,13 +273,13 @@ class Fleet {
     bool fresh = true;  // attached since the last sync: apply the known record
     bool lease_holder = false;
     std::uint64_t lease_asked = 0;  // the sequence of the shared open we asked a lease for
-    FleetRecord record;             // the last valid decision read for the key
+    FleetRecord record;             // the last valid decision read (until_ms: store's clock)
   };
   struct Queued {
     std::uint32_t member;
     State to;
     TransitionReason reason;
-    std::int64_t until_ms;
+    std::int64_t until_ms;  // this instance's wall clock, sent as until - now
   };
 
   template <class Breaker>
