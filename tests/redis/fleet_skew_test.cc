@@ -119,6 +119,27 @@ TEST(FleetSkewTest, SkewedVotesCountTowardsTheQuorumWithinTheWindow) {
   expect_within_one_sync(a.retry_after(), 10s);
 }
 
+// The half-open lease is asked for near the end of the open period by the store's
+// clock: an instance 5 s ahead does not ask 5 s early, one behind does not ask late.
+TEST(FleetSkewTest, TheLeaseIsAskedForNearTheEndByTheStoresClock) {
+  World w;
+  Instance a(w, "a", 0), b(w, "b", +5000), c(w, "c", -5000);
+  a.sync(), b.sync(), c.sync();
+  a.fail();
+  a.sync(), b.sync(), c.sync();
+  w.advance(5s);
+  b.sync(), c.sync();
+  EXPECT_FALSE(b.key().lease_holder);
+  EXPECT_FALSE(c.key().lease_holder);
+  EXPECT_EQ(w.store.get_raw("inventory").value_or("").rfind("v1|open|", 0), 0u);
+  w.advance(4700ms);  // within two sync intervals of the end
+  c.sync();
+  b.sync(), a.sync();
+  EXPECT_TRUE(c.key().lease_holder);
+  EXPECT_FALSE(b.key().lease_holder);
+  EXPECT_FALSE(a.key().lease_holder);
+}
+
 // The store's side alone: requests whose now_ms disagree by 10 s.
 TEST(FleetSkewTest, TheStoreKeepsOnlyItsOwnTimes) {
   std::int64_t store_ms = 1'700'000'000'000;
