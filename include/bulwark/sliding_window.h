@@ -496,10 +496,13 @@ class CountWindow : public detail::HeadBase {
 
   WindowCounts counts(const WindowParams&, std::uint32_t gen, Ticks) const noexcept {
     WindowCounts c;
+    // The slow total first: a call adds to `calls_` before `slow_`, and within one
+    // generation the calls total never shrinks (an eviction comes with an addition),
+    // so the pair read in this order never shows more slow calls than calls.
+    const std::uint64_t b = slow_.load(std::memory_order_acquire);
     const std::uint64_t a = calls_.load(std::memory_order_acquire);
     if (TGen::get(a) != (gen & TGen::max)) return c;
     c.calls = THi::get(a), c.failures = TLo::get(a);
-    const std::uint64_t b = slow_.load(std::memory_order_acquire);
     if (TGen::get(b) == (gen & TGen::max))
       c.slow_successes = THi::get(b), c.slow_failures = TLo::get(b);
     return c;
@@ -728,9 +731,12 @@ class TimeWindow : public detail::HeadBase {
       const std::uint64_t j = newest - k;
       if (j + p.buckets <= at) break;
       const Bucket& b = buckets_[j % p.buckets];
+      // The slow word first: a slow call adds to `calls` before `slow`, and a bucket's
+      // calls only grow under one tag, so a pair read in this order never shows more
+      // slow calls than calls (the other order can, while calls are being recorded).
+      const std::uint64_t w1 = b.slow.load(std::memory_order_acquire);
       const std::uint64_t w0 = b.calls.load(std::memory_order_acquire);
       if (bucket_tag(w0) != tag(h.lap(), j)) continue;
-      const std::uint64_t w1 = b.slow.load(std::memory_order_acquire);
       c.calls += field(w0, 1), c.failures += field(w0, 0);
       if (bucket_tag(w1) == tag(h.lap(), j))
         c.slow_successes += field(w1, 1), c.slow_failures += field(w1, 0);
