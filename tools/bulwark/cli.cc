@@ -295,6 +295,38 @@ void apply_seed_and_duration(const SimulateArgs& a, bulwark::lab::Scenario& scen
   scenario.duration = *a.duration_value;
 }
 
+// simulate's --json and --svg, opened before the run so that a bad path fails at once.
+void open_outputs(const SimulateArgs& a, Output& json, Output& svg) {
+  json.open();
+  svg.open();
+  if (json.same_file_as(svg)) {
+    throw InputError(
+        {}, "--svg",
+        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
+  }
+}
+
+// simulate's results: JSON and SVG where asked, and the text report on stdout unless
+// one of them went there, naming the files written.
+template <class Json, class Svg, class Text>
+void write_outputs(const SimulateArgs& a, Output& json, Output& svg, Json to_json, Svg to_svg,
+                   Text write_text) {
+  if (json.used()) json.write(to_json());
+  if (svg.used()) svg.write(to_svg());
+  if (json.is_stdout() || svg.is_stdout()) return;
+  std::ostringstream text;
+  write_text(text);
+  if (json.used()) {
+    text << "\nResults written to " << bulwark::lab::printable(a.json.value) << "\n";
+  }
+  if (svg.used()) {
+    text << (json.used() ? "" : "\n") << "Chart written to " << bulwark::lab::printable(a.svg.value)
+         << "\n";
+  }
+  std::cout << text.str() << std::flush;
+  if (!std::cout) throw std::runtime_error("cannot write to standard output");
+}
+
 // A scenario with a [fleet] table: single, isolated and shared, side by side.
 int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& json, Output& svg) {
   if (!a.only.empty()) {
@@ -307,29 +339,12 @@ int run_fleet(const SimulateArgs& a, bulwark::lab::Scenario& scenario, Output& j
                      "does not apply to a fleet scenario: a fleet's report has no timeline");
   }
   apply_seed_and_duration(a, scenario);
-  json.open();
-  svg.open();
-  if (json.same_file_as(svg)) {
-    throw InputError(
-        {}, "--svg",
-        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
-  }
+  open_outputs(a, json, svg);
   const bulwark::lab::FleetSimulationResult result = bulwark::lab::simulate_fleet(scenario);
-  if (json.used()) json.write(bulwark::lab::fleet_to_json(result));
-  if (svg.used()) svg.write(bulwark::lab::fleet_to_svg(result));
-  if (!json.is_stdout() && !svg.is_stdout()) {
-    std::ostringstream text;
-    bulwark::lab::write_fleet_text(text, result);
-    if (json.used()) {
-      text << "\nResults written to " << bulwark::lab::printable(a.json.value) << "\n";
-    }
-    if (svg.used()) {
-      text << (json.used() ? "" : "\n") << "Chart written to "
-           << bulwark::lab::printable(a.svg.value) << "\n";
-    }
-    std::cout << text.str() << std::flush;
-    if (!std::cout) throw std::runtime_error("cannot write to standard output");
-  }
+  write_outputs(
+      a, json, svg, [&] { return bulwark::lab::fleet_to_json(result); },
+      [&] { return bulwark::lab::fleet_to_svg(result); },
+      [&](std::ostream& out) { bulwark::lab::write_fleet_text(out, result); });
   return 0;
 }
 
@@ -427,13 +442,7 @@ int run_simulate(const SimulateArgs& a) {
     }
     scenario.configurations = std::move(kept);
   }
-  json.open();
-  svg.open();
-  if (json.same_file_as(svg)) {
-    throw InputError(
-        {}, "--svg",
-        "names the same file as --json (" + bulwark::lab::quote_for_error(a.svg.value) + ")");
-  }
+  open_outputs(a, json, svg);
   bulwark::lab::SimulateOptions options{.timeline_step = a.step};
   Progress progress;
   if (::isatty(::fileno(stderr))) {
@@ -442,21 +451,12 @@ int run_simulate(const SimulateArgs& a) {
   }
   const bulwark::lab::SimulationResult result = bulwark::lab::simulate(scenario, options);
   progress.clear();
-  if (json.used()) json.write(bulwark::lab::to_json(result));
-  if (svg.used()) svg.write(bulwark::lab::to_svg(result));
-  if (!json.is_stdout() && !svg.is_stdout()) {
-    std::ostringstream text;
-    bulwark::lab::write_text(text, result, {.timeline = !a.no_timeline});
-    if (json.used()) {
-      text << "\nResults written to " << bulwark::lab::printable(a.json.value) << "\n";
-    }
-    if (svg.used()) {
-      text << (json.used() ? "" : "\n") << "Chart written to "
-           << bulwark::lab::printable(a.svg.value) << "\n";
-    }
-    std::cout << text.str() << std::flush;
-    if (!std::cout) throw std::runtime_error("cannot write to standard output");
-  }
+  write_outputs(
+      a, json, svg, [&] { return bulwark::lab::to_json(result); },
+      [&] { return bulwark::lab::to_svg(result); },
+      [&](std::ostream& out) {
+        bulwark::lab::write_text(out, result, {.timeline = !a.no_timeline});
+      });
   return 0;
 }
 
