@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "bulwark/pipeline.h"
+#include "upstream.h"
 
 namespace bulwark {
 namespace {
@@ -69,82 +70,7 @@ Expected<std::string, HttpError> http_get(int port, const std::string& path, con
   return res->body;
 }
 
-// An upstream on an ephemeral port. It counts requests, and can hold them until the
-// test releases them.
-class Upstream {
- public:
-  using Handler = std::function<void(int n, const httplib::Request&, httplib::Response&)>;
-
-  explicit Upstream(Handler handler) : handler_(std::move(handler)) {
-    server_.Get("/", [this](const httplib::Request& req, httplib::Response& res) {
-      int n = 0;
-      {
-        std::lock_guard lock(mu_);
-        n = ++requests_;
-        keys_.push_back(req.get_header_value("Idempotency-Key"));
-        ++in_handler_;
-      }
-      cv_.notify_all();
-      handler_(n, req, res);
-      {
-        std::lock_guard lock(mu_);
-        --in_handler_;
-      }
-      cv_.notify_all();
-    });
-    port_ = server_.bind_to_any_port("127.0.0.1");
-    thread_ = std::thread([this] { server_.listen_after_bind(); });
-  }
-  ~Upstream() {
-    release();
-    server_.stop();
-    thread_.join();
-  }
-
-  int port() const { return port_; }
-  int requests() {
-    std::lock_guard lock(mu_);
-    return requests_;
-  }
-  std::vector<std::string> keys() {
-    std::lock_guard lock(mu_);
-    return keys_;
-  }
-  // Blocks the calling handler until release() (or 30 s, so a broken test still ends).
-  void hold() {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, 30s, [this] { return released_; });
-  }
-  void release() {
-    {
-      std::lock_guard lock(mu_);
-      released_ = true;
-    }
-    cv_.notify_all();
-  }
-  // Waits until the server has seen `n` requests.
-  bool wait_requests(int n) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, 30s, [&] { return requests_ >= n; });
-  }
-  // Waits until `n` requests are inside the handler at once.
-  bool wait_in_handler(int n) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, 30s, [&] { return in_handler_ >= n; });
-  }
-
- private:
-  Handler handler_;
-  httplib::Server server_;
-  int port_ = 0;
-  std::thread thread_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  int requests_ = 0;
-  int in_handler_ = 0;
-  bool released_ = false;
-  std::vector<std::string> keys_;
-};
+using testing::Upstream;
 
 RetryConfig quick_retry(std::uint32_t attempts) {
   return RetryConfig{

@@ -92,6 +92,11 @@ class Upstream {
     }
     cv_.notify_all();
   }
+  // Waits until `n` requests have arrived (or 30 s).
+  bool wait_requests(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return requests_ >= n; });
+  }
   bool wait_in_handler(int n) {
     std::unique_lock lock(mu_);
     return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return in_handler_ >= n; });
