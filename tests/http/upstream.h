@@ -20,6 +20,8 @@
 #include <thread>
 #include <vector>
 
+#include "../loopback_port.h"
+
 namespace bulwark::testing {
 
 class Upstream {
@@ -117,21 +119,8 @@ class Upstream {
   std::vector<std::string> methods_;
 };
 
-// A free loopback port with nothing listening on it (bound, then closed).
-inline int closed_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
-    port = ntohs(addr.sin_port);
-  ::close(fd);  // never listened: a connection to it is refused
-  return port;
-}
+// A free loopback port with nothing listening on it: a connection to it is refused.
+inline int closed_port() { return free_loopback_port(); }
 
 }  // namespace bulwark::testing
 

@@ -19,24 +19,15 @@
 #include <thread>
 #include <vector>
 
+#include "../loopback_port.h"
+
 namespace bulwark::testing {
 
 inline bool redis_server_available() {
   return std::system("command -v redis-server >/dev/null 2>&1") == 0;
 }
 
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+inline int free_port() { return free_loopback_port(); }
 
 class RedisServer {
  public:
