@@ -66,15 +66,16 @@ void write_prometheus(std::ostream& out, const FleetReading& r) {
     l += '"';
     labels.push_back(std::move(l));
   }
-  w.family("bulwark_fleet_key_shared_open", "gauge", "1 while the fleet holds the key open.");
-  for (std::size_t i = 0; i < r.keys.size(); ++i)
-    w.sample("bulwark_fleet_key_shared_open", "", labels[i], "",
-             std::uint64_t{r.keys[i].shared_open ? 1u : 0u});
-  w.family("bulwark_fleet_key_lease_holder", "gauge",
-           "1 while this instance holds the key's half-open lease.");
-  for (std::size_t i = 0; i < r.keys.size(); ++i)
-    w.sample("bulwark_fleet_key_lease_holder", "", labels[i], "",
-             std::uint64_t{r.keys[i].lease_holder ? 1u : 0u});
+  // A gauge family of one 0/1 sample per key.
+  const auto flags = [&](const char* name, const char* help, bool FleetKeyReading::*flag) {
+    w.family(name, "gauge", help);
+    for (std::size_t i = 0; i < r.keys.size(); ++i)
+      w.sample(name, "", labels[i], "", std::uint64_t{r.keys[i].*flag ? 1u : 0u});
+  };
+  flags("bulwark_fleet_key_shared_open", "1 while the fleet holds the key open.",
+        &FleetKeyReading::shared_open);
+  flags("bulwark_fleet_key_lease_holder", "1 while this instance holds the key's half-open lease.",
+        &FleetKeyReading::lease_holder);
   w.family("bulwark_fleet_key_window_calls", "gauge",
            "Fleet-wide calls for the key over the count window (counting on).");
   for (std::size_t i = 0; i < r.keys.size(); ++i) {
@@ -93,11 +94,9 @@ void write_prometheus(std::ostream& out, const FleetReading& r) {
              k.window_failures);
     w.sample("bulwark_fleet_key_fleet_window_calls", "", labels[i], "kind=\"slow\"", k.window_slow);
   }
-  w.family("bulwark_fleet_key_fleet_window_decision", "gauge",
-           "1 while the key's last decision is an open by the fleet's window.");
-  for (std::size_t i = 0; i < r.keys.size(); ++i)
-    w.sample("bulwark_fleet_key_fleet_window_decision", "", labels[i], "",
-             std::uint64_t{r.keys[i].fleet_window_decision ? 1u : 0u});
+  flags("bulwark_fleet_key_fleet_window_decision",
+        "1 while the key's last decision is an open by the fleet's window.",
+        &FleetKeyReading::fleet_window_decision);
   w.family("bulwark_fleet_key_decision", "gauge",
            "The key's last decision: shared (the fleet's) or local (this instance's alone).");
   for (std::size_t i = 0; i < r.keys.size(); ++i) {
