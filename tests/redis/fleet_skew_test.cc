@@ -22,39 +22,23 @@ using testing::World;
 constexpr auto kSyncInterval = 200ms;
 
 // An instance whose wall clock is the world's plus `skew_ms`.
-struct Instance {
+struct Instance : testing::FleetMember<Breaker> {
   Instance(World& w, std::string id, std::int64_t skew_ms, std::uint32_t quorum = 1)
-      : breaker(
+      : FleetMember(
             Breaker::Config{.name = "inventory", .consecutive_failures = 3, .open_duration = 10s},
-            w.clock),
-        fleet(FleetConfig{.instance = std::move(id),
-                          .quorum = quorum,
-                          .sync_interval = kSyncInterval,
-                          .lease_duration = 2s,
-                          .wall_ms = [&w, skew_ms] { return w.wall + skew_ms; }},
-              w.store) {
-    fleet.attach(breaker);
-  }
-  void fail() {
-    for (int i = 0; i < 3; ++i) {
-      if (auto p = breaker.try_acquire()) p->record_failure();
-    }
-  }
-  SyncSummary sync() {
-    auto s = fleet.sync();
-    EXPECT_TRUE(s) << (s ? "" : s.error().message);
-    return s ? *s : SyncSummary{};
-  }
+            w.clock,
+            FleetConfig{.instance = std::move(id),
+                        .quorum = quorum,
+                        .sync_interval = kSyncInterval,
+                        .lease_duration = 2s,
+                        .wall_ms = [&w, skew_ms] { return w.wall + skew_ms; }},
+            w.store) {}
   // The rejection's retry_after, or -1 ms if the breaker admitted the call.
   std::chrono::nanoseconds retry_after() {
     auto p = breaker.try_acquire();
     if (p) return -1ms;
     return p.error().retry_after;
   }
-  FleetKeyReading key() const { return fleet.reading().keys.at(0); }
-
-  Breaker breaker;
-  Fleet fleet;
 };
 
 void expect_within_one_sync(std::chrono::nanoseconds got, std::chrono::nanoseconds want) {

@@ -29,31 +29,15 @@ Breaker::Config breaker_config(std::string name) {
 
 using testing::World;
 
-struct Instance {
+struct Instance : testing::FleetMember<Breaker> {
   Instance(World& w, std::string id, std::uint32_t quorum = 1)
-      : breaker(breaker_config("inventory"), w.clock),
-        fleet(FleetConfig{.instance = std::move(id),
-                          .quorum = quorum,
-                          .sync_interval = 200ms,
-                          .lease_duration = 2s,
-                          .wall_ms = [&w] { return w.wall; }},
-              w.store) {
-    fleet.attach(breaker);
-  }
-  void fail(int n = 3) {
-    for (int i = 0; i < n; ++i) {
-      if (auto p = breaker.try_acquire()) p->record_failure();
-    }
-  }
-  SyncSummary sync() {
-    auto s = fleet.sync();
-    EXPECT_TRUE(s) << (s ? "" : s.error().message);
-    return s ? *s : SyncSummary{};
-  }
-  const FleetKeyReading key() const { return fleet.reading().keys.at(0); }
-
-  Breaker breaker;
-  Fleet fleet;
+      : FleetMember(breaker_config("inventory"), w.clock,
+                    FleetConfig{.instance = std::move(id),
+                                .quorum = quorum,
+                                .sync_interval = 200ms,
+                                .lease_duration = 2s,
+                                .wall_ms = [&w] { return w.wall; }},
+                    w.store) {}
 };
 
 TEST(FleetRecordTest, RoundTripsAndRejectsMalformedValues) {

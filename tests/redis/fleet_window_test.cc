@@ -35,38 +35,26 @@ Breaker::Config breaker_config() {
 
 using testing::World;
 
-struct Instance {
+struct Instance : testing::FleetMember<Breaker> {
   Instance(World& w, std::string id, bool fleet_window, std::uint32_t quorum = 1,
            FleetStore* store = nullptr)
-      : breaker(breaker_config(), w.clock),
-        fleet(FleetConfig{.instance = std::move(id),
-                          .quorum = quorum,
-                          .sync_interval = 200ms,
-                          .wall_ms = [&w] { return w.wall; }},
-              store != nullptr ? *store : w.store) {
-    fleet.attach(breaker, AttachOptions{.fleet_window = fleet_window});
-  }
+      : FleetMember(breaker_config(), w.clock,
+                    FleetConfig{.instance = std::move(id),
+                                .quorum = quorum,
+                                .sync_interval = 200ms,
+                                .wall_ms = [&w] { return w.wall; }},
+                    store != nullptr ? *store : w.store,
+                    AttachOptions{.fleet_window = fleet_window}) {}
   void calls(int failures, int successes) {
-    for (int i = 0; i < failures; ++i) {
-      if (auto p = breaker.try_acquire()) p->record_failure();
-    }
+    fail(failures);
     for (int i = 0; i < successes; ++i) {
       if (auto p = breaker.try_acquire()) p->record_success();
     }
   }
-  SyncSummary sync() {
-    auto s = fleet.sync();
-    EXPECT_TRUE(s) << (s ? "" : s.error().message);
-    return s ? *s : SyncSummary{};
-  }
-  FleetKeyReading key() const { return fleet.reading().keys.at(0); }
   std::uint64_t local_calls() const {
     const auto w = breaker.snapshot().window;
     return w ? w->calls : 0;
   }
-
-  Breaker breaker;
-  Fleet fleet;
 };
 
 using Instances = std::vector<std::unique_ptr<Instance>>;

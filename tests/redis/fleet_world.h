@@ -5,10 +5,15 @@
 #ifndef BULWARK_TESTS_REDIS_FLEET_WORLD_H_
 #define BULWARK_TESTS_REDIS_FLEET_WORLD_H_
 
+#include <gtest/gtest.h>
+
 #include <chrono>
 #include <cstdint>
+#include <string>
+#include <utility>
 
 #include "bulwark/clock.h"
+#include "bulwark/redis/fleet.h"
 #include "bulwark/redis/fleet_store.h"
 
 namespace bulwark::redis::testing {
@@ -21,6 +26,32 @@ struct World {
     clock.advance(d);
     wall += d.count();
   }
+};
+
+// One instance of the service: a breaker shared through its own Fleet over `store`.
+template <class Breaker>
+struct FleetMember {
+  FleetMember(typename Breaker::Config breaker_config, ManualClock& clock, FleetConfig fleet_config,
+              FleetStore& store, AttachOptions options = {})
+      : breaker(std::move(breaker_config), clock), fleet(std::move(fleet_config), store) {
+    fleet.attach(breaker, options);
+  }
+  // `n` failed calls (those the breaker admits).
+  void fail(int n = 3) {
+    for (int i = 0; i < n; ++i) {
+      if (auto p = breaker.try_acquire()) p->record_failure();
+    }
+  }
+  // One sync, which the test expects to succeed.
+  SyncSummary sync() {
+    auto s = fleet.sync();
+    EXPECT_TRUE(s) << (s ? "" : s.error().message);
+    return s ? *s : SyncSummary{};
+  }
+  FleetKeyReading key() const { return fleet.reading().keys.at(0); }
+
+  Breaker breaker;
+  Fleet fleet;
 };
 
 }  // namespace bulwark::redis::testing

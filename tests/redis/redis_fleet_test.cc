@@ -17,6 +17,7 @@
 
 #include "bulwark/redis/fleet.h"
 #include "bulwark/redis/redis_store.h"
+#include "redis/fleet_world.h"
 #include "redis/redis_server.h"
 
 namespace bulwark::redis {
@@ -48,32 +49,20 @@ class RedisFleetTest : public ::testing::Test {
                        .reconnect_max = 20ms};
   }
 
-  struct Instance {
+  // The store first: a base constructed before the instance's breaker and Fleet.
+  struct OwnStore {
+    RedisFleetStore store;
+  };
+  struct Instance : OwnStore, testing::FleetMember<Breaker> {
     // `skew_ms`: this instance's wall clock is the test's plus that.
     Instance(RedisFleetTest& t, std::string id, std::uint32_t quorum, RedisConfig rc,
              std::int64_t skew_ms = 0)
-        : store(std::move(rc)),
-          breaker(breaker_config("inventory"), t.clock),
-          fleet(FleetConfig{.instance = std::move(id),
-                            .quorum = quorum,
-                            .wall_ms = [&t, skew_ms] { return t.wall + skew_ms; }},
-                store) {
-      fleet.attach(breaker);
-    }
-    void fail() {
-      for (int i = 0; i < 3; ++i) {
-        if (auto p = breaker.try_acquire()) p->record_failure();
-      }
-    }
-    SyncSummary sync() {
-      auto s = fleet.sync();
-      EXPECT_TRUE(s) << (s ? "" : s.error().message);
-      return s ? *s : SyncSummary{};
-    }
-    FleetKeyReading key() const { return fleet.reading().keys.at(0); }
-    RedisFleetStore store;
-    Breaker breaker;
-    Fleet fleet;
+        : OwnStore{RedisFleetStore(std::move(rc))},
+          FleetMember(breaker_config("inventory"), t.clock,
+                      FleetConfig{.instance = std::move(id),
+                                  .quorum = quorum,
+                                  .wall_ms = [&t, skew_ms] { return t.wall + skew_ms; }},
+                      store) {}
   };
   std::unique_ptr<Instance> make(std::string id, std::uint32_t quorum = 1,
                                  std::int64_t skew_ms = 0) {
