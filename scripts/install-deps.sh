@@ -13,6 +13,8 @@ packages=(
   libhiredis-dev redis-server libcurl4-openssl-dev
   # the Prometheus exposition is checked by the real tools
   prometheus python3 python3-prometheus-client
+  # the measurement commands in docs/performance.md and docs/lab.md (/usr/bin/time, callgrind)
+  time valgrind
 )
 
 missing=()
