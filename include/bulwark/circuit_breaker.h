@@ -819,11 +819,18 @@ class alignas(64) BasicCircuitBreaker {
     }
     // A success only lowers the rates, unless the volume was all a rule waited for, or
     // older outcomes just left the window (once per bucket: successes aging out can
-    // leave the failures over the threshold), or calls in flight are counted: they
-    // turn slow as time passes, with nothing else evaluating the rates.
-    if (!tripped &&
-        (failure || slow || rec.head.armed() || rec.dropped || policy_->window.track_in_flight))
+    // leave the failures over the threshold), or calls in flight turned slow since the
+    // rates were last judged (once per in-flight period: they turn slow as time passes,
+    // with nothing else judging the rates).
+    if (!tripped && (failure || slow || rec.head.armed() || rec.dropped ||
+                     (policy_->window.track_in_flight &&
+                      !window_.in_flight().checked(admitted.gen(), in_flight_period(t)))))
       evaluate(admitted.gen(), t);
+  }
+
+  // The in-flight period of time `t` (see detail::InFlight::checked).
+  std::uint64_t in_flight_period(Ticks t) const noexcept {
+    return detail::InFlight::period_of(t, policy_->slow_call_duration, policy_->window.epoch_shift);
   }
 
   void closed_success(Word admitted) noexcept {
@@ -905,6 +912,8 @@ class alignas(64) BasicCircuitBreaker {
       Word w(word_.load(std::memory_order_acquire));
       const State s = static_cast<State>(w.state());
       if (w.gen() != gen || (s != State::closed && s != State::metrics_only)) return;
+      if (policy_->window.track_in_flight)
+        window_.in_flight().mark_checked(gen, in_flight_period(t));
       const Verdict v = verdict(gen, t);
       window_.set_armed(gen, v.armed);
       if (v.trip == Request::none || s != State::closed) return;  // METRICS_ONLY never rejects

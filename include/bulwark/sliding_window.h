@@ -229,7 +229,14 @@ struct Recorded {
 // Counts are per generation: calls admitted before a reset or a close don't count
 // after it.
 //   slot:    [gen 12 | epoch 28 | count 24]
-//   ancient: [gen 12 | count 52, two's complement]
+//   ancient: [gen 12 | checked 20 | count 32, two's complement]
+// The in-flight calls counted slow at `now` are those of the epochs that ended by
+// `now - slow`, so that set grows only when the *period* epoch_of(now - slow) moves on
+// (one more epoch's calls turn slow) — or when a late thread counts a call in an epoch
+// already slow. `checked` holds the last period whose rates were judged (its low 19
+// bits, and a top bit so that 0 means none), so that a fast success judges the rates
+// only once per period instead of at every completion. (A late thread's call is judged
+// by the next failure, slow call or new period: at most one epoch later.)
 // A slot keeps the low 28 bits of its epoch (at least 3 days of 1 ms epochs). A slot
 // up to 1024 epochs *ahead* of a thread's reading of the clock is a newer epoch if a
 // fresh reading confirms it (this thread is late) or if it still holds calls in flight
@@ -244,8 +251,9 @@ class InFlight {
   using SCount = Field<0, 24>;
   using Slot = Layout<SGen, SEpoch, SCount>;
   using AGen = Field<52, 12, std::uint32_t>;
-  using ACount = Field<0, 52>;
-  using Ancient = Layout<AGen, ACount>;
+  using AChecked = Field<32, 20>;
+  using ACount = Field<0, 32>;
+  using Ancient = Layout<AGen, AChecked, ACount>;
   static constexpr unsigned kGenBits = SGen::width;
   static constexpr std::uint64_t kEpochMask = SEpoch::max;
 
@@ -337,6 +345,38 @@ class InFlight {
                : static_cast<Ticks>(epoch << shift);
   }
 
+  // The period of `now`: slow_calls() can only grow when it moves on.
+  static std::uint64_t period_of(Ticks now, Ticks slow, unsigned shift) noexcept {
+    return epoch_of(saturating_sub(now, slow), shift);
+  }
+  // True if the rates of generation `gen` were judged in `period` (see mark_checked).
+  bool checked(std::uint32_t gen, std::uint64_t period) const noexcept {
+    const std::uint64_t a = ancient_.load(std::memory_order_acquire);
+    return AGen::get(a) == (gen & AGen::max) && AChecked::get(a) == checked_tag(period);
+  }
+  // Notes that the rates of generation `gen` were judged in `period`; an earlier
+  // generation's word (whose count no longer counts) is taken over, a later one's left
+  // alone. A lost race only makes a later success judge again.
+  void mark_checked(std::uint32_t gen, std::uint64_t period) noexcept {
+    const std::uint64_t tag = checked_tag(period);
+    std::uint64_t raw = ancient_.load(std::memory_order_acquire);
+    for (;;) {
+      const std::uint32_t g = AGen::get(raw);
+      std::uint64_t next = 0;
+      if (g == (gen & AGen::max)) {
+        if (AChecked::get(raw) == tag) return;
+        next = AChecked::set(raw, tag);
+      } else if (gen_after(g, gen & AGen::max, kGenBits)) {
+        return;
+      } else {
+        next = Ancient::make(AGen::value(gen), AChecked::value(tag));
+      }
+      if (ancient_.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
+                                         std::memory_order_acquire))
+        return;
+    }
+  }
+
   // Calls of generation `gen` admitted before `now - slow` and still in flight.
   std::uint64_t slow_calls(std::uint32_t gen, Ticks now, Ticks slow,
                            unsigned shift) const noexcept {
@@ -367,6 +407,9 @@ class InFlight {
 
   static constexpr bool mine(std::uint64_t raw, std::uint32_t gen) noexcept {
     return SGen::get(raw) == (gen & SGen::max);
+  }
+  static constexpr std::uint64_t checked_tag(std::uint64_t period) noexcept {
+    return (AChecked::max >> 1) + 1 + (period & (AChecked::max >> 1));
   }
   static constexpr std::uint64_t make_slot(std::uint32_t gen, std::uint64_t epoch,
                                            std::uint64_t count) noexcept {
@@ -399,14 +442,15 @@ class InFlight {
     std::uint64_t raw = ancient_.load(std::memory_order_acquire);
     for (;;) {
       std::int64_t c = 0;
+      std::uint64_t base = Ancient::make(AGen::value(gen));
       const std::uint32_t g = AGen::get(raw);
       if (g == (gen & AGen::max)) {
-        c = ancient_count(raw);
+        c = ancient_count(raw), base = raw;  // keeps `checked`
       } else if (gen_after(g, gen & AGen::max, kGenBits)) {
         return;  // a later generation owns the count now: ours is forgotten
       }
       const std::uint64_t next =
-          Ancient::make(AGen::value(gen), ACount::value(static_cast<std::uint64_t>(c + delta)));
+          ACount::set(base, static_cast<std::uint64_t>(c + delta) & ACount::max);
       if (ancient_.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
                                          std::memory_order_acquire))
         return;
