@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -269,6 +270,49 @@ TEST(Simulate, ProgressHearsEachConfigurationsVirtualTimeAdvance) {
     EXPECT_GE(reports, 1) << c.name;
   }
   EXPECT_EQ(to_json(with), to_json(simulate(s))) << "reporting changes nothing";
+}
+
+TEST(Simulate, SideBySideGivesWhatOneAfterAnotherGives) {
+  Scenario s = small_incident();
+  s.configurations.push_back(s.configurations[1]);
+  s.configurations.back().name = "after again";
+  const std::string one = to_json(simulate(s));
+  EXPECT_EQ(to_json(simulate(s, {.threads = 2})), one);
+  EXPECT_EQ(to_json(simulate(s, {.threads = 8})), one) << "more threads than configurations";
+  // Progress calls are serialized: a plain counter (TSan would see a race otherwise).
+  std::uint64_t calls = 0;
+  SimulateOptions options{.threads = 3};
+  options.progress = [](std::string_view, Nanos, Nanos, void* c) {
+    ++*static_cast<std::uint64_t*>(c);
+  };
+  options.progress_context = &calls;
+  const Scenario big = builtin_scenario();
+  const std::string alone = to_json(simulate(big));
+  EXPECT_EQ(to_json(simulate(big, options)), alone);
+  EXPECT_GE(calls, big.configurations.size());
+}
+
+TEST(Simulate, SideBySideReportsTheFirstConfigurationsError) {
+  Scenario s = scenario(10, 10s, 10, 10ms);
+  s.configurations.push_back(config("good"));
+  for (const char* name : {"bad1", "bad2"}) {
+    s.configurations.push_back(config(name));
+    s.configurations.back().breaker = CountWindowConfig{};  // no trip rule
+  }
+  for (unsigned threads : {1u, 2u, 3u}) {
+    try {
+      simulate(s, {.threads = threads});
+      ADD_FAILURE() << threads;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.field(), "config.bad1.failure_rate") << threads;
+    }
+  }
+  try {
+    simulate(s, {.threads = 0});
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.field(), "threads");
+  }
 }
 
 TEST(Simulate, BadOptionsAreInputErrors) {

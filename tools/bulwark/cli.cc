@@ -23,6 +23,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -443,7 +444,9 @@ int run_simulate(const SimulateArgs& a) {
     scenario.configurations = std::move(kept);
   }
   open_outputs(a, json, svg);
-  bulwark::lab::SimulateOptions options{.timeline_step = a.step};
+  // The configurations are independent: one thread each, up to the machine's cores.
+  bulwark::lab::SimulateOptions options{
+      .timeline_step = a.step, .threads = std::max(1u, std::thread::hardware_concurrency())};
   Progress progress;
   if (::isatty(::fileno(stderr))) {
     options.progress = &Progress::simulating;

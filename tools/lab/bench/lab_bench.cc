@@ -2,6 +2,8 @@
 // of 400 req/s through both of its configurations, in virtual time). The goal is at
 // least 10,000x; the `speedup` counter is simulated seconds per wall-clock second, and
 // `requests_per_s` counts simulated requests (all configurations) per wall-clock second.
+// /threads:1 runs the configurations one after another; /threads:2 side by side, as
+// `bulwark simulate` does on a machine of two cores or more.
 //
 //   build/release/tools/lab/bench/bulwark_lab_bench --benchmark_filter=Simulate
 
@@ -22,11 +24,12 @@ namespace {
 
 void BM_Simulate_DefaultIncident(benchmark::State& state) {
   const bulwark::lab::Scenario scenario = bulwark::lab::builtin_scenario();
+  const bulwark::lab::SimulateOptions options{.threads = static_cast<unsigned>(state.range(0))};
   const double simulated = std::chrono::duration<double>(scenario.duration).count();
   std::uint64_t requests = 0;
   const auto start = std::chrono::steady_clock::now();
   for (auto _ : state) {
-    const bulwark::lab::SimulationResult r = bulwark::lab::simulate(scenario);
+    const bulwark::lab::SimulationResult r = bulwark::lab::simulate(scenario, options);
     benchmark::DoNotOptimize(r.configurations.data());
     for (const auto& c : r.configurations) requests += c.requests;
   }
@@ -37,7 +40,12 @@ void BM_Simulate_DefaultIncident(benchmark::State& state) {
   state.counters["requests_per_s"] =
       benchmark::Counter(static_cast<double>(requests), benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_Simulate_DefaultIncident)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_Simulate_DefaultIncident)
+    ->ArgName("threads")
+    ->Arg(1)
+    ->Arg(2)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 }  // namespace
 

@@ -1,6 +1,14 @@
 #include "bulwark/lab/simulate.h"
 
+#include <algorithm>
+#include <atomic>
+#include <exception>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <system_error>
+#include <thread>
+#include <vector>
 
 #include "breakers.h"
 #include "bulwark/lab/duration.h"
@@ -45,10 +53,74 @@ ConfigurationResult simulate_configuration(const Scenario& scenario,
   }
 }
 
+namespace {
+
+// Runs the configurations on `threads` threads (the caller's among them), each taking
+// the next one not yet taken; results and errors land in the configurations' order.
+std::vector<ConfigurationResult> simulate_side_by_side(const Scenario& scenario,
+                                                       const SimulateOptions& options,
+                                                       unsigned threads) {
+  const std::size_t n = scenario.configurations.size();
+  std::vector<std::optional<ConfigurationResult>> results(n);
+  std::vector<std::exception_ptr> errors(n);
+  std::mutex progress_mutex;
+  struct Serialized {
+    const SimulateOptions* options;
+    std::mutex* mutex;
+  } serialized{&options, &progress_mutex};
+  SimulateOptions each = options;
+  if (options.progress != nullptr) {
+    each.progress = [](std::string_view configuration, Nanos at, Nanos duration, void* p) {
+      const auto& s = *static_cast<const Serialized*>(p);
+      const std::lock_guard<std::mutex> lock(*s.mutex);
+      s.options->progress(configuration, at, duration, s.options->progress_context);
+    };
+    each.progress_context = &serialized;
+  }
+  std::atomic<std::size_t> next{0};
+  const auto work = [&] {
+    for (std::size_t i = next.fetch_add(1); i < n; i = next.fetch_add(1)) {
+      try {
+        results[i].emplace(simulate_configuration(scenario, scenario.configurations[i], each));
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  {
+    std::vector<std::jthread> helpers;
+    for (unsigned t = 1; t < threads; ++t) {
+      try {
+        helpers.emplace_back(work);
+      } catch (const std::system_error&) {
+        break;  // no thread to be had: the threads there are do the work
+      }
+    }
+    work();
+  }  // joined
+  std::vector<ConfigurationResult> out;
+  out.reserve(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    if (errors[i]) std::rethrow_exception(errors[i]);
+    out.push_back(std::move(*results[i]));
+  }
+  return out;
+}
+
+}  // namespace
+
 SimulationResult simulate(const Scenario& scenario, const SimulateOptions& options) {
+  if (options.threads == 0) throw InputError({}, "threads", "must be at least 1");
   SimulationResult result;
   result.scenario = scenario;
   result.timeline_step = options.timeline_step;
+  const std::size_t threads =
+      std::min<std::size_t>(options.threads, scenario.configurations.size());
+  if (threads > 1) {
+    result.configurations =
+        simulate_side_by_side(scenario, options, static_cast<unsigned>(threads));
+    return result;
+  }
   for (const ResilienceConfig& c : scenario.configurations) {
     result.configurations.push_back(simulate_configuration(scenario, c, options));
   }

@@ -7,8 +7,8 @@
 // breaker, bulkhead, retry policy and retry budget are the library's own, driven
 // through their non-blocking APIs (try_acquire / Permit::record, the bulkhead's
 // try_acquire, RetryPolicy::decide, RetryBudget::deposit / try_withdraw); nothing
-// blocks, sleeps or starts a thread, so ten minutes of 400 req/s take a fraction of a
-// second.
+// blocks or sleeps, so ten minutes of 400 req/s take a fraction of a second.
+// Configurations are independent: SimulateOptions::threads runs them side by side.
 //
 //   bulwark::lab::Scenario scenario = bulwark::lab::builtin_scenario();
 //   bulwark::lab::SimulationResult r = bulwark::lab::simulate(scenario);
@@ -31,7 +31,8 @@
 //
 // Cost: O(events · log(events in flight)) time; memory bounded by the requests in
 // flight plus the timeline (one entry per step) — not by the number of requests.
-// Not thread-safe; each call builds and owns its objects.
+// Each call builds and owns its objects: calls on different threads are independent.
+// With `threads` = 1 (the default) no thread is started.
 
 #ifndef BULWARK_LAB_SIMULATE_H_
 #define BULWARK_LAB_SIMULATE_H_
@@ -57,6 +58,10 @@ struct SimulateOptions {
   void (*progress)(std::string_view configuration, Nanos at, Nanos duration,
                    void* context) = nullptr;
   void* progress_context = nullptr;
+  // simulate(): configurations run at once on up to this many threads (the caller's
+  // among them); 1 runs them one after another on the caller's. The result is the same
+  // either way; calls to `progress` are then serialized, and may come from any of them.
+  unsigned threads = 1;
 };
 
 // One step of the timeline. Counts are of events inside the step; peaks are the
@@ -125,8 +130,9 @@ struct SimulationResult {
   std::vector<ConfigurationResult> configurations;
 };
 
-// Runs every configuration of `scenario`. Throws InputError for bad options, and for a
-// retry of more than kMaxAttempts attempts (the work per request is bounded by it).
+// Runs every configuration of `scenario`. Throws InputError for bad options (threads
+// 0 among them), and for a retry of more than kMaxAttempts attempts (the work per
+// request is bounded by it); with several threads, the first configuration's error.
 SimulationResult simulate(const Scenario& scenario, const SimulateOptions& options = {});
 
 // Runs one configuration (the building block of simulate()).
