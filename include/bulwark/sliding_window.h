@@ -354,27 +354,11 @@ class InFlight {
     const std::uint64_t a = ancient_.load(std::memory_order_acquire);
     return AGen::get(a) == (gen & AGen::max) && AChecked::get(a) == checked_tag(period);
   }
-  // Notes that the rates of generation `gen` were judged in `period`; an earlier
-  // generation's word (whose count no longer counts) is taken over, a later one's left
-  // alone. A lost race only makes a later success judge again.
+  // Notes that the rates of generation `gen` were judged in `period`. A lost race only
+  // makes a later success judge again.
   void mark_checked(std::uint32_t gen, std::uint64_t period) noexcept {
-    const std::uint64_t tag = checked_tag(period);
-    std::uint64_t raw = ancient_.load(std::memory_order_acquire);
-    for (;;) {
-      const std::uint32_t g = AGen::get(raw);
-      std::uint64_t next = 0;
-      if (g == (gen & AGen::max)) {
-        if (AChecked::get(raw) == tag) return;
-        next = AChecked::set(raw, tag);
-      } else if (gen_after(g, gen & AGen::max, kGenBits)) {
-        return;
-      } else {
-        next = Ancient::make(AGen::value(gen), AChecked::value(tag));
-      }
-      if (ancient_.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
-                                         std::memory_order_acquire))
-        return;
-    }
+    update_ancient(gen,
+                   [tag = checked_tag(period)](std::uint64_t a) { return AChecked::set(a, tag); });
   }
 
   // Calls of generation `gen` admitted before `now - slow` and still in flight.
@@ -439,19 +423,24 @@ class InFlight {
   }
 
   void add_ancient(std::uint32_t gen, std::int64_t delta) noexcept {
+    update_ancient(gen, [delta](std::uint64_t a) {
+      return ACount::set(a, static_cast<std::uint64_t>(ancient_count(a) + delta) & ACount::max);
+    });
+  }
+
+  // Replaces the ancient word of generation `gen` by next(word): an earlier
+  // generation's word (whose count no longer counts) is first taken over as an empty one
+  // of `gen`; a later generation's is left alone (ours is forgotten).
+  template <class Next>
+  void update_ancient(std::uint32_t gen, Next next) noexcept {
     std::uint64_t raw = ancient_.load(std::memory_order_acquire);
     for (;;) {
-      std::int64_t c = 0;
-      std::uint64_t base = Ancient::make(AGen::value(gen));
       const std::uint32_t g = AGen::get(raw);
-      if (g == (gen & AGen::max)) {
-        c = ancient_count(raw), base = raw;  // keeps `checked`
-      } else if (gen_after(g, gen & AGen::max, kGenBits)) {
-        return;  // a later generation owns the count now: ours is forgotten
-      }
-      const std::uint64_t next =
-          ACount::set(base, static_cast<std::uint64_t>(c + delta) & ACount::max);
-      if (ancient_.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
+      if (gen_after(g, gen & AGen::max, kGenBits)) return;
+      const std::uint64_t want =
+          next(g == (gen & AGen::max) ? raw : Ancient::make(AGen::value(gen)));
+      if (want == raw) return;
+      if (ancient_.compare_exchange_weak(raw, want, std::memory_order_acq_rel,
                                          std::memory_order_acquire))
         return;
     }
