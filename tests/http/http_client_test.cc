@@ -72,6 +72,11 @@ TEST(HttpClient, MetricsExposeTheHostsPoliciesAndTheClientsCounters) {
   EXPECT_TRUE(has("bulwark_circuitbreaker_calls_total{" + key + "\",kind=\"successful\"} 2"))
       << text;
   EXPECT_TRUE(has("bulwark_retry_retries_total{" + key + "\"} 1")) << text;
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"successful_with_retry\"} 1"))
+      << text;
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"successful_without_retry\"} 1"))
+      << text;
+  EXPECT_TRUE(has("bulwark_http_client_requests_in_flight{client=\"test\"} 0")) << text;
   EXPECT_TRUE(has("bulwark_bulkhead_max_allowed_concurrent_calls{" + key + "\"} 64")) << text;
   EXPECT_TRUE(has("bulwark_http_client_requests_total{client=\"test\"} 2")) << text;
   EXPECT_TRUE(has("bulwark_http_client_attempts_total{client=\"test\"} 3")) << text;
@@ -83,6 +88,49 @@ TEST(HttpClient, MetricsExposeTheHostsPoliciesAndTheClientsCounters) {
             std::string::npos);
   EXPECT_THROW(client.write_metrics(prefixed, prometheus::ExpositionOptions{.prefix = "1 bad"}),
                InvalidConfig);
+}
+
+// bulwark_retry_calls_total{kind}: one per request through the host's retry, by how
+// it ended (Resilience4j's kinds); a request the breaker turned away is not a call.
+TEST(HttpClient, RetryCallsAreCountedByHowTheyEnded) {
+  std::atomic<int> flaky{0};
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/ok") {
+      res.set_content("ok", "text/plain");
+    } else if (req.path == "/flaky" && flaky++ == 0) {
+      res.status = 503;
+    } else if (req.path == "/flaky") {
+      res.set_content("ok", "text/plain");
+    } else if (req.path == "/missing") {
+      res.status = 404;
+    } else {
+      res.status = 503;
+    }
+  });
+  Config c = quick(2);
+  Client client(c);
+  EXPECT_TRUE(client.get(up.url("/ok")));        // successful_without_retry
+  EXPECT_TRUE(client.get(up.url("/ok")));        // successful_without_retry
+  EXPECT_TRUE(client.get(up.url("/flaky")));     // successful_with_retry
+  EXPECT_FALSE(client.get(up.url("/down")));     // failed_with_retry
+  EXPECT_FALSE(client.get(up.url("/missing")));  // failed_without_retry (a 404: not retried)
+  std::ostringstream out;
+  client.write_metrics(out);
+  const std::string text = out.str();
+  const std::string key = "name=\"test\",key=\"" + up.url("");
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"successful_without_retry\"} 2"))
+      << text;
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"successful_with_retry\"} 1"))
+      << text;
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"failed_with_retry\"} 1")) << text;
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"failed_without_retry\"} 1"))
+      << text;
+  EXPECT_TRUE(has("bulwark_retry_retries_total{" + key + "\"} 2")) << text;
+  // The registry's totals add them up.
+  EXPECT_TRUE(has(
+      "bulwark_registry_retry_calls_total{registry=\"test\",kind=\"successful_without_retry\"} 2"))
+      << text;
 }
 
 TEST(HttpClient, PostWithMadeKeyRetriesWithTheSameKey) {
@@ -338,10 +386,13 @@ TEST(HttpClient, RedirectsAreOffByDefaultAndBoundedWhenOn) {
   auto followed = on.get(up.url("/start"));
   ASSERT_TRUE(followed) << followed.error().message;
   EXPECT_EQ(followed->body, "here");
+  const int before = up.requests();
   auto looped = on.get(up.url("/loop"));
   ASSERT_FALSE(looped);
   EXPECT_EQ(looped.error().kind, ErrorKind::redirect);
-  EXPECT_EQ(looped.error().attempts, 1u) << "not retried";
+  EXPECT_EQ(looped.error().outcome(), Outcome::ignored) << "the caller's limit";
+  EXPECT_EQ(looped.error().attempts, 4u) << "the request and 3 redirects, none retried";
+  EXPECT_EQ(up.requests() - before, 4);
 }
 
 TEST(HttpClient, BadInputIsRejectedBeforeSending) {
