@@ -20,6 +20,7 @@
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -68,7 +69,8 @@ struct Action {
   enum class Kind : std::uint8_t {
     send,     // write `bytes`
     trickle,  // write `bytes` one at a time, `pause` before each
-    hold,     // wait until the client closes the connection (or the server stops)
+    hold,     // wait until the client closes the connection (or the server stops);
+              // further requests on it are recorded, not answered
     reset,    // close with SO_LINGER 0: the client sees a reset (RST)
   };
   Kind kind = Kind::send;
@@ -138,11 +140,16 @@ class HostileServer {
     return cv_.wait_for(lock, std::chrono::seconds(30),
                         [&] { return static_cast<int>(requests_.size()) >= n; });
   }
-  // Waits until no connection is being served (or 30 s): the previous test's client
-  // has gone away, so the next test's connections are not queued behind it.
-  bool wait_idle() {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(30), [&] { return !busy_; });
+  // A barrier: returns once every connection made to either port before the call has
+  // been served to its end (connections are served in the order they arrive, so a
+  // marker request of the caller's own is answered after them). Then requests() holds
+  // every request those connections sent, and the next script meets no stragglers.
+  // False if the server did not answer within 30 s.
+  bool sync() {
+    for (int i = 0; i < 2; ++i) {
+      if (!sync_port(ports_[i])) return false;
+    }
+    return true;
   }
 
  private:
@@ -188,18 +195,31 @@ class HostileServer {
         if ((p[i].revents & POLLIN) == 0) continue;
         const int conn = ::accept4(listeners_[i], nullptr, nullptr, SOCK_CLOEXEC);
         if (conn < 0) continue;
-        {
-          std::lock_guard lock(mu_);
-          busy_ = true;
-        }
         handle(conn, ports_[i]);
-        {
-          std::lock_guard lock(mu_);
-          busy_ = false;
-        }
-        cv_.notify_all();
       }
     }
+  }
+
+  static constexpr std::string_view kSyncTarget = "/__hostile_server_sync__";
+
+  bool sync_port(int port) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return false;
+    timeval tv{30, 0};
+    ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+    const std::string req = "GET " + std::string(kSyncTarget) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+    ok = ok && ::send(fd, req.data(), req.size(), MSG_NOSIGNAL) == static_cast<ssize_t>(req.size());
+    std::string got;
+    char buf[256];
+    for (ssize_t n; ok && (n = ::recv(fd, buf, sizeof buf, 0)) > 0;)
+      got.append(buf, static_cast<std::size_t>(n));
+    ::close(fd);
+    return ok && got.starts_with("HTTP/1.1 204");
   }
 
   // Reads one request: the head up to the blank line, then a Content-Length body.
@@ -280,6 +300,12 @@ class HostileServer {
       ::close(conn);
       return;
     }
+    if (req.target == kSyncTarget) {
+      send_all(conn, "HTTP/1.1 204 No Content\r\nConnection: close\r\n\r\n");
+      ::shutdown(conn, SHUT_WR);
+      ::close(conn);
+      return;
+    }
     Script script;
     {
       std::lock_guard lock(mu_);
@@ -304,9 +330,17 @@ class HostileServer {
           }
           break;
         case Action::Kind::hold:
+          // A client that sends another request on this connection (keep-alive) has
+          // it recorded, and unanswered.
           while (client_still_there(conn, -1)) {
-            char buf[256];
-            if (::recv(conn, buf, sizeof buf, MSG_DONTWAIT) <= 0) break;  // drain, go on
+            RawRequest next;
+            next.port = port;
+            if (!read_request(conn, next)) break;
+            {
+              std::lock_guard lock(mu_);
+              requests_.push_back(std::move(next));
+            }
+            cv_.notify_all();
           }
           open = false;
           break;
@@ -332,7 +366,6 @@ class HostileServer {
   std::condition_variable cv_;
   Scripter scripter_;
   std::vector<RawRequest> requests_;
-  bool busy_ = false;
 };
 
 // A well-formed response with a body: the building block of most scripts.

@@ -161,7 +161,7 @@ void PrintTo(const AsyncParam& p, std::ostream* os) {
 
 class AsyncClientLifetime : public ::testing::TestWithParam<AsyncParam> {
  protected:
-  void SetUp() override { ASSERT_TRUE(server().wait_idle()); }
+  void SetUp() override { ASSERT_TRUE(server().sync()); }
 };
 
 TEST_P(AsyncClientLifetime, DestroyedWhileRequestsWait) {
@@ -244,7 +244,7 @@ TEST(AsyncClientLifetimeTest, ARequestAwaitedAfterTheClientIsGoneEndsAtOnce) {
 }
 
 TEST(AsyncClientLifetimeTest, DestroyedFromACoroutineOnItsExecutor) {
-  ASSERT_TRUE(server().wait_idle());
+  ASSERT_TRUE(server().sync());
   server().script(always({Action::hold()}));
   ::asio::io_context io;
   auto client = std::make_unique<AsyncClient>(io.get_executor(), lifetime_config());
@@ -274,7 +274,7 @@ TEST(AsyncClientLifetimeTest, DestroyedFromACoroutineOnItsExecutor) {
 
 class ClientLifetime : public ::testing::TestWithParam<std::size_t> {
  protected:
-  void SetUp() override { ASSERT_TRUE(server().wait_idle()); }
+  void SetUp() override { ASSERT_TRUE(server().sync()); }
 };
 
 TEST_P(ClientLifetime, DestroyedWhileRequestsWait) {
@@ -323,7 +323,7 @@ INSTANTIATE_TEST_SUITE_P(WaitingPlaces, ClientLifetime,
                          });
 
 TEST(ClientLifetimeTest, CancellationByTheCallerIsStillCancelled) {
-  ASSERT_TRUE(server().wait_idle());
+  ASSERT_TRUE(server().sync());
   server().script(always({Action::hold()}));
   Client client(lifetime_config());
   std::stop_source stop;
