@@ -109,6 +109,7 @@ TEST(HttpPipeline, AlwaysFailingServerTripsTheBreaker) {
   Retry retry(quick_retry(2));
   auto p = pipeline(bulwark::breaker(breaker), bulwark::retry(retry), timeout(5s));
   int rejected = 0;
+  const auto start = std::chrono::steady_clock::now();
   for (int i = 0; i < 10; ++i) {
     auto r = p(Context(), [&](const Context& c) { return http_get(upstream.port(), "/", c); });
     ASSERT_FALSE(r);
@@ -118,7 +119,9 @@ TEST(HttpPipeline, AlwaysFailingServerTripsTheBreaker) {
       EXPECT_EQ(r.error().error->status, 500);
     } else {
       EXPECT_EQ(r.error().reason, Reason::breaker_open);
-      EXPECT_GT(r.error().retry_after, 59min);
+      // The open hour's remainder: at least the hour less the time since the start.
+      EXPECT_LE(r.error().retry_after, 1h);
+      EXPECT_GE(r.error().retry_after, 1h - (std::chrono::steady_clock::now() - start));
       ++rejected;
     }
   }
@@ -149,7 +152,10 @@ TEST(HttpPipeline, SlowServerPerAttemptTimeoutInsideDeadline) {
   EXPECT_EQ(r.error().stage, Stage::retry);
   ASSERT_TRUE(r.error().error);
   EXPECT_EQ(r.error().error->status, 0) << "the client gave up, the server never answered";
-  EXPECT_GE(r.error().attempts, 2u) << "a 100 ms attempt fits several times in 600 ms";
+  // How many 100 ms attempts fit is the machine's business (a stalled thread fits
+  // fewer); that each was cut at its own timeout, and the last by the deadline, is not.
+  EXPECT_GE(r.error().attempts, 1u);
+  EXPECT_EQ(given.size(), static_cast<std::size_t>(r.error().attempts));
   EXPECT_LT(r.error().attempts, 50u) << "the deadline, not max_attempts, ended it";
   for (const Nanos g : given)
     EXPECT_LE(g, 100ms) << "no attempt was told it had more than its timeout";

@@ -7,9 +7,12 @@
 #include <atomic>
 #include <cctype>
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <stop_token>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -17,6 +20,7 @@
 
 #include "bulwark/config_error.h"
 #include "bulwark/http/retry_after.h"
+#include "bulwark/metrics.h"
 #include "bulwark/pipeline.h"
 #include "bulwark/prometheus.h"
 #include "hosts.h"
@@ -54,6 +58,12 @@ bool is_field_value(std::string_view s) noexcept {
   return s.find_first_of(std::string_view("\r\n\0", 3)) == std::string_view::npos;
 }
 
+std::string_view trim_ows(std::string_view v) noexcept {
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t')) v.remove_prefix(1);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  return v;
+}
+
 Outcome default_classify(long status) noexcept {
   if (status >= 500 || status == 429) return Outcome::failure;
   if (status >= 400) return Outcome::ignored;
@@ -74,18 +84,23 @@ void global_init() {
 }
 
 struct ParsedUrl {
+  std::string url;     // the whole URL, as curl normalised it
   std::string origin;  // scheme://host:port
   std::string path;
 };
 
-// Parses an absolute http(s) URL with libcurl's URL parser.
-Expected<ParsedUrl, std::string> parse_url(const std::string& url) {
+// Parses an absolute http(s) URL with libcurl's URL parser; with `base`, `url` may be
+// relative to it (a redirect's Location).
+Expected<ParsedUrl, std::string> parse_url(const std::string& url,
+                                           const std::string* base = nullptr) {
   CURLU* u = curl_url();
   if (u == nullptr) return Unexpected(std::string("out of memory"));
   struct Free {
     CURLU* u;
     ~Free() { curl_url_cleanup(u); }
   } guard{u};
+  if (base != nullptr && curl_url_set(u, CURLUPART_URL, base->c_str(), 0) != CURLUE_OK)
+    return Unexpected("malformed URL '" + *base + "'");
   if (curl_url_set(u, CURLUPART_URL, url.c_str(), 0) != CURLUE_OK)
     return Unexpected("malformed URL '" + url + "'");
   auto part = [&](CURLUPart p, unsigned flags) -> std::string {
@@ -101,11 +116,17 @@ Expected<ParsedUrl, std::string> parse_url(const std::string& url) {
   std::string host = part(CURLUPART_HOST, 0);
   if (host.empty()) return Unexpected("no host in URL '" + url + "'");
   std::string port = part(CURLUPART_PORT, CURLU_DEFAULT_PORT);
-  return ParsedUrl{scheme + "://" + host + ":" + port, part(CURLUPART_PATH, 0)};
+  return ParsedUrl{part(CURLUPART_URL, 0), scheme + "://" + host + ":" + port,
+                   part(CURLUPART_PATH, 0)};
 }
 
 bool idempotent_method(std::string_view m) noexcept {
   return m == "GET" || m == "HEAD" || m == "PUT" || m == "DELETE" || m == "OPTIONS" || m == "TRACE";
+}
+
+// The redirects the client follows (the fetch standard's redirect statuses).
+bool followed_redirect(long status) noexcept {
+  return status == 301 || status == 302 || status == 303 || status == 307 || status == 308;
 }
 
 Error make_error(ErrorKind kind, Outcome outcome, bool retryable, std::string message,
@@ -119,6 +140,13 @@ Error make_error(ErrorKind kind, Outcome outcome, bool retryable, std::string me
   return e;
 }
 
+Error shutdown_error() {
+  Error e = make_error(ErrorKind::shutdown, Outcome::ignored, false,
+                       "the client was destroyed while the request was pending");
+  e.reason = Reason::cancelled;
+  return e;
+}
+
 // One transfer's state, shared with libcurl's callbacks.
 struct Transfer {
   Response response;
@@ -127,7 +155,10 @@ struct Transfer {
   std::size_t header_bytes = 0;
   bool body_over = false;
   bool headers_over = false;
+  bool headers_done = false;  // the blank line that ends the (final) header block came
   bool cancelled = false;
+  std::string protocol_error;  // what the server's header block broke, if anything
+  std::optional<std::string> content_length;
   const Context* ctx = nullptr;
   std::array<char, CURL_ERROR_SIZE> errbuf{};
 };
@@ -143,6 +174,8 @@ std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
   return len;
 }
 
+// Each header line as libcurl hands it over (status line, fields, the blank line).
+// Returning 0 ends the transfer (CURLE_WRITE_ERROR); the flags say why.
 std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   auto* t = static_cast<Transfer*>(user);
   const std::size_t len = size * n;
@@ -154,16 +187,44 @@ std::size_t on_header(char* p, std::size_t size, std::size_t n, void* user) {
   std::string_view line(p, len);
   while (!line.empty() && (line.back() == '\r' || line.back() == '\n')) line.remove_suffix(1);
   if (line.starts_with("HTTP/")) {
-    t->response.headers.clear();  // a new response (after a redirect or a 100 Continue)
+    // A new response (after a 100 Continue): its own header block.
+    t->response.headers.clear();
     t->response.body.clear();
+    t->content_length.reset();
+    t->headers_done = false;
+    return len;
+  }
+  if (line.empty()) {
+    t->headers_done = true;
+    return len;
+  }
+  if (line.front() == ' ' || line.front() == '\t') {
+    // obs-fold (RFC 9112 §5.2): the line continues the previous field's value.
+    if (t->response.headers.empty()) {
+      t->protocol_error = "a folded header line with no header before it";
+      return 0;
+    }
+    const std::string_view more = trim_ows(line);
+    std::string& value = t->response.headers.back().value;
+    if (!more.empty()) value += (value.empty() ? "" : " ") + std::string(more);
     return len;
   }
   const auto colon = line.find(':');
-  if (colon == std::string_view::npos || colon == 0) return len;
-  std::string_view value = line.substr(colon + 1);
-  while (!value.empty() && (value.front() == ' ' || value.front() == '\t')) value.remove_prefix(1);
-  while (!value.empty() && (value.back() == ' ' || value.back() == '\t')) value.remove_suffix(1);
-  t->response.headers.push_back({std::string(line.substr(0, colon)), std::string(value)});
+  if (colon == std::string_view::npos || colon == 0 || !is_token(line.substr(0, colon))) {
+    t->protocol_error = "a malformed header line '" + std::string(line.substr(0, 80)) + "'";
+    return 0;
+  }
+  const std::string_view name = line.substr(0, colon);
+  const std::string_view value = trim_ows(line.substr(colon + 1));
+  if (iequals(name, "Content-Length")) {
+    if (t->content_length && *t->content_length != value) {
+      t->protocol_error = "conflicting Content-Length headers ('" + *t->content_length + "', '" +
+                          std::string(value.substr(0, 40)) + "')";
+      return 0;
+    }
+    t->content_length = std::string(value);
+  }
+  t->response.headers.push_back({std::string(name), std::string(value)});
   return len;
 }
 
@@ -194,10 +255,25 @@ Expected<void, ConfigError> validate_config(const Config& c) {
     return bad("max_redirects", "must be at most 50 (got " + std::to_string(c.max_redirects) + ")");
   if (!is_token(c.idempotency_header))
     return bad("idempotency_header", "must be a header name (got '" + c.idempotency_header + "')");
+  for (const std::string& h : c.origin_headers) {
+    if (!is_token(h)) return bad("origin_headers", "must hold header names (got '" + h + "')");
+  }
   if (auto ok = validate(c.bulkhead); !ok) return ok;
   if (auto ok = validate(c.retry); !ok) return ok;
   if (auto ok = validate(c.budget); !ok) return ok;
   return {};
+}
+
+// How a call through a host's retry ended, for bulwark_retry_calls_total{kind}. A call
+// the breaker or the bulkhead turned away never reached the retry: not counted.
+void count_retry_call(detail::HostState& state, bool ok, const Failure<Error>* f,
+                      std::uint32_t calls) {
+  if (!ok && calls == 0 && (f->stage == Stage::breaker || f->stage == Stage::bulkhead)) return;
+  const bool retried = calls > 1;
+  state.calls->record_retry_call(
+      ok ? (retried ? RetryCallKind::successful_with_retry
+                    : RetryCallKind::successful_without_retry)
+         : (retried ? RetryCallKind::failed_with_retry : RetryCallKind::failed_without_retry));
 }
 
 }  // namespace
@@ -219,8 +295,12 @@ std::string_view to_string(ErrorKind k) noexcept {
       return "timeout";
     case ErrorKind::status:
       return "status";
+    case ErrorKind::protocol:
+      return "protocol";
     case ErrorKind::body_too_large:
       return "body_too_large";
+    case ErrorKind::headers_too_large:
+      return "headers_too_large";
     case ErrorKind::redirect:
       return "redirect";
     case ErrorKind::rejected_by_breaker:
@@ -229,6 +309,8 @@ std::string_view to_string(ErrorKind k) noexcept {
       return "bulkhead_full";
     case ErrorKind::cancelled:
       return "cancelled";
+    case ErrorKind::shutdown:
+      return "shutdown";
   }
   return "unknown";
 }
@@ -255,11 +337,20 @@ struct SList {
 
 // A request checked and ready for the pipeline.
 struct Prepared {
-  std::string key;     // the registry key: host, or host and route
-  bool retry_allowed;  // idempotent, or with a key
+  std::string key;              // the registry key: host, or host and route
+  std::string origin;           // scheme://host:port
+  bool retry_allowed;           // idempotent, or with a key
+  std::string idempotency_key;  // the key sent, if any
   SList headers;
   Context ctx;  // with the request's deadline
   detail::Hosts::Entry host;
+};
+
+// A pooled curl easy handle; the synchronous client drives it through a multi handle
+// of its own, so that a stop request can wake the wait (curl_multi_wakeup).
+struct Handle {
+  CURL* easy = nullptr;
+  CURLM* multi = nullptr;
 };
 
 class Client::Impl {
@@ -269,7 +360,10 @@ class Client::Impl {
     if (!config.key_generator) config.key_generator = random_key;
   }
   ~Impl() {
-    for (CURL* h : pool) curl_easy_cleanup(h);
+    for (const Handle& h : pool) {
+      curl_easy_cleanup(h.easy);
+      if (h.multi != nullptr) curl_multi_cleanup(h.multi);
+    }
   }
 
   static Config checked(Config c) {
@@ -279,20 +373,20 @@ class Client::Impl {
     return c;
   }
 
-  CURL* take_handle() {
+  Handle take_handle() {
     {
       std::lock_guard lock(pool_mu);
       if (!pool.empty()) {
-        CURL* h = pool.back();
+        Handle h = pool.back();
         pool.pop_back();
         return h;
       }
     }
     handles_created.fetch_add(1, std::memory_order_relaxed);
-    return curl_easy_init();
+    return Handle{curl_easy_init(), nullptr};
   }
-  void give_handle(CURL* h) {
-    curl_easy_reset(h);  // options back to defaults; live connections are kept
+  void give_handle(Handle h) {
+    curl_easy_reset(h.easy);  // options back to defaults; live connections are kept
     {
       std::lock_guard lock(pool_mu);
       if (pool.size() < config.max_idle_handles) {
@@ -300,7 +394,8 @@ class Client::Impl {
         return;
       }
     }
-    curl_easy_cleanup(h);
+    curl_easy_cleanup(h.easy);
+    if (h.multi != nullptr) curl_multi_cleanup(h.multi);
   }
 
   std::string key_of(const ParsedUrl& u, const std::string& route) const {
@@ -312,21 +407,81 @@ class Client::Impl {
   // (an error if no time is left), perform, read the result.
   std::optional<Error> prepare(CURL* h, const Request& req, curl_slist* headers, const Context& ctx,
                                Transfer& t);
-  Expected<Response, Error> finish(CURL* h, CURLcode rc, Transfer& t, const Context& ctx);
-  Expected<Response, Error> attempt(CURL* h, const Request& req, curl_slist* headers,
+  Expected<Response, Error> finish(CURL* h, CURLcode rc, Transfer& t, const Context& ctx,
+                                   const std::string& url);
+  CURLcode perform(Handle& h, Transfer& t, const std::stop_token& stop);
+  Expected<Response, Error> attempt(Handle& h, const Request& req, curl_slist* headers,
                                     const Context& ctx);
-  Expected<Prepared, Error> prepare_request(const Request& req, const Context& ctx);
+  // Checks `req` and makes its header list and key. `count`: a request of the caller's
+  // (a redirect's next hop is not counted again).
+  Expected<Prepared, Error> prepare_request(const Request& req, const Context& ctx, bool count);
+  // The request a followed redirect (`res`, a 3xx whose Location finish() checked)
+  // makes of `cur`, as client.h's "Redirects" says.
+  Request next_hop(const Request& cur, const Prepared& p, const Response& res) const;
   static Error convert(Failure<Error>&& f, const std::string& key);
   Expected<Response, Error> request(const Request& req, const Context& ctx);
+
+  // A request's way through its hops: the request, then each redirect followed.
+  struct Hops {
+    std::optional<Request> owned;  // the current hop's request, once it is a redirect's
+    const Request* cur = nullptr;  // the current hop's request
+    std::uint32_t earlier = 0;     // attempts of the hops before
+    std::uint32_t hop = 0;         // redirects followed so far
+  };
+  // After a hop's pipeline ended with `result` (`calls` attempts): the request's
+  // answer, or nothing, with `prepared` and `hops` set for the next hop.
+  std::optional<Expected<Response, Error>> after_hop(Hops& hops,
+                                                     Expected<Prepared, Error>& prepared,
+                                                     Expected<Response, Failure<Error>>&& result,
+                                                     std::uint32_t calls);
+
+  // The requests in flight, so that the destructor can cancel them and wait.
+  struct Live {
+    std::stop_source stop;
+    Live* prev = nullptr;
+    Live* next = nullptr;
+  };
+  bool enter(Live& l) {
+    std::lock_guard lock(live_mu);
+    if (closed_) return false;
+    l.next = live_head;
+    if (live_head != nullptr) live_head->prev = &l;
+    live_head = &l;
+    return true;
+  }
+  void leave(Live& l) {
+    // Notified under the lock: once it is released the destructor may free the client.
+    std::lock_guard lock(live_mu);
+    (l.prev != nullptr ? l.prev->next : live_head) = l.next;
+    if (l.next != nullptr) l.next->prev = l.prev;
+    live_cv.notify_all();
+  }
+  // Stops every request in flight and waits until each has left.
+  void close_and_wait() {
+    std::unique_lock lock(live_mu);
+    closed_ = true;
+    closed.store(true, std::memory_order_release);
+    for (Live* l = live_head; l != nullptr; l = l->next) l->stop.request_stop();
+    live_cv.wait(lock, [&] { return live_head == nullptr; });
+  }
 
   Config config;
   detail::Hosts hosts;
   std::mutex pool_mu;
-  std::vector<CURL*> pool;
+  std::vector<Handle> pool;
   std::atomic<std::uint64_t> requests{0};
   std::atomic<std::uint64_t> attempts{0};
   std::atomic<std::uint64_t> hostile_retry_after{0};
   std::atomic<std::uint64_t> handles_created{0};
+  std::atomic<std::uint64_t> in_flight{0};
+  std::atomic<std::uint64_t> transfers_in_flight{0};
+  std::atomic<bool> closed{false};  // the client is going away: pending requests end
+
+ private:
+  std::mutex live_mu;
+  std::condition_variable live_cv;
+  Live* live_head = nullptr;  // under live_mu
+  bool closed_ = false;       // under live_mu
 };
 
 std::optional<Error> Client::Impl::prepare(CURL* h, const Request& req, curl_slist* headers,
@@ -348,9 +503,8 @@ std::optional<Error> Client::Impl::prepare(CURL* h, const Request& req, curl_sli
   curl_easy_setopt(h, CURLOPT_URL, req.url.c_str());
   curl_easy_setopt(h, CURLOPT_NOSIGNAL, 1L);
   curl_easy_setopt(h, CURLOPT_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_REDIR_PROTOCOLS_STR, "http,https");
-  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, config.max_redirects > 0 ? 1L : 0L);
-  curl_easy_setopt(h, CURLOPT_MAXREDIRS, static_cast<long>(config.max_redirects));
+  // Redirects are followed by the client itself, one hop at a time (request()).
+  curl_easy_setopt(h, CURLOPT_FOLLOWLOCATION, 0L);
   curl_easy_setopt(h, CURLOPT_TIMEOUT_MS, static_cast<long>(timeout_ms));
   curl_easy_setopt(h, CURLOPT_CONNECTTIMEOUT_MS, static_cast<long>(connect_ms));
   curl_easy_setopt(h, CURLOPT_WRITEFUNCTION, &on_body);
@@ -377,15 +531,63 @@ std::optional<Error> Client::Impl::prepare(CURL* h, const Request& req, curl_sli
   return std::nullopt;
 }
 
-Expected<Response, Error> Client::Impl::attempt(CURL* h, const Request& req, curl_slist* headers,
+// curl_easy_perform, but through the handle's own multi handle, so that `stop` wakes
+// the wait at once (curl_multi_wakeup) instead of at the next progress callback.
+CURLcode Client::Impl::perform(Handle& h, Transfer& t, const std::stop_token& stop) {
+  if (h.multi == nullptr) {
+    h.multi = curl_multi_init();
+    if (h.multi == nullptr) return CURLE_OUT_OF_MEMORY;
+  }
+  if (curl_multi_add_handle(h.multi, h.easy) != CURLM_OK) return CURLE_FAILED_INIT;
+  CURLcode rc = CURLE_OK;
+  {
+    std::stop_callback wake(stop, [m = h.multi] { curl_multi_wakeup(m); });
+    for (;;) {
+      int running = 0;
+      if (curl_multi_perform(h.multi, &running) != CURLM_OK) {
+        rc = CURLE_OUT_OF_MEMORY;
+        break;
+      }
+      if (running == 0) {
+        int left = 0;
+        rc = CURLE_FAILED_INIT;  // no verdict from curl: should not happen
+        while (CURLMsg* m = curl_multi_info_read(h.multi, &left)) {
+          if (m->msg == CURLMSG_DONE && m->easy_handle == h.easy) rc = m->data.result;
+        }
+        break;
+      }
+      if (stop.stop_requested()) {
+        t.cancelled = true;
+        rc = CURLE_ABORTED_BY_CALLBACK;
+        break;
+      }
+      // Waits for socket activity, curl's own next timeout, or a wakeup; at most 1 s.
+      if (curl_multi_poll(h.multi, nullptr, 0, 1000, nullptr) != CURLM_OK) {
+        rc = CURLE_OUT_OF_MEMORY;
+        break;
+      }
+    }
+  }
+  curl_multi_remove_handle(h.multi, h.easy);
+  return rc;
+}
+
+Expected<Response, Error> Client::Impl::attempt(Handle& h, const Request& req, curl_slist* headers,
                                                 const Context& ctx) {
+  if (closed.load(std::memory_order_acquire)) return Unexpected(shutdown_error());
   Transfer t;
-  if (auto e = prepare(h, req, headers, ctx, t)) return Unexpected(std::move(*e));
-  return finish(h, curl_easy_perform(h), t, ctx);
+  if (auto e = prepare(h.easy, req, headers, ctx, t)) return Unexpected(std::move(*e));
+  transfers_in_flight.fetch_add(1, std::memory_order_relaxed);
+  const CURLcode rc = perform(h, t, ctx.stop_token());
+  transfers_in_flight.fetch_sub(1, std::memory_order_relaxed);
+  auto r = finish(h.easy, rc, t, ctx, req.url);
+  if (!r && r.error().kind == ErrorKind::cancelled && closed.load(std::memory_order_acquire))
+    return Unexpected(shutdown_error());
+  return r;
 }
 
 Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t,
-                                               const Context& ctx) {
+                                               const Context& ctx, const std::string& url) {
   const std::string detail =
       t.errbuf[0] != '\0' ? std::string(t.errbuf.data()) : curl_easy_strerror(rc);
   if (rc != CURLE_OK) {
@@ -397,18 +599,54 @@ Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t
           "response body exceeds max_body_bytes (" + std::to_string(config.max_body_bytes) + ")"));
     }
     if (t.headers_over) {
-      return Unexpected(make_error(ErrorKind::transport, Outcome::failure, false,
+      return Unexpected(make_error(ErrorKind::headers_too_large, Outcome::failure, false,
                                    "response headers exceed max_header_bytes (" +
                                        std::to_string(config.max_header_bytes) + ")"));
     }
+    if (!t.protocol_error.empty()) {
+      return Unexpected(make_error(ErrorKind::protocol, Outcome::failure, true,
+                                   "invalid response from the server: " + t.protocol_error));
+    }
+    // One header line longer than libcurl keeps (100 KB) is refused inside libcurl,
+    // before the header callback sees it, as "out of memory" (CURLE_TOO_LARGE from
+    // curl 8.6): the same error as headers over the cap, not a retryable memory fault.
+    bool line_too_large = rc == CURLE_OUT_OF_MEMORY;
+#if LIBCURL_VERSION_NUM >= 0x080600
+    line_too_large = line_too_large || rc == CURLE_TOO_LARGE;
+#endif
+    if (line_too_large && !t.headers_done) {
+      return Unexpected(make_error(
+          ErrorKind::headers_too_large, Outcome::failure, false,
+          "response headers exceed max_header_bytes (" + std::to_string(config.max_header_bytes) +
+              "): a header line is longer than libcurl accepts (" + detail + ")"));
+    }
+    // Did anything reach the server? curl connects before it can judge a reply.
+    char* ip = nullptr;
+    const bool connected = curl_easy_getinfo(h, CURLINFO_PRIMARY_IP, &ip) == CURLE_OK &&
+                           ip != nullptr && ip[0] != '\0';
     switch (rc) {
       case CURLE_OPERATION_TIMEDOUT:
         return Unexpected(make_error(ErrorKind::timeout, Outcome::failure, true, detail));
-      case CURLE_TOO_MANY_REDIRECTS:
-        return Unexpected(make_error(
-            ErrorKind::redirect, Outcome::ignored, false,
-            "more than max_redirects (" + std::to_string(config.max_redirects) + "): " + detail));
       case CURLE_UNSUPPORTED_PROTOCOL:
+        // Before a connection: a scheme this libcurl lacks (the caller's). After one:
+        // the server's reply was not HTTP/1.x (HTTP/0.9, "HTTP/9.9", a bad status code).
+        if (!connected)
+          return Unexpected(
+              make_error(ErrorKind::invalid_request, Outcome::ignored, false, detail));
+        return Unexpected(make_error(ErrorKind::protocol, Outcome::failure, true,
+                                     "invalid response from the server: " + detail));
+      case CURLE_WEIRD_SERVER_REPLY:
+      case CURLE_BAD_CONTENT_ENCODING:
+      case CURLE_HTTP2:
+        return Unexpected(make_error(ErrorKind::protocol, Outcome::failure, true,
+                                     "invalid response from the server: " + detail));
+      case CURLE_RECV_ERROR:
+        // libcurl reports a malformed chunk as a receive error; its message names it.
+        if (detail.find("chunked-encoding") != std::string::npos) {
+          return Unexpected(make_error(ErrorKind::protocol, Outcome::failure, true,
+                                       "invalid response from the server: " + detail));
+        }
+        return Unexpected(make_error(ErrorKind::transport, Outcome::failure, true, detail));
       case CURLE_URL_MALFORMAT:
         return Unexpected(make_error(ErrorKind::invalid_request, Outcome::ignored, false, detail));
       default:
@@ -419,21 +657,45 @@ Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t
   long status = 0;
   curl_easy_getinfo(h, CURLINFO_RESPONSE_CODE, &status);
   t.response.status = status;
-  if (status >= 300 && status < 400 && status != 304 && config.max_redirects == 0) {
+  if (status >= 300 && status < 400 && status != 304) {
     const auto location = t.response.header("Location");
-    Error e = make_error(ErrorKind::redirect, Outcome::ignored, false,
-                         "redirect not followed (max_redirects is 0) to '" +
-                             std::string(location.value_or("")) + "'",
-                         status);
-    e.response = std::move(t.response);
-    return Unexpected(std::move(e));
+    if (config.max_redirects == 0 || !followed_redirect(status)) {
+      Error e = make_error(
+          ErrorKind::redirect, Outcome::ignored, false,
+          (config.max_redirects == 0
+               ? std::string("redirect not followed (max_redirects is 0)")
+               : "HTTP " + std::to_string(status) + " is not a redirect the client follows") +
+              " to '" + std::string(location.value_or("")) + "'",
+          status);
+      e.response = std::move(t.response);
+      return Unexpected(std::move(e));
+    }
+    // A redirect to follow: without a usable Location it is the server's error.
+    std::string why;
+    if (!location || trim_ows(*location).empty()) {
+      why = "HTTP " + std::to_string(status) + " without a Location header";
+    } else if (auto target = parse_url(std::string(trim_ows(*location)), &url); !target) {
+      why = "HTTP " + std::to_string(status) + " with an unusable Location: " + target.error();
+    }
+    if (!why.empty()) {
+      Error e = make_error(ErrorKind::redirect, Outcome::failure, false, why, status);
+      e.response = std::move(t.response);
+      return Unexpected(std::move(e));
+    }
+    return std::move(t.response);  // request() follows it
   }
   const Outcome outcome = config.classify(status);
   if (outcome == Outcome::success) return std::move(t.response);
 
   Error e = make_error(ErrorKind::status, outcome, outcome == Outcome::failure,
                        "HTTP " + std::to_string(status), status);
-  if (const auto value = t.response.header("Retry-After")) {
+  std::size_t retry_afters = 0;
+  for (const Header& hd : t.response.headers) retry_afters += iequals(hd.name, "Retry-After");
+  if (retry_afters > 1) {
+    // A singleton field sent twice: which one did the server mean? Neither is obeyed.
+    hostile_retry_after.fetch_add(1, std::memory_order_relaxed);
+    e.message += " (" + std::to_string(retry_afters) + " Retry-After headers: ignored)";
+  } else if (const auto value = t.response.header("Retry-After")) {
     const RetryAfter ra =
         parse_retry_after(*value, std::chrono::system_clock::now(), config.max_retry_after);
     if (ra.status == RetryAfter::Status::ok) {
@@ -451,8 +713,9 @@ Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t
   return Unexpected(std::move(e));
 }
 
-Expected<Prepared, Error> Client::Impl::prepare_request(const Request& req, const Context& ctx) {
-  requests.fetch_add(1, std::memory_order_relaxed);
+Expected<Prepared, Error> Client::Impl::prepare_request(const Request& req, const Context& ctx,
+                                                        bool count) {
+  if (count) requests.fetch_add(1, std::memory_order_relaxed);
   const auto invalid = [](std::string msg) {
     return Unexpected(
         make_error(ErrorKind::invalid_request, Outcome::ignored, false, std::move(msg)));
@@ -481,7 +744,9 @@ Expected<Prepared, Error> Client::Impl::prepare_request(const Request& req, cons
   }
   Prepared p{
       .key = key_of(*url, req.route),
+      .origin = url->origin,
       .retry_allowed = !needs_key || !key.empty(),
+      .idempotency_key = key,
       .headers = {},
       .ctx = ctx.with_timeout(req.timeout > Nanos::zero() ? req.timeout : config.default_timeout),
       .host = {}};
@@ -491,6 +756,39 @@ Expected<Prepared, Error> Client::Impl::prepare_request(const Request& req, cons
   p.headers.add("Expect:");  // no 100-continue round trip for large bodies
   p.host = hosts.get(p.key);
   return p;
+}
+
+Request Client::Impl::next_hop(const Request& cur, const Prepared& p, const Response& res) const {
+  const std::string location(trim_ows(res.header("Location").value_or("")));
+  auto target = parse_url(location, &cur.url);  // finish() checked that it parses
+  Request next;
+  next.url = target ? target->url : location;
+  const bool cross = !target || target->origin != p.origin;
+  const long s = res.status;
+  const bool to_get = (s == 303 && cur.method != "GET" && cur.method != "HEAD") ||
+                      ((s == 301 || s == 302) && cur.method == "POST");
+  next.method = to_get ? "GET" : cur.method;
+  if (!to_get) next.body = cur.body;
+  next.timeout = cur.timeout;
+  if (!cross) next.route = cur.route;
+  // The key goes on only to the same origin, with the same method and body.
+  const bool keep_key = !cross && !to_get;
+  if (keep_key) next.idempotency_key = p.idempotency_key;
+  static constexpr std::array<std::string_view, 4> kCredentials = {
+      "Authorization", "Proxy-Authorization", "Cookie", "Cookie2"};
+  static constexpr std::array<std::string_view, 5> kBodyHeaders = {
+      "Content-Type", "Content-Length", "Content-Encoding", "Content-Language", "Content-Location"};
+  auto in = [](const auto& names, std::string_view n) {
+    return std::any_of(std::begin(names), std::end(names),
+                       [&](const auto& x) { return iequals(x, n); });
+  };
+  for (const Header& h : cur.headers) {
+    if (!keep_key && iequals(h.name, config.idempotency_header)) continue;
+    if (cross && (in(kCredentials, h.name) || in(config.origin_headers, h.name))) continue;
+    if (to_get && in(kBodyHeaders, h.name)) continue;
+    next.headers.push_back(h);
+  }
+  return next;
 }
 
 Error Client::Impl::convert(Failure<Error>&& f, const std::string& key) {
@@ -519,45 +817,127 @@ Error Client::Impl::convert(Failure<Error>&& f, const std::string& key) {
         break;
     }
   }
-  if (f.reason == Reason::cancelled) out.kind = ErrorKind::cancelled;
+  if (f.reason == Reason::cancelled && out.kind != ErrorKind::shutdown)
+    out.kind = ErrorKind::cancelled;
   // An attempt aborted by the stop_token is the request's cancellation too.
-  out.reason = out.kind == ErrorKind::cancelled ? Reason::cancelled : f.reason;
+  out.reason = out.kind == ErrorKind::cancelled || out.kind == ErrorKind::shutdown
+                   ? Reason::cancelled
+                   : f.reason;
   out.attempts = f.attempts;
   return out;
 }
 
 Expected<Response, Error> Client::Impl::request(const Request& req, const Context& ctx) {
-  auto prepared = prepare_request(req, ctx);
+  // The request runs on a stop_source of its own, stopped by the caller's stop_token
+  // and by the client's destructor, which waits until it has left: nothing below may
+  // touch the client once leave_guard is gone (it is destroyed last).
+  Live live;
+  if (!enter(live)) return Unexpected(shutdown_error());
+  struct Leave {
+    Impl* impl;
+    Live& live;
+    ~Leave() { impl->leave(live); }
+  } leave_guard{this, live};
+  in_flight.fetch_add(1, std::memory_order_relaxed);
+  struct InFlight {
+    std::atomic<std::uint64_t>& n;
+    ~InFlight() { n.fetch_sub(1, std::memory_order_relaxed); }
+  } gauge{in_flight};
+  struct Forward {
+    std::stop_source* to;
+    void operator()() const noexcept { to->request_stop(); }
+  };
+  std::optional<std::stop_callback<Forward>> forward;
+  if (ctx.stop_token().stop_possible()) forward.emplace(ctx.stop_token(), Forward{&live.stop});
+  const Context own(SteadyClock{}, live.stop.get_token(), ctx.deadline());
+
+  auto prepared = prepare_request(req, own, true);
   if (!prepared) return Unexpected(std::move(prepared).error());
-  Prepared& p = *prepared;
-  detail::HostState& state = p.host.state();
 
   struct Lease {
     Impl* impl;
-    CURL* h;
+    Handle h;
     ~Lease() {
-      if (h != nullptr) impl->give_handle(h);
+      if (h.easy != nullptr) impl->give_handle(h);
     }
   } lease{this, take_handle()};
-  if (lease.h == nullptr) {
+  if (lease.h.easy == nullptr) {
     return Unexpected(make_error(ErrorKind::transport, Outcome::ignored, false,
                                  "could not create a curl handle"));
   }
 
-  const bool retry_allowed = p.retry_allowed;
-  const auto pipe =
-      bulwark::pipeline(bulwark::breaker(p.host.breaker()), bulwark::bulkhead(*state.bulkhead),
-                        bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
-                          return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
-                        }));
-  auto result = pipe.execute(
-      p.ctx, [&](const Context& c) { return attempt(lease.h, req, p.headers.list, c); });
-  if (result) return std::move(*result);
-  return Unexpected(convert(std::move(result).error(), p.key));
+  // Each hop (the request, then each redirect followed) goes through its origin's
+  // breaker, bulkhead and retry.
+  Hops hops;
+  hops.cur = &req;
+  for (;;) {
+    Prepared& p = *prepared;
+    detail::HostState& state = p.host.state();
+    const bool retry_allowed = p.retry_allowed;
+    const auto pipe =
+        bulwark::pipeline(bulwark::breaker(p.host.breaker()), bulwark::bulkhead(*state.bulkhead),
+                          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
+                            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+                          }));
+    std::uint32_t calls = 0;
+    const Request& cur = *hops.cur;
+    auto result = pipe.execute(p.ctx, [&](const Context& c) {
+      ++calls;
+      return attempt(lease.h, cur, p.headers.list, c);
+    });
+    if (auto answer = after_hop(hops, prepared, std::move(result), calls))
+      return std::move(*answer);
+  }
+}
+
+std::optional<Expected<Response, Error>> Client::Impl::after_hop(
+    Hops& hops, Expected<Prepared, Error>& prepared, Expected<Response, Failure<Error>>&& result,
+    std::uint32_t calls) {
+  Prepared& p = *prepared;
+  count_retry_call(p.host.state(), static_cast<bool>(result), result ? nullptr : &result.error(),
+                   calls);
+  using Answer = Expected<Response, Error>;
+  if (!result) {
+    Error e = convert(std::move(result).error(), p.key);
+    if (e.kind == ErrorKind::cancelled && closed.load(std::memory_order_acquire)) {
+      const std::uint32_t tried = e.attempts;
+      e = shutdown_error();
+      e.attempts = tried;
+    }
+    e.attempts += hops.earlier;
+    return Answer(Unexpected(std::move(e)));
+  }
+  if (config.max_redirects == 0 || !followed_redirect(result->status))
+    return Answer(std::move(*result));
+  hops.earlier += calls;
+  if (hops.hop >= config.max_redirects) {
+    Error e = make_error(ErrorKind::redirect, Outcome::ignored, false,
+                         "more than max_redirects (" + std::to_string(config.max_redirects) +
+                             ") redirects, the last to '" +
+                             std::string(result->header("Location").value_or("")) + "'",
+                         result->status);
+    e.attempts = hops.earlier;
+    e.response = std::move(*result);
+    return Answer(Unexpected(std::move(e)));
+  }
+  Request next = next_hop(*hops.cur, p, *result);
+  auto next_prepared = prepare_request(next, p.ctx, false);
+  if (!next_prepared) {
+    Error e = std::move(next_prepared).error();
+    e.attempts = hops.earlier;
+    return Answer(Unexpected(std::move(e)));
+  }
+  hops.owned = std::move(next);
+  hops.cur = &*hops.owned;
+  ++hops.hop;
+  prepared = std::move(next_prepared);
+  return std::nullopt;
 }
 
 Client::Client(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
-Client::~Client() = default;
+Client::~Client() {
+  if (impl_) impl_->close_and_wait();
+}
 
 Expected<Response, Error> Client::request(const Request& request, const Context& ctx) {
   return impl_->request(request, ctx);
@@ -567,7 +947,9 @@ ClientStats Client::stats() const noexcept {
   return {impl_->requests.load(std::memory_order_relaxed),
           impl_->attempts.load(std::memory_order_relaxed),
           impl_->hostile_retry_after.load(std::memory_order_relaxed),
-          impl_->handles_created.load(std::memory_order_relaxed)};
+          impl_->handles_created.load(std::memory_order_relaxed),
+          impl_->in_flight.load(std::memory_order_relaxed),
+          impl_->transfers_in_flight.load(std::memory_order_relaxed)};
 }
 
 const Config& Client::config() const noexcept { return impl_->config; }
@@ -586,17 +968,21 @@ void Client::write_metrics(std::ostream& out, const prometheus::ExpositionOption
   prometheus::append_label_value(labels, impl_->config.name);
   labels += '"';
   prometheus::Writer w(out);
-  auto counter = [&](std::string_view what, std::string_view help, std::uint64_t v) {
-    const std::string name = options.prefix + "_http_client_" + std::string(what) + "_total";
-    w.family(name, "counter", help);
+  auto metric = [&](std::string_view what, std::string_view type, std::string_view help,
+                    std::uint64_t v) {
+    const std::string name = options.prefix + "_http_client_" + std::string(what);
+    w.family(name, type, help);
     w.sample(name, "", labels, "", v);
   };
-  counter("requests", "Requests made through the client.", s.requests);
-  counter("attempts", "Transfers started (attempts of those requests).", s.attempts);
-  counter("hostile_retry_after", "Retry-After values ignored: malformed or too long.",
-          s.hostile_retry_after);
-  counter("handles_created", "curl easy handles created (reuse keeps this small).",
-          s.handles_created);
+  metric("requests_total", "counter", "Requests made through the client.", s.requests);
+  metric("attempts_total", "counter", "Transfers started (attempts of those requests).",
+         s.attempts);
+  metric("hostile_retry_after_total", "counter",
+         "Retry-After values ignored: malformed, too long, or sent twice.", s.hostile_retry_after);
+  metric("handles_created_total", "counter", "curl easy handles created (reuse keeps this small).",
+         s.handles_created);
+  metric("requests_in_flight", "gauge", "Requests started and not yet returned.", s.in_flight);
+  metric("transfers_in_flight", "gauge", "Transfers in progress.", s.transfers_in_flight);
 }
 
 const Breaker* Client::breaker_for(const std::string& url, const std::string& route) {
@@ -612,9 +998,20 @@ const Breaker* Client::breaker_for(const std::string& url, const std::string& ro
 // AsyncClient: curl's multi interface driven by an Asio executor.
 // ---------------------------------------------------------------------------------
 
+// GCC 12 (at -O1, as in the sanitizer builds) reports Asio's coroutine frames, which
+// awaitable_frame_base allocates and frees with its own operator new/delete pair, as a
+// mismatched new/delete: a false positive on the inlined frame allocator.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+#endif
+// (Before Asio's headers: the diagnostic is judged where the templates are defined.)
+
 #include <asio/associated_cancellation_slot.hpp>
 #include <asio/associated_executor.hpp>
 #include <asio/async_result.hpp>
+#include <asio/bind_cancellation_slot.hpp>
+#include <asio/cancellation_signal.hpp>
+#include <asio/co_spawn.hpp>
 #include <asio/posix/stream_descriptor.hpp>
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
@@ -626,13 +1023,6 @@ const Breaker* Client::breaker_for(const std::string& url, const std::string& ro
 #include "bulwark/asio/bulkhead.h"
 #include "bulwark/asio/pipeline.h"
 #include "bulwark/http/async_client.h"
-
-// GCC 12 (at -O1, as in the sanitizer builds) reports Asio's coroutine frames, which
-// awaitable_frame_base allocates and frees with its own operator new/delete pair, as a
-// mismatched new/delete: a false positive on the inlined frame allocator.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
 
 namespace bulwark::http {
 namespace {
@@ -679,15 +1069,11 @@ class AsyncClient::Impl {
   }
   ~Impl() {
     *alive = false;  // handlers still queued on the executor see it and do nothing
+    // Every request holds the Impl while it runs, so no transfer is left by now; a
+    // leftover would only be dropped.
     for (auto& [h, op] : ops) curl_multi_remove_handle(multi, h);
     ops.clear();
-    for (auto& [fd, sock] : sockets) {
-      sock->closed = true;
-      ::asio::error_code ignored;
-      sock->sd.cancel(ignored);
-      (void)sock->sd.release();  // curl owns the descriptor
-    }
-    sockets.clear();
+    release_sockets();
     curl_multi_cleanup(multi);
   }
 
@@ -697,6 +1083,62 @@ class AsyncClient::Impl {
     int want = 0;
     bool reading = false, writing = false, closed = false;
   };
+
+  // A request in progress, linked in the client's list so that close() reaches it:
+  // its pipeline runs under `signal`, which the awaiting coroutine's cancellation and
+  // close() both emit.
+  struct Pending {
+    explicit Pending(Impl& i) : impl(i) {
+      next = impl.pending_head;
+      if (next != nullptr) next->prev = this;
+      impl.pending_head = this;
+    }
+    ~Pending() {
+      (prev != nullptr ? prev->next : impl.pending_head) = next;
+      if (next != nullptr) next->prev = prev;
+    }
+    Pending(const Pending&) = delete;
+    Pending& operator=(const Pending&) = delete;
+    Impl& impl;
+    ::asio::cancellation_signal signal;
+    Pending* prev = nullptr;
+    Pending* next = nullptr;
+  };
+
+  // The client is going away (~AsyncClient, on the executor's thread or while nothing
+  // runs the io_context). Every pending request is cancelled where it waits — the
+  // bulkhead queue, a backoff or Retry-After timer, a transfer — and ends with
+  // ErrorKind::shutdown when it next runs. Nothing the Impl owns holds a request's
+  // coroutine afterwards (the bulkhead's queue is emptied by the cancellation, the
+  // transfers' handlers are posted), so an io_context destroyed without running again
+  // destroys them, and with them the last references to the Impl.
+  void close() {
+    if (closed) return;
+    closed = true;
+    for (Pending* p = pending_head; p != nullptr;) {
+      Pending* next = p->next;
+      p->signal.emit(::asio::cancellation_type::terminal);
+      p = next;
+    }
+    std::unordered_map<CURL*, std::unique_ptr<MultiOp>> aborted = std::move(ops);
+    ops.clear();
+    for (auto& [h, op] : aborted) {
+      curl_multi_remove_handle(multi, h);
+      op->complete(CURLE_ABORTED_BY_CALLBACK);
+    }
+    timer.cancel();
+    release_sockets();
+  }
+
+  void release_sockets() {
+    for (auto& [fd, sock] : sockets) {
+      sock->closed = true;
+      ::asio::error_code ignored;
+      sock->sd.cancel(ignored);
+      (void)sock->sd.release();  // curl owns the descriptor
+    }
+    sockets.clear();
+  }
 
   static int on_socket(CURL*, curl_socket_t fd, int what, void* user, void*) {
     auto* self = static_cast<Impl*>(user);
@@ -749,7 +1191,7 @@ class AsyncClient::Impl {
   static int on_timer(CURLM*, long ms, void* user) {
     auto* self = static_cast<Impl*>(user);
     self->timer.cancel();
-    if (ms < 0) return 0;
+    if (ms < 0 || self->closed) return 0;
     self->timer.expires_after(std::chrono::milliseconds(ms));
     self->timer.async_wait([self, alive_ = self->alive](const ::asio::error_code& ec) {
       if (ec || !*alive_) return;
@@ -781,6 +1223,13 @@ class AsyncClient::Impl {
   auto async_perform(CURL* h, Token&& token) {
     return ::asio::async_initiate<Token, void(CURLcode)>(
         [this, h](auto handler) {
+          if (closed) {
+            auto ex = ::asio::get_associated_executor(handler, executor);
+            ::asio::post(ex, [handler = std::move(handler)]() mutable {
+              std::move(handler)(CURLE_ABORTED_BY_CALLBACK);
+            });
+            return;
+          }
           auto slot = ::asio::get_associated_cancellation_slot(handler);
           if (slot.is_connected()) {
             slot.assign([this, h, alive_ = alive](::asio::cancellation_type) {
@@ -807,12 +1256,22 @@ class AsyncClient::Impl {
         token);
   }
 
-  ::asio::awaitable<Expected<Response, Error>> attempt(CURL* h, const Request& req,
-                                                       curl_slist* headers, Context ctx) {
+  // One attempt. Holds the Impl, as every coroutine of a request does.
+  static ::asio::awaitable<Expected<Response, Error>> attempt(std::shared_ptr<Impl> self, CURL* h,
+                                                              const Request& req,
+                                                              curl_slist* headers, Context ctx) {
+    Impl& impl = *self;
+    if (impl.closed) co_return Unexpected(shutdown_error());
     Transfer t;
-    if (auto e = core.prepare(h, req, headers, ctx, t)) co_return Unexpected(std::move(*e));
-    const CURLcode rc = co_await async_perform(h, ::asio::use_awaitable);
+    if (auto e = impl.core.prepare(h, req, headers, ctx, t)) co_return Unexpected(std::move(*e));
+    impl.core.transfers_in_flight.fetch_add(1, std::memory_order_relaxed);
+    struct Gauge {
+      std::atomic<std::uint64_t>& n;
+      ~Gauge() { n.fetch_sub(1, std::memory_order_relaxed); }
+    } gauge{impl.core.transfers_in_flight};
+    const CURLcode rc = co_await impl.async_perform(h, ::asio::use_awaitable);
     if (rc == CURLE_ABORTED_BY_CALLBACK && !t.cancelled) {
+      if (impl.closed) co_return Unexpected(shutdown_error());
       // Aborted by the pipeline at the deadline (or the attempt's timeout): a timeout.
       if (ctx.expired()) {
         co_return Unexpected(
@@ -821,7 +1280,92 @@ class AsyncClient::Impl {
       co_return Unexpected(make_error(ErrorKind::cancelled, Outcome::ignored, false,
                                       "cancelled: the transfer was aborted"));
     }
-    co_return core.finish(h, rc, t, ctx);
+    co_return impl.core.finish(h, rc, t, ctx, req.url);
+  }
+
+  // The request itself, run by run() under the Pending's signal.
+  // (An optional: co_spawn's completion needs a default-constructible result.)
+  static ::asio::awaitable<std::optional<Expected<Response, Error>>> send(
+      std::shared_ptr<Impl> self, Request req, Context ctx) {
+    // A cancellation is a result (ErrorKind::cancelled), not an exception.
+    co_await ::asio::this_coro::throw_if_cancelled(false);
+    Impl& impl = *self;
+    if (impl.closed) co_return Unexpected(shutdown_error());
+    auto prepared = impl.core.prepare_request(req, ctx, true);
+    if (!prepared) co_return Unexpected(std::move(prepared).error());
+    Handle h = impl.core.take_handle();
+    if (h.easy == nullptr) {
+      co_return Unexpected(make_error(ErrorKind::transport, Outcome::ignored, false,
+                                      "could not create a curl handle"));
+    }
+    struct Lease {
+      Client::Impl* core;
+      Handle h;
+      ~Lease() { core->give_handle(h); }
+    } lease{&impl.core, h};
+
+    Client::Impl::Hops hops;
+    hops.cur = &req;
+    for (;;) {
+      Prepared& p = *prepared;
+      detail::HostState& state = p.host.state();
+      const bool retry_allowed = p.retry_allowed;
+      const auto pipe = bulwark::asio::pipeline(
+          bulwark::breaker(p.host.breaker()), bulwark::asio::bulkhead(impl.bulkhead),
+          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
+            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+          }));
+      std::uint32_t calls = 0;
+      const Request* cur = hops.cur;
+      curl_slist* headers = p.headers.list;
+      CURL* easy = h.easy;
+      auto call = [self, easy, cur, headers, &calls](const Context& c) {
+        ++calls;
+        return attempt(self, easy, *cur, headers, c);
+      };
+      // GCC 12 destroys twice a temporary with a destructor that is created in a
+      // full-expression holding a co_await (here the lambda, which owns a reference to
+      // the Impl, and the Context): made in statements of their own.
+      auto op = pipe.execute(p.ctx, std::move(call));
+      auto result = co_await std::move(op);
+      if (auto answer = impl.core.after_hop(hops, prepared, std::move(result), calls)) {
+        if (!*answer && answer->error().kind == ErrorKind::cancelled && impl.closed) {
+          const std::uint32_t tried = answer->error().attempts;
+          Error e = shutdown_error();
+          e.attempts = tried;
+          co_return Unexpected(std::move(e));
+        }
+        co_return std::move(*answer);
+      }
+    }
+  }
+
+  // What async_request() returns: links the request, hands the caller's cancellation on
+  // to it, and runs send() as a coroutine of its own under the Pending's signal.
+  static ::asio::awaitable<Expected<Response, Error>> run(std::shared_ptr<Impl> self, Request req,
+                                                          Context ctx) {
+    co_await ::asio::this_coro::throw_if_cancelled(false);
+    Impl& impl = *self;
+    if (impl.closed) {
+      impl.core.requests.fetch_add(1, std::memory_order_relaxed);
+      co_return Unexpected(shutdown_error());
+    }
+    impl.core.in_flight.fetch_add(1, std::memory_order_relaxed);
+    struct Gauge {
+      std::atomic<std::uint64_t>& n;
+      ~Gauge() { n.fetch_sub(1, std::memory_order_relaxed); }
+    } gauge{impl.core.in_flight};
+    Pending pending(impl);
+    auto cs = co_await ::asio::this_coro::cancellation_state;
+    if (cs.slot().is_connected()) {
+      cs.slot().assign([&pending](::asio::cancellation_type type) { pending.signal.emit(type); });
+    }
+    // Not in one expression with the co_await below (GCC 12 and aggregate temporaries).
+    auto op = send(self, std::move(req), std::move(ctx));
+    auto result = co_await ::asio::co_spawn(
+        impl.executor, std::move(op),
+        ::asio::bind_cancellation_slot(pending.signal.slot(), ::asio::use_awaitable));
+    co_return std::move(*result);
   }
 
   Client::Impl core;
@@ -832,50 +1376,35 @@ class AsyncClient::Impl {
   std::unordered_map<curl_socket_t, std::shared_ptr<Socket>> sockets;
   std::unordered_map<CURL*, std::unique_ptr<MultiOp>> ops;
   std::shared_ptr<bool> alive = std::make_shared<bool>(true);
+  bool closed = false;
+  Pending* pending_head = nullptr;
 };
 
 AsyncClient::AsyncClient(::asio::any_io_executor executor, Config config)
     : impl_(std::make_shared<Impl>(executor, std::move(config))) {}
-AsyncClient::~AsyncClient() = default;
+AsyncClient::~AsyncClient() {
+  if (impl_) impl_->close();
+}
 
-::asio::awaitable<Expected<Response, Error>> AsyncClient::async_request(Request req, Context ctx) {
-  // A cancellation is a result (ErrorKind::cancelled), not an exception.
-  co_await ::asio::this_coro::throw_if_cancelled(false);
-  Impl& impl = *impl_;
-  auto prepared = impl.core.prepare_request(req, ctx);
-  if (!prepared) co_return Unexpected(std::move(prepared).error());
-  Prepared p = std::move(*prepared);
-  detail::HostState& state = p.host.state();
-  CURL* h = impl.core.take_handle();
-  if (h == nullptr) {
-    co_return Unexpected(make_error(ErrorKind::transport, Outcome::ignored, false,
-                                    "could not create a curl handle"));
-  }
-  struct Lease {
-    Client::Impl* core;
-    CURL* h;
-    ~Lease() { core->give_handle(h); }
-  } lease{&impl.core, h};
+::asio::awaitable<Expected<Response, Error>> AsyncClient::async_request(Request request,
+                                                                        Context ctx) {
+  return Impl::run(impl_, std::move(request), std::move(ctx));
+}
 
-  const bool retry_allowed = p.retry_allowed;
-  const auto pipe = bulwark::asio::pipeline(
-      bulwark::breaker(p.host.breaker()), bulwark::asio::bulkhead(impl.bulkhead),
-      bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
-        return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
-      }));
-  curl_slist* headers = p.headers.list;
-  auto result = co_await pipe.execute(p.ctx, [&impl, h, &req, headers](const Context& c) {
-    return impl.attempt(h, req, headers, c);
-  });
-  if (result) co_return std::move(*result);
-  co_return Unexpected(Client::Impl::convert(std::move(result).error(), p.key));
+const Breaker* AsyncClient::breaker_for(const std::string& url, const std::string& route) {
+  auto u = parse_url(url);
+  if (!u) return nullptr;
+  return &impl_->core.hosts.get(impl_->core.key_of(*u, route)).breaker();
 }
 
 ClientStats AsyncClient::stats() const noexcept {
   const Client::Impl& c = impl_->core;
-  return {c.requests.load(std::memory_order_relaxed), c.attempts.load(std::memory_order_relaxed),
+  return {c.requests.load(std::memory_order_relaxed),
+          c.attempts.load(std::memory_order_relaxed),
           c.hostile_retry_after.load(std::memory_order_relaxed),
-          c.handles_created.load(std::memory_order_relaxed)};
+          c.handles_created.load(std::memory_order_relaxed),
+          c.in_flight.load(std::memory_order_relaxed),
+          c.transfers_in_flight.load(std::memory_order_relaxed)};
 }
 
 }  // namespace bulwark::http

@@ -7,7 +7,8 @@
 // thread. Requests go through bulwark::asio's pipeline: the host's breaker (one per
 // host or route, as Client), the client's AsyncBulkhead (Config::bulkhead's
 // max_concurrent and max_wait; waiters queue, suspended), and the host's retry, whose
-// backoff waits on a timer.
+// backoff waits on a timer. Redirects are followed as Client follows them, each hop
+// through its origin's breaker and retry and the client's bulkhead.
 //
 //   asio::io_context io;
 //   bulwark::http::AsyncClient reviews(io.get_executor(), config);
@@ -26,6 +27,24 @@
 // was given (a single-threaded io_context, or a strand). Connection reuse: finished
 // handles go back to a pool (Config::max_idle_handles) and the multi handle keeps the
 // connections alive. No thread is created.
+//
+// Cost, beside Client's (client.h): each request runs as a coroutine of its own
+// (asio::co_spawn, one allocation more), so that the client can cancel it.
+//
+// Lifetime. The client may be destroyed with requests pending — waiting in the
+// bulkhead's queue, in a backoff or Retry-After wait, in a transfer. The destructor
+// cancels each where it waits; each then completes, when its executor next runs it,
+// with ErrorKind::shutdown (the caller's side: ignored by the breaker, never retried),
+// and never touches the destroyed object: a request holds the client's state (its
+// breakers, bulkhead, curl handles) until it completes. An awaitable made before the
+// destruction and awaited after it completes at once with ErrorKind::shutdown.
+//   - Destroy the client on its executor's thread — from a coroutine or handler
+//     running there, or while no thread runs the io_context — as Asio requires for
+//     emitting cancellation; never from another thread while the io_context runs.
+//   - Destroy it before its io_context, as any Asio I/O object. The io_context may
+//     then be destroyed without running again: the pending requests' coroutines are
+//     destroyed unresumed, and with the last of them the client's state (nothing
+//     leaks, nothing is resumed).
 
 #ifndef BULWARK_HTTP_ASYNC_CLIENT_H_
 #define BULWARK_HTTP_ASYNC_CLIENT_H_
@@ -47,6 +66,7 @@ class AsyncClient {
  public:
   // Validates `config` (throws InvalidConfig naming the field).
   AsyncClient(::asio::any_io_executor executor, Config config);
+  // Cancels the pending requests (see Lifetime): on the executor's thread.
   ~AsyncClient();
   AsyncClient(const AsyncClient&) = delete;
   AsyncClient& operator=(const AsyncClient&) = delete;
@@ -56,8 +76,9 @@ class AsyncClient {
   //
   // GCC 12 destroys an aggregate temporary twice when the full-expression that creates
   // it contains a co_await — in any coroutine, whatever the function it is passed to —
-  // so with GCC 12 `co_await client.async_request(Request{...})` is a double free.
-  // Create the request, or the awaitable, in a statement of its own:
+  // so with GCC 12 `co_await client.async_request(Request{...})` is a double free (so
+  // is a lambda that captures by value, or any temporary with a destructor, passed in
+  // such an expression). Create the request, or the awaitable, in a statement of its own:
   //   auto op = client.async_request({.url = url});   // no co_await here: safe
   //   auto r = co_await std::move(op);
   // or use async_get, whose arguments are not aggregates.
@@ -73,6 +94,10 @@ class AsyncClient {
   }
 
   ClientStats stats() const noexcept;
+
+  // The breaker of `url`'s host (created if needed), for inspection and tests. Null
+  // for a URL that does not parse. Valid while the client lives.
+  const Breaker* breaker_for(const std::string& url, const std::string& route = {});
 
   class Impl;
 

@@ -20,19 +20,33 @@
 // Config::default_timeout when that is zero). Each attempt is given what is left of it
 // (and at most Config::attempt_timeout) as CURLOPT_TIMEOUT_MS, and at most
 // Config::connect_timeout of that as CURLOPT_CONNECTTIMEOUT_MS, so no attempt and no
-// backoff outlives the deadline. The context's stop_token aborts a transfer in flight
-// (checked by curl's progress callback, about once a second and on every chunk).
+// backoff outlives the deadline. The context's stop_token ends a bulkhead wait, a
+// backoff and a transfer in flight at once (ErrorKind::cancelled).
 //
 // Classification (Config::classify): a transport error, a timeout, and by default a
 // 5xx or 429 are failures — counted by the breaker, retried; any other 4xx is the
 // caller's fault — ignored by the breaker, never retried. 1xx-3xx are responses.
+// Who is at fault, by ErrorKind:
+//   the caller (ignored by the breaker, never retried): invalid_request, cancelled,
+//     shutdown, a 4xx status (by default), timeout with no time left for an attempt,
+//     redirect when following is off or max_redirects ran out;
+//   the server (a failure): status 5xx/429, protocol, body_too_large,
+//     headers_too_large, redirect without a usable Location;
+//   the network (a failure): transport, timeout.
+// A server that answers outside HTTP — a garbled or unknown status line (HTTP/0.9,
+// "HTTP/9.9", a status outside 100-999, binary), a header line without a colon or with
+// a NUL, a malformed chunk, conflicting Content-Length headers — is ErrorKind::protocol:
+// a failure of the server, retried as a 5xx is (an idempotent request, or one with a
+// key), since a broken instance behind a balancer often answers well the next time.
+// Of the failures, status, protocol and transport/timeout are retried; body_too_large,
+// headers_too_large and redirect are not (the same answer would come again).
 //
 // Retry-After (retry_after.h), on any error status, in either form: honoured by the
 // retry in place of the backoff — but a wait that would end past the deadline ends the
 // request at once (Reason::deadline_exceeded) — and handed to the caller in
-// Error::retry_after. A value that is not well-formed, or longer than
-// Config::max_retry_after, is ignored (the backoff applies) and counted in
-// stats().hostile_retry_after.
+// Error::retry_after. A value that is not well-formed, longer than
+// Config::max_retry_after, or sent in more than one Retry-After header, is ignored (the
+// backoff applies) and counted in stats().hostile_retry_after.
 //
 // Idempotency. GET, HEAD, PUT, DELETE, OPTIONS and TRACE are retried. POST and PATCH
 // are retried only with an idempotency key: Request::idempotency_key, or one the client
@@ -40,9 +54,27 @@
 // attempt in the Config::idempotency_header header.
 //
 // Limits. Response bodies above Config::max_body_bytes end the transfer
-// (ErrorKind::body_too_large). Redirects are not followed by default: a 3xx other than
-// 304 is ErrorKind::redirect (ignored by the breaker). With max_redirects = N > 0, up
-// to N http/https redirects are followed, and more is ErrorKind::redirect.
+// (ErrorKind::body_too_large). Response headers above Config::max_header_bytes in all,
+// or one header line longer than libcurl accepts (100 KB), end it too
+// (ErrorKind::headers_too_large). Neither is retried.
+//
+// Redirects. Not followed by default: a 3xx other than 304 is ErrorKind::redirect
+// (ignored by the breaker). With max_redirects = N > 0 the client follows 301, 302,
+// 303, 307 and 308 itself, as browsers do (the fetch standard), at most N times (more
+// is ErrorKind::redirect, ignored); other 3xx statuses stay ErrorKind::redirect. Each
+// hop is a request of its own to its origin (scheme, host and port): judged by that
+// origin's breaker and bulkhead and retried by its retry, all within the one deadline;
+// a 3xx with a usable Location is a success for the origin that sent it. What crosses:
+//   - a 301, 302 or 303 without a Location, or with one that is not an http(s) URL, is
+//     ErrorKind::redirect, a failure of the server that sent it (not retried);
+//   - 303 turns any method but GET and HEAD into GET, and 301 and 302 turn POST into
+//     GET, without the body and its Content-* headers (and without the idempotency
+//     key, which a GET does not need); 307 and 308 keep the method and the body;
+//   - to another origin, Authorization, Proxy-Authorization, Cookie, Cookie2, the
+//     idempotency header and Config::origin_headers are dropped: credentials and keys
+//     belong to the origin they were meant for. A POST or PATCH that a 307/308 sends on
+//     is then retried there only if the client makes keys (a new one for that origin);
+//   - the Location is resolved against the URL that answered (relative forms too).
 //
 // Connection reuse: a small pool of curl easy handles per client (at most
 // Config::max_idle_handles kept idle). A request takes a handle for all its attempts
@@ -52,11 +84,21 @@
 //
 // Cost. The resilience stages cost what pipeline.h says (a lookup in the host
 // registry: one hash and probe, no lock once the host exists). The request itself
-// allocates (URL parsing, headers, the response) and makes a blocking libcurl
-// transfer on the calling thread. bench/http measures the overhead against bare libcurl.
+// allocates (URL parsing, headers, the response, a stop_source) and makes a blocking
+// libcurl transfer on the calling thread; entering and leaving the client's list of
+// requests in flight takes a mutex (held to link or unlink one node). bench/http
+// measures the overhead against bare libcurl.
 //
-// Thread-safety: request() may be called concurrently from any thread. The client must
-// outlive every call. No thread is created.
+// Thread-safety: request() may be called concurrently from any thread. No thread is
+// created.
+//
+// Lifetime: the client may be destroyed while requests run on other threads. The
+// destructor cancels them — a bulkhead wait, a backoff or Retry-After wait, a transfer
+// in flight all end at once — and waits until every one has returned, with
+// ErrorKind::shutdown (the caller's side: ignored by the breaker, never retried). No
+// request may start once the destructor has begun (the object is going away), and
+// none may be made from a thread the destructor waits for (a callback such as
+// Config::classify or key_generator must not destroy the client).
 
 #ifndef BULWARK_HTTP_CLIENT_H_
 #define BULWARK_HTTP_CLIENT_H_
@@ -129,16 +171,25 @@ struct Response {
   }
 };
 
+// Who is at fault for each kind, and whether it is retried: see "Classification" above.
 enum class ErrorKind : std::uint8_t {
   invalid_request,      // a bad URL, method or header: nothing was sent
-  transport,            // connection refused or reset, name resolution, TLS, ...
+  transport,            // connection refused or reset, name resolution, TLS, a body
+                        // cut short, an empty reply, ...
   timeout,              // an attempt ran out of time, or no time was left for one
   status,               // the server answered with an error status (see `status`)
+  protocol,             // the server's answer is not valid HTTP (a garbled status line,
+                        // a malformed header, broken framing): see `message`
   body_too_large,       // the response body exceeded max_body_bytes
-  redirect,             // a redirect not followed (policy off), or too many
+  headers_too_large,    // the response headers exceeded max_header_bytes (or one line
+                        // exceeded libcurl's 100 KB)
+  redirect,             // a redirect not followed (policy off), too many, or one
+                        // without a usable Location
   rejected_by_breaker,  // the host's breaker is open: see retry_after
   bulkhead_full,        // the host's bulkhead had no free slot
-  cancelled,            // the context's stop_token was triggered
+  cancelled,            // the context's stop_token was triggered (or, AsyncClient, the
+                        // awaiting coroutine was cancelled)
+  shutdown,             // the client was destroyed while the request was pending
 };
 std::string_view to_string(ErrorKind k) noexcept;
 
@@ -171,6 +222,8 @@ struct ClientStats {
   std::uint64_t attempts;             // transfers started
   std::uint64_t hostile_retry_after;  // Retry-After values ignored (invalid or too large)
   std::uint64_t handles_created;      // curl easy handles made (reuse keeps this small)
+  std::uint64_t in_flight;            // requests started and not yet returned (a gauge)
+  std::uint64_t transfers_in_flight;  // transfers in progress now (a gauge)
 };
 
 enum class KeyBy : std::uint8_t {
@@ -205,6 +258,10 @@ struct Config {
   std::size_t max_body_bytes = 8u << 20;            // response body cap
   std::size_t max_header_bytes = 64u << 10;         // response header cap (all headers)
   std::uint32_t max_redirects = 0;                  // 0: redirects are not followed
+  // Request headers that belong to the request's origin, dropped by a redirect to
+  // another one — beside those always dropped (Authorization, Proxy-Authorization,
+  // Cookie, Cookie2 and idempotency_header). An API key header, say.
+  std::vector<std::string> origin_headers = {};
 
   std::string idempotency_header = "Idempotency-Key";
   // Make a key for POST/PATCH requests that have none, so they can be retried. Only
@@ -222,6 +279,7 @@ class Client {
   // Validates `config` (throws InvalidConfig naming the field) and initialises libcurl
   // once per process.
   explicit Client(Config config);
+  // Cancels the requests in flight and waits until each has returned (see Lifetime).
   ~Client();
   Client(const Client&) = delete;
   Client& operator=(const Client&) = delete;
@@ -241,7 +299,8 @@ class Client {
   // route), its breaker, bulkhead, retry and retry budget (labels name, key; registry
   // totals under registry=Config::name), then the counters of stats() as
   // <prefix>_http_client_{requests,attempts,hostile_retry_after,handles_created}_total
-  // (label client=Config::name). What serving /metrics needs. Cost: a scrape of the
+  // and the gauges <prefix>_http_client_{requests,transfers}_in_flight (label
+  // client=Config::name). What serving /metrics needs. Cost: a scrape of the
   // host registry (prometheus.h); allocates. May be called concurrently with requests.
   void write_metrics(std::ostream& out) const;
   void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
