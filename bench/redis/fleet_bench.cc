@@ -250,7 +250,7 @@ void BM_Fleet_SyncRedis(benchmark::State& state) {
   const auto server_ptr = start_server(state);
   if (!server_ptr) return;
   bulwark::testing::RedisServer& server = *server_ptr;
-  const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
+  const RedisConfig rc{.port = server.port(), .timeout = std::chrono::seconds(5)};
   RedisFleetStore sa(rc), sb(rc);
   const int keys = static_cast<int>(state.range(0));
   const int changes = static_cast<int>(state.range(1));
@@ -291,7 +291,7 @@ void BM_Fleet_SyncRedisWindow(benchmark::State& state) {
   const auto server_ptr = start_server(state);
   if (!server_ptr) return;
   bulwark::testing::RedisServer& server = *server_ptr;
-  const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
+  const RedisConfig rc{.port = server.port(), .timeout = std::chrono::seconds(5)};
   RedisFleetStore store(rc);
   constexpr int kKeys = 100;
   const int instances = static_cast<int>(state.range(0));
