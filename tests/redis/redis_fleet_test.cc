@@ -227,21 +227,26 @@ TEST_F(RedisFleetTest, APausedRedisTimesOutInsteadOfHanging) {
   }
 }
 
-TEST_F(RedisFleetTest, MalformedValuesPlantedInRedisAreCountedAndNamed) {
+TEST_F(RedisFleetTest, ValuesThatAreNotRecordsAreRemovedByTheScriptCountedAndNamed) {
   auto a = make("a");
   a->sync();
   server->command({"SET", "{test}:fleet:k:inventory", "v1|open|manual|tomorrow|x|1"});
-  server->command({"ZADD", "{test}:fleet:changes", "1000000", "inventory"});
+  server->command(
+      {"ZADD", "{test}:fleet:changes", server->command({"INCR", "{test}:fleet:seq"}), "inventory"});
   server->command({"HSET", "{test}:fleet:k:other", "f", "v"});
-  server->command({"ZADD", "{test}:fleet:changes", "1000001", "other"});
+  server->command(
+      {"ZADD", "{test}:fleet:changes", server->command({"INCR", "{test}:fleet:seq"}), "other"});
   const SyncSummary s = a->sync();
-  EXPECT_EQ(s.malformed, 2u);
+  EXPECT_EQ(s.repairs, 2u);
+  EXPECT_EQ(s.malformed, 0u);
   const FleetReading r = a->fleet.reading();
-  EXPECT_EQ(r.malformed_values, 2u);
-  EXPECT_NE(r.last_malformed.find("key 'other'"), std::string::npos) << r.last_malformed;
-  EXPECT_NE(r.last_malformed.find("not a bulwark fleet record"), std::string::npos);
+  EXPECT_EQ(r.store_repairs, 2u);
+  EXPECT_NE(r.last_repair.find("k:other held a hash, not a fleet record"), std::string::npos)
+      << r.last_repair;
   EXPECT_EQ(a->breaker.state(), State::closed);
-  // The instance's own opening still goes through (and repairs the value).
+  EXPECT_EQ(server->command({"EXISTS", "{test}:fleet:k:inventory"}), "0");
+  EXPECT_EQ(server->command({"EXISTS", "{test}:fleet:k:other"}), "0");
+  // The instance's own opening goes through.
   a->fail();
   a->sync();
   EXPECT_EQ(server->command({"GET", "{test}:fleet:k:inventory"}).rfind("v1|open|", 0), 0u);
@@ -267,14 +272,22 @@ TEST_F(RedisFleetTest, CallsAreCountedFleetWideAndMalformedCountsAreNamed) {
   EXPECT_EQ(b.reading().keys[0].fleet_successes, 3u);
   EXPECT_EQ(b.reading().keys[0].fleet_failures, 2u);
 
-  const std::string bucket = std::to_string(wall / 1000);
-  server->command({"HSET", "{test}:fleet:w:inventory:" + bucket, "s", "lots"});
+  // A bucket that holds something else than counts is removed (its counts with it), and
+  // counting goes on.
+  const auto buckets = server->scan("{test}:fleet:w:inventory:*");
+  ASSERT_FALSE(buckets.empty());
+  for (const auto& key : buckets) server->command({"HSET", key, "s", "lots"});
   bb.try_acquire()->record_success();
   const auto s = b.sync();
   ASSERT_TRUE(s);
-  EXPECT_EQ(s->malformed, 1u);
-  EXPECT_NE(b.reading().last_malformed.find("key 'inventory': a count bucket"), std::string::npos)
-      << b.reading().last_malformed;
+  EXPECT_EQ(s->repairs, buckets.size());
+  EXPECT_EQ(s->malformed, 0u);
+  EXPECT_NE(b.reading().last_repair.find("w:inventory:"), std::string::npos)
+      << b.reading().last_repair;
+  EXPECT_NE(b.reading().last_repair.find("the count s='lots'"), std::string::npos)
+      << b.reading().last_repair;
+  EXPECT_EQ(b.reading().keys[0].fleet_successes, 1u);
+  EXPECT_EQ(b.reading().keys[0].fleet_failures, 0u);
 }
 
 TEST_F(RedisFleetTest, ANewInstanceCatchesUpOverSeveralSyncsOfBoundedReplies) {
@@ -564,7 +577,8 @@ TEST_F(RedisExpiryTest, EveryKeyUnderThePrefixHasATtlWhileTheFleetIsActive) {
     const std::string rest = key.substr(kPrefix.size());
     kinds.insert(rest.substr(0, rest.find(':')));
   }
-  EXPECT_EQ(kinds, (std::set<std::string>{"changes", "ft", "fw", "id", "k", "l", "seq", "v", "w"}));
+  EXPECT_EQ(kinds,
+            (std::set<std::string>{"changes", "ft", "fw", "id", "k", "l", "run", "seq", "v", "w"}));
 }
 
 TEST_F(RedisExpiryTest, OnceTheFleetStopsEveryKeyExpires) {
@@ -706,7 +720,7 @@ TEST(RedisConfigTest, BadConfigurationIsRejectedNamingTheField) {
   }
   EXPECT_THROW(RedisFleetStore(RedisConfig{.prefix = ""}), InvalidConfig);
   EXPECT_THROW(RedisFleetStore(RedisConfig{.prefix = "a b"}), InvalidConfig);
-  EXPECT_THROW(RedisFleetStore(RedisConfig{.command_timeout = 0ms}), InvalidConfig);
+  EXPECT_THROW(RedisFleetStore(RedisConfig{.timeout = 0ms}), InvalidConfig);
 }
 
 TEST(RedisConfigTest, APrefixWithoutANonEmptyHashTagIsRefused) {
