@@ -35,8 +35,11 @@ Breaker::Config breaker_config(std::string name, std::chrono::milliseconds open 
 class RedisFleetTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!bulwark::testing::redis_server_available())
-      GTEST_SKIP() << "redis-server is not installed (Debian: apt-get install redis-server)";
+    if (const auto why = bulwark::testing::redis_server_missing(); !why.empty()) {
+      if (bulwark::testing::servers_required())
+        FAIL() << why << ", and BULWARK_REQUIRE_SERVERS is set";
+      GTEST_SKIP() << why;
+    }
     server = std::make_unique<RedisServer>(server_args());
     ASSERT_TRUE(server->start()) << "redis-server did not start on port " << server->port();
   }

@@ -10,6 +10,9 @@
 namespace bulwark::redis {
 namespace {
 
+// Held opens checked in the store per sync at most.
+constexpr std::size_t kChecksPerSync = 64;
+
 std::int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -243,6 +246,7 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
   first->window_trips += second->window_trips;
   first->refused += second->refused;
   first->repairs += second->repairs;
+  first->checked += second->checked;
   return first;
 }
 
@@ -303,6 +307,8 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
       m.reset_past.reset();
       FleetOp op{FleetOp::Kind::vote_open, m.key, q.reason, q.until_ms, 0};
       op.max_open_ms = m.max_open_ms;
+      m.vote_unconfirmed = true;
+      m.vote_reason = q.reason;
       push(q.member, std::move(op));
     } else {
       m.decision = Decision::local;
@@ -323,38 +329,44 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
         const auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(m.remaining()).count();
         if (left <= 0) continue;
-        // A shared open the store lost goes back without a quorum, with its mark.
-        FleetOp op{
-            republish_ && m.shared_open ? FleetOp::Kind::assert_open : FleetOp::Kind::vote_open,
-            m.key, m.shared_open ? m.record.reason : TransitionReason::consecutive_failures,
-            now + left, 0};
+        // This instance's own opening, whose vote may be lost, is voted again. An open
+        // adopted from the fleet only goes back if the store lost it, without a quorum,
+        // with its mark (assert_open: never over a decision made since, a close this
+        // instance has not read yet).
+        const bool own = m.vote_unconfirmed || !m.shared_open;
+        FleetOp op{own ? FleetOp::Kind::vote_open : FleetOp::Kind::assert_open, m.key,
+                   own ? m.vote_reason : m.record.reason, now + left, 0};
         op.max_open_ms = m.max_open_ms;
-        op.known_sequence = m.shared_open ? m.record.sequence : 0;
-        op.fleet_window = m.shared_open && m.record.fleet_window;
+        op.known_sequence = own ? 0 : m.record.sequence;
+        op.fleet_window = !own && m.record.fleet_window;
+        if (own) m.vote_unconfirmed = true;
         push(i, std::move(op));
       } else if (s == State::closed && m.close_unconfirmed) {
         push(i, {FleetOp::Kind::close, m.key, TransitionReason::probes_succeeded, 0, 0});
       }
     }
   }
-  // Held opens the store may have lost (an eviction): each sync checks a few, round
-  // robin; the store records one again only if its record is gone (assert_open).
-  {
-    constexpr std::size_t kChecksPerSync = 64;
-    std::size_t checked = 0;
-    for (std::size_t n = 0; n < members_.size() && checked < kChecksPerSync; ++n) {
-      const std::size_t i = (check_next_ + n) % members_.size();
+  // Held opens the store may have lost (an eviction): each is checked about once a
+  // second (once a sync if syncs are further apart), at most 64 a sync, round robin; the
+  // store records one again only if its record is gone (assert_open).
+  std::size_t checks = 0;
+  if (!republish_ && !members_.empty()) {  // after a new incarnation they all go above
+    const std::int64_t every = std::max<std::int64_t>(1000, config_.sync_interval.count());
+    const std::size_t start = check_next_ % members_.size();
+    for (std::size_t n = 0; n < members_.size() && checks < kChecksPerSync; ++n) {
+      const std::size_t i = (start + n) % members_.size();
       if (!members_[i]) continue;
       Member& m = *members_[i];
       if (!m.shared_open || m.reset_past || !opened(m.state())) continue;
-      if (republish_) continue;  // sent above
+      if (now - m.checked_ms < every && now >= m.checked_ms) continue;
       const std::int64_t left = m.record.until_ms - (now + store_offset_ms_);
       if (left <= 0) continue;
       FleetOp op{FleetOp::Kind::assert_open, m.key, m.record.reason, now + left, 0};
       op.known_sequence = m.record.sequence;
       op.fleet_window = m.record.fleet_window;
       push(static_cast<std::uint32_t>(i), std::move(op));
-      ++checked;
+      m.checked_ms = now;
+      ++checks;
       check_next_ = i + 1;
     }
   }
@@ -418,7 +430,8 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
     levels.push_back(level);
   }
   if (!windowed.empty()) req.window_ttl_ms = 3 * config_.sync_interval.count();
-  summary.published = req.ops.size();
+  summary.published = req.ops.size() - checks;
+  summary.checked = checks;
   state.unlock();
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -467,7 +480,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   rescan_ = false;
   republish_ = false;
   for (const auto& mp : members_) {
-    if (mp) mp->close_unconfirmed = false;
+    if (mp) mp->close_unconfirmed = mp->vote_unconfirmed = false;
   }
   // The records this run wrote: its own, never adopted back.
   const std::size_t n_written = std::min(op_member.size(), reply->written.size());

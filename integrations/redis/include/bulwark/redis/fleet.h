@@ -228,7 +228,12 @@ struct FleetReading {
 
 // What sync() did.
 struct SyncSummary {
-  std::size_t published = 0;     // ops sent
+  // Ops sent that publish something: votes, closes, re-publications, lease requests,
+  // counts, window levels.
+  std::size_t published = 0;
+  // Held opens checked in the store (each about once a second; re-published if the
+  // store lost them). Sent too, not counted in `published`.
+  std::size_t checked = 0;
   std::size_t changes = 0;       // decisions read (valid or not)
   std::size_t adopted = 0;       // breakers moved by the fleet
   std::size_t malformed = 0;     // values rejected in this sync
@@ -341,6 +346,9 @@ class Fleet {
     bool fresh = true;  // attached since the last sync: apply the known record
     bool lease_holder = false;
     bool close_unconfirmed = false;  // a close sent by an exchange that failed: send again
+    bool vote_unconfirmed = false;   // the same for this instance's own opening
+    TransitionReason vote_reason = TransitionReason::consecutive_failures;
+    std::int64_t checked_ms = 0;     // when its open was last checked in the store (wall)
     std::uint64_t lease_asked = 0;   // the sequence of the shared open we asked a lease for
     std::uint64_t own_sequence = 0;  // the last record this Fleet wrote for the key
     FleetRecord record;              // the last valid decision read (until_ms: store's clock)
