@@ -10,8 +10,9 @@
 namespace bulwark::redis {
 namespace {
 
-// Held opens checked in the store per sync at most.
+// Held opens checked in the store per sync at most, and how often each (ms).
 constexpr std::size_t kChecksPerSync = 64;
+constexpr std::int64_t kCheckEveryMs = 5'000;
 
 std::int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -346,12 +347,12 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
       }
     }
   }
-  // Held opens the store may have lost (an eviction): each is checked about once a
-  // second (once a sync if syncs are further apart), at most 64 a sync, round robin; the
+  // Held opens the store may have lost (an eviction): each is checked about every five
+  // seconds (every sync if syncs are further apart), at most 64 a sync, round robin; the
   // store records one again only if its record is gone (assert_open).
   std::size_t checks = 0;
   if (!republish_ && !members_.empty()) {  // after a new incarnation they all go above
-    const std::int64_t every = std::max<std::int64_t>(1000, config_.sync_interval.count());
+    const std::int64_t every = std::max<std::int64_t>(kCheckEveryMs, config_.sync_interval.count());
     const std::size_t start = check_next_ % members_.size();
     for (std::size_t n = 0; n < members_.size() && checks < kChecksPerSync; ++n) {
       const std::size_t i = (start + n) % members_.size();

@@ -121,12 +121,13 @@ struct FleetConfig {
   // no new calls send nothing. Zero (the default): no counting.
   std::chrono::milliseconds count_bucket = std::chrono::milliseconds::zero();
   std::uint32_t count_buckets = 6;
-  // Called after a local transition (an opening, or the close of an open the fleet
-  // shared) was queued for the next sync, on the thread that made it, outside the
-  // Fleet's locks, with the key and the new state. An application whose timer ticks
-  // every sync_interval can wake it here so the fleet hears of an opening at once
-  // rather than up to one interval later. Must be cheap, must not throw, and must not
-  // call sync() itself (post to the timer's thread). Empty: nothing.
+  // Called after a local decision to publish (an automatic opening, the close of an
+  // open, a Fleet::reset()) was queued for the next sync, on the thread that made it,
+  // outside the Fleet's locks, with the key and the new state; not for a manual
+  // transition of the breaker (this instance's own: nothing to publish). An application whose timer
+  // ticks every sync_interval can wake it here so the fleet hears of an opening at once rather than
+  // up to one interval later. Must be cheap, must not throw, and must not call sync() itself (post
+  // to the timer's thread). Empty: nothing.
   std::function<void(const std::string& key, State to)> on_queued{};
   // This instance's wall clock (Unix ms). Only differences of it travel: an open's end
   // goes to the store as until - now of one request, and the store keeps every time in
@@ -231,8 +232,8 @@ struct SyncSummary {
   // Ops sent that publish something: votes, closes, re-publications, lease requests,
   // counts, window levels.
   std::size_t published = 0;
-  // Held opens checked in the store (each about once a second; re-published if the
-  // store lost them). Sent too, not counted in `published`.
+  // Held opens checked in the store (each about every 5 s, at most 64 a sync;
+  // re-published if the store lost them). Sent too, not counted in `published`.
   std::size_t checked = 0;
   std::size_t changes = 0;       // decisions read (valid or not)
   std::size_t adopted = 0;       // breakers moved by the fleet

@@ -39,7 +39,7 @@
 // never stops the fleet's exchanges, and needs no operator.
 //
 // Timeouts. One deadline bounds each exchange(), all of it: connecting, AUTH, SCRIPT
-// LOAD and the script (`timeout`, 250 ms by default; SyncRequest::deadline if that is
+// LOAD and the script (`timeout`, 500 ms by default; SyncRequest::deadline if that is
 // sooner). Reads and writes wait for the socket with poll() up to what is left of it,
 // so no server, however slowly it trickles its reply, holds an exchange longer. After
 // a failure the store does not try again before a backoff (exponential from
@@ -98,7 +98,7 @@ struct RedisConfig {
   // expire too: the prefix holds nothing. At least retention.
   std::chrono::milliseconds idle_ttl = std::chrono::hours(24);
   // The most one exchange() takes, connecting included (see "Timeouts" above). Positive.
-  std::chrono::milliseconds timeout = std::chrono::milliseconds(250);
+  std::chrono::milliseconds timeout = std::chrono::milliseconds(500);
   std::chrono::milliseconds reconnect_min = std::chrono::milliseconds(100);
   std::chrono::milliseconds reconnect_max = std::chrono::seconds(5);
 };
