@@ -369,6 +369,7 @@ void BM_Fleet_SyncRedisFleet(benchmark::State& state) {
   std::vector<double> took;  // ms, every sync
   std::atomic<std::int64_t> failed{0};
   std::mutex took_mu;
+  std::string last_error;  // of a failed sync, if any
   auto sync_all = [&](bool record) {
     std::vector<std::thread> pool;
     std::atomic<int> next_instance{0};
@@ -377,7 +378,12 @@ void BM_Fleet_SyncRedisFleet(benchmark::State& state) {
         std::vector<double> mine;
         for (int i; (i = next_instance.fetch_add(1)) < instances;) {
           const auto t0 = std::chrono::steady_clock::now();
-          const bool ok = sides[static_cast<std::size_t>(i)]->fleet->sync().has_value();
+          const auto result = sides[static_cast<std::size_t>(i)]->fleet->sync();
+          const bool ok = result.has_value();
+          if (!ok && record) {
+            std::lock_guard lock(took_mu);
+            last_error = result.error().message;
+          }
           mine.push_back(
               std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
                   .count());
@@ -423,6 +429,7 @@ void BM_Fleet_SyncRedisFleet(benchmark::State& state) {
   state.counters["over_100ms"] = over(100);
   state.counters["over_250ms"] = over(250);
   state.counters["over_500ms"] = over(500);
+  if (!last_error.empty()) state.SetLabel("last error: " + last_error);
   state.counters["failed"] =
       took.empty() ? 0.0 : static_cast<double>(failed.load()) / static_cast<double>(took.size());
 }

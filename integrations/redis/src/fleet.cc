@@ -224,11 +224,13 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
     return Unexpected(
         StoreError{StoreError::Kind::unavailable, "sync() is already running on another thread"});
   }
+  std::lock_guard sync(sync_mu_);
+  // Cleared before the lock is released: once it is, a destructor waiting for it may
+  // free this Fleet, and nothing here may touch it any more.
   struct Done {
     std::atomic<bool>& flag;
     ~Done() { flag.store(false, std::memory_order_release); }
   } done{syncing_};
-  std::lock_guard sync(sync_mu_);
   // One deadline for the whole sync: both exchanges of a sync that trips a fleet window.
   const std::chrono::milliseconds budget = store_.timeout();
   const auto deadline = budget > std::chrono::milliseconds::zero()
