@@ -7,10 +7,14 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <memory>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "bulwark/redis/fleet.h"
@@ -92,16 +96,24 @@ struct Side {
       fleet->attach("key-" + std::to_string(i), *breakers.back());
     }
   }
-  // Flips `n` breakers, walking through the keys.
+  // Flips `n` breakers, walking through the keys: a closed one trips (its failures), an
+  // open one is closed for the fleet (Fleet::reset; a breaker's own reset() would stay
+  // local and publish nothing).
   void flip(int n) {
     for (int i = 0; i < n; ++i) {
-      CircuitBreaker& b = *breakers[next];
+      const std::size_t k = next;
       next = (next + 1) % breakers.size();
-      if (b.state() == State::closed) {
-        (void)b.transition_to(State::open);
-      } else {
-        b.reset();
+      flip_key(k);
+    }
+  }
+  void flip_key(std::size_t k) {
+    CircuitBreaker& b = *breakers[k];
+    if (b.state() == State::closed) {
+      for (int f = 0; f < 5; ++f) {
+        if (auto p = b.try_acquire()) p->record_failure();
       }
+    } else {
+      (void)fleet->reset("key-" + std::to_string(k));
     }
   }
   CircuitBreaker::Policy policy{config("shared")};
@@ -250,7 +262,7 @@ void BM_Fleet_SyncRedis(benchmark::State& state) {
   const auto server_ptr = start_server(state);
   if (!server_ptr) return;
   bulwark::testing::RedisServer& server = *server_ptr;
-  const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
+  const RedisConfig rc{.port = server.port(), .timeout = std::chrono::seconds(5)};
   RedisFleetStore sa(rc), sb(rc);
   const int keys = static_cast<int>(state.range(0));
   const int changes = static_cast<int>(state.range(1));
@@ -291,7 +303,7 @@ void BM_Fleet_SyncRedisWindow(benchmark::State& state) {
   const auto server_ptr = start_server(state);
   if (!server_ptr) return;
   bulwark::testing::RedisServer& server = *server_ptr;
-  const RedisConfig rc{.port = server.port(), .command_timeout = std::chrono::seconds(5)};
+  const RedisConfig rc{.port = server.port(), .timeout = std::chrono::seconds(5)};
   RedisFleetStore store(rc);
   constexpr int kKeys = 100;
   const int instances = static_cast<int>(state.range(0));
@@ -333,5 +345,98 @@ BENCHMARK(BM_Fleet_SyncRedisWindow)
     ->Arg(100)
     ->Unit(benchmark::kMicrosecond)
     ->Iterations(200);
+
+// A fleet under load: range(0) instances (each its own connection) with range(1) keys
+// each, of which range(2) change state per sync interval fleet-wide (decided by one
+// instance, adopted by the others), the instances syncing in parallel from range(3)
+// threads. Each iteration is one interval. Reported: the duration of every sync (p50,
+// p99, p99.9, max, in ms), the share of syncs longer than 50, 100, 250 and 500 ms, and the
+// syncs that failed against the store's default timeout (RedisConfig::timeout). Run it
+// on a busy machine too (another build, or `stress`), as a host that also serves traffic.
+void BM_Fleet_SyncRedisFleet(benchmark::State& state) {
+  const auto server_ptr = start_server(state);
+  if (!server_ptr) return;
+  const int instances = static_cast<int>(state.range(0));
+  const int keys = static_cast<int>(state.range(1));
+  const int changes = static_cast<int>(state.range(2));
+  const int threads = static_cast<int>(state.range(3));
+  std::vector<std::unique_ptr<RedisFleetStore>> stores;
+  std::vector<std::unique_ptr<Side>> sides;
+  for (int i = 0; i < instances; ++i) {
+    stores.push_back(std::make_unique<RedisFleetStore>(RedisConfig{.port = server_ptr->port()}));
+    sides.push_back(std::make_unique<Side>(*stores.back(), "i" + std::to_string(i), keys));
+  }
+  std::vector<double> took;  // ms, every sync
+  std::atomic<std::int64_t> failed{0};
+  std::mutex took_mu;
+  std::string last_error;  // of a failed sync, if any
+  auto sync_all = [&](bool record) {
+    std::vector<std::thread> pool;
+    std::atomic<int> next_instance{0};
+    for (int t = 0; t < threads; ++t) {
+      pool.emplace_back([&] {
+        std::vector<double> mine;
+        for (int i; (i = next_instance.fetch_add(1)) < instances;) {
+          const auto t0 = std::chrono::steady_clock::now();
+          const auto result = sides[static_cast<std::size_t>(i)]->fleet->sync();
+          const bool ok = result.has_value();
+          if (!ok && record) {
+            std::lock_guard lock(took_mu);
+            last_error = result.error().message;
+          }
+          mine.push_back(
+              std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0)
+                  .count());
+          if (!ok && record) failed.fetch_add(1);
+        }
+        if (!record) return;
+        std::lock_guard lock(took_mu);
+        took.insert(took.end(), mine.begin(), mine.end());
+      });
+    }
+    for (auto& th : pool) th.join();
+  };
+  for (int i = 0; i < 5; ++i) sync_all(false);  // everyone connected and caught up
+  std::size_t key = 0;
+  for (auto _ : state) {
+    state.PauseTiming();
+    for (int c = 0; c < changes; ++c) {
+      sides[key % sides.size()]->flip_key(key % static_cast<std::size_t>(keys));
+      ++key;
+    }
+    state.ResumeTiming();
+    sync_all(true);
+  }
+  std::sort(took.begin(), took.end());
+  auto at = [&](double q) {
+    return took.empty()
+               ? 0.0
+               : took[std::min(took.size() - 1,
+                               static_cast<std::size_t>(q * static_cast<double>(took.size())))];
+  };
+  auto over = [&](double ms) {
+    return took.empty()
+               ? 0.0
+               : static_cast<double>(took.end() - std::upper_bound(took.begin(), took.end(), ms)) /
+                     static_cast<double>(took.size());
+  };
+  state.counters["syncs"] = static_cast<double>(took.size());
+  state.counters["p50_ms"] = at(0.5);
+  state.counters["p99_ms"] = at(0.99);
+  state.counters["p999_ms"] = at(0.999);
+  state.counters["max_ms"] = took.empty() ? 0.0 : took.back();
+  state.counters["over_50ms"] = over(50);
+  state.counters["over_100ms"] = over(100);
+  state.counters["over_250ms"] = over(250);
+  state.counters["over_500ms"] = over(500);
+  if (!last_error.empty()) state.SetLabel("last error: " + last_error);
+  state.counters["failed"] =
+      took.empty() ? 0.0 : static_cast<double>(failed.load()) / static_cast<double>(took.size());
+}
+BENCHMARK(BM_Fleet_SyncRedisFleet)
+    ->Args({100, 1000, 10, 4})
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(50)
+    ->UseRealTime();
 
 }  // namespace

@@ -467,14 +467,19 @@ class alignas(64) BasicCircuitBreaker {
   // thread is publishing a transition (call again later).
   //
   // adopt_open: CLOSED, OPEN or HALF_OPEN -> OPEN until `remaining` from now (an OPEN
-  // breaker's end is moved), reason fleet_opened. Probes in flight stop counting.
+  // breaker's end is moved), reason fleet_opened. Probes in flight stop counting. A
+  // `remaining` longer than the current open period takes the growth level whose period
+  // covers it (the growth the deciding breaker reached), so that retry_after and the
+  // snapshot tell the time actually left.
   bool adopt_open(Nanos remaining) noexcept {
     Word w(word_.load(std::memory_order_acquire));
     for (;;) {
       const State from = static_cast<State>(w.state());
       if (w.pending() || (from != State::closed && from != State::open && from != State::half_open))
         return false;
-      const std::uint32_t reopens = from == State::closed ? 1 : std::max(w.reopens(), 1u);
+      std::uint32_t reopens = from == State::closed ? 1 : std::max(w.reopens(), 1u);
+      while (reopens < Word::kReopenMax && policy_->open_period(reopens) < to_ticks(remaining))
+        ++reopens;
       const Word next = w.next_phase(static_cast<std::uint8_t>(State::open), reopens);
       // OPEN ends at since_ + open_period: start the period so that it ends when asked.
       const Ticks start =

@@ -102,8 +102,9 @@ TEST(FleetTest, AnOpeningOnOneInstanceOpensAllAfterOneSyncEach) {
   EXPECT_EQ(b.fleet.reading().adopted_opens, 1u);
 }
 
-// on_queued wakes the application's sync for local decisions only: an opening and the
-// close that ends a shared open, not the fleet's own decisions adopted by sync().
+// on_queued wakes the application's sync for what it has to publish: an opening, the
+// close that ends a shared open, and Fleet::reset(); not the fleet's own decisions
+// adopted by sync(), nor a manual transition of the breaker (this instance's alone).
 TEST(FleetTest, OnQueuedReportsLocalDecisionsToWakeTheSync) {
   World w;
   std::vector<std::pair<std::string, State>> woken;
@@ -122,15 +123,17 @@ TEST(FleetTest, OnQueuedReportsLocalDecisionsToWakeTheSync) {
   ASSERT_TRUE(fleet.sync());
   ASSERT_EQ(breaker.state(), State::open);
   EXPECT_TRUE(woken.empty());
-  ASSERT_TRUE(breaker.transition_to(State::closed));  // an operator closes it here
-  ASSERT_EQ(woken.size(), 1u);
-  EXPECT_EQ(woken[0], (std::pair<std::string, State>("inventory", State::closed)));
+  ASSERT_TRUE(breaker.transition_to(State::closed));  // an operator closes it here alone
+  EXPECT_TRUE(woken.empty());
   for (int i = 0; i < 3; ++i) {
     if (auto p = breaker.try_acquire()) p->record_failure();
   }
   ASSERT_EQ(breaker.state(), State::open);
+  ASSERT_EQ(woken.size(), 1u);
+  EXPECT_EQ(woken[0], (std::pair<std::string, State>("inventory", State::open)));
+  ASSERT_TRUE(fleet.reset("inventory"));  // the fleet-wide close
   ASSERT_EQ(woken.size(), 2u);
-  EXPECT_EQ(woken[1], (std::pair<std::string, State>("inventory", State::open)));
+  EXPECT_EQ(woken[1], (std::pair<std::string, State>("inventory", State::closed)));
 }
 
 TEST(FleetTest, TheLeaseHolderProbesAndItsCloseClosesEveryone) {
@@ -288,18 +291,20 @@ TEST(FleetTest, AStoreThatRestartsEmptyGetsTheOpenKeysBack) {
   EXPECT_EQ(late.key().decided_by, "a");
 }
 
-TEST(FleetTest, MalformedValuesAreCountedAndNamed) {
+TEST(FleetTest, AStoredValueThatIsNotARecordIsRemovedCountedAndNamed) {
   World w;
   Instance a(w, "a");
   a.sync();
   w.store.put_raw("inventory", "v1|open|manual|soon|x|1");
   const SyncSummary s = a.sync();
-  EXPECT_EQ(s.malformed, 1u);
+  EXPECT_EQ(s.repairs, 1u);
   const FleetReading r = a.fleet.reading();
-  EXPECT_EQ(r.malformed_values, 1u);
-  EXPECT_NE(r.last_malformed.find("key 'inventory'"), std::string::npos) << r.last_malformed;
-  EXPECT_NE(r.last_malformed.find("until_ms"), std::string::npos) << r.last_malformed;
+  EXPECT_EQ(r.store_repairs, 1u);
+  EXPECT_NE(r.last_repair.find("k:inventory"), std::string::npos) << r.last_repair;
+  EXPECT_NE(r.last_repair.find("until_ms"), std::string::npos) << r.last_repair;
   EXPECT_EQ(a.breaker.state(), State::closed);
+  EXPECT_FALSE(w.store.get_raw("inventory"));
+  EXPECT_EQ(a.sync().repairs, 0u);  // gone: nothing to repair twice
 }
 
 TEST(FleetTest, QueueOverflowIsCountedAndRecoveredByARescan) {

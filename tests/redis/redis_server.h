@@ -1,5 +1,6 @@
-// A redis-server of the test's own on a free 127.0.0.1 port: started with no
-// persistence, stopped (or killed, paused, restarted) by the test.
+// A redis-server of the test's own on a free 127.0.0.1 port: started with no automatic
+// persistence, stopped (or killed, paused, restarted on the same port) by the test.
+// Given a directory, it keeps its snapshot there (SAVE writes it, a restart loads it).
 
 #ifndef BULWARK_TESTS_REDIS_REDIS_SERVER_H_
 #define BULWARK_TESTS_REDIS_REDIS_SERVER_H_
@@ -27,12 +28,21 @@ inline bool redis_server_available() {
   return std::system("command -v redis-server >/dev/null 2>&1") == 0;
 }
 
+// A test that needs redis-server may skip without one only while the environment
+// variable BULWARK_REQUIRE_SERVERS is unset (CI sets it): "" if it may run, else why not.
+// Use: if (auto why = bulwark::testing::redis_server_missing(); !why.empty()) { ... }
+inline bool servers_required() { return std::getenv("BULWARK_REQUIRE_SERVERS") != nullptr; }
+inline std::string redis_server_missing() {
+  if (redis_server_available()) return "";
+  return "redis-server is not installed (Debian: apt-get install redis-server)";
+}
+
 inline int free_port() { return free_loopback_port(); }
 
 class RedisServer {
  public:
-  explicit RedisServer(std::vector<std::string> extra = {})
-      : port_(free_port()), extra_(std::move(extra)) {}
+  explicit RedisServer(std::vector<std::string> extra = {}, std::string dir = {})
+      : port_(free_port()), extra_(std::move(extra)), dir_(std::move(dir)) {}
   RedisServer(const RedisServer&) = delete;
   RedisServer& operator=(const RedisServer&) = delete;
   ~RedisServer() { stop(); }
@@ -43,6 +53,9 @@ class RedisServer {
         "redis-server", "--port", std::to_string(port_), "--bind", "127.0.0.1", "--save",   "",
         "--appendonly", "no",     "--daemonize",         "no",     "--logfile", "/dev/null"};
     args.insert(args.end(), extra_.begin(), extra_.end());
+    if (!dir_.empty()) {
+      for (const char* a : {"--dir", dir_.c_str(), "--dbfilename", "dump.rdb"}) args.push_back(a);
+    }
     pid_ = ::fork();
     if (pid_ == 0) {
       std::vector<char*> argv;
@@ -112,6 +125,9 @@ class RedisServer {
   }
 
   int port() const { return port_; }
+  bool running() const { return pid_ > 0; }
+  // The snapshot a restart loads: "" without a directory.
+  std::string snapshot() const { return dir_.empty() ? std::string() : dir_ + "/dump.rdb"; }
 
  private:
   redisContext* connect() const {
@@ -139,6 +155,7 @@ class RedisServer {
 
   int port_;
   std::vector<std::string> extra_;
+  std::string dir_;
   pid_t pid_ = -1;
 };
 

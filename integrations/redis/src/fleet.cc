@@ -3,11 +3,16 @@
 #include <algorithm>
 #include <charconv>
 #include <iterator>
+#include <limits>
 
 #include "bulwark/config_error.h"
 
 namespace bulwark::redis {
 namespace {
+
+// Held opens checked in the store per sync at most, and how often each (ms).
+constexpr std::size_t kChecksPerSync = 64;
+constexpr std::int64_t kCheckEveryMs = 5'000;
 
 std::int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -100,6 +105,10 @@ Fleet::Fleet(FleetConfig config, FleetStore& store) : config_(std::move(config))
 }
 
 Fleet::~Fleet() {
+  // A sync() running on another thread returns by its deadline; nothing else may start.
+  std::lock_guard sync(sync_mu_);
+  // Each removal waits for the listener to leave any thread it runs on: after this the
+  // breakers never call into this Fleet again.
   for (auto& remove : unlisten_) remove();
 }
 
@@ -107,6 +116,7 @@ void Fleet::add_member(Member m, const void* policy_id,
                        const std::function<std::function<void()>()>& listen) {
   if (m.key.empty() || m.key.size() > 512)
     bad(config_, "key", "must be 1-512 bytes, got " + std::to_string(m.key.size()));
+  std::lock_guard sync(sync_mu_);
   std::lock_guard state(state_mu_);
   if (by_key_.count(m.key) != 0) bad(config_, "key", "'" + m.key + "' is already attached");
   const auto index = static_cast<std::uint32_t>(members_.size());
@@ -116,15 +126,60 @@ void Fleet::add_member(Member m, const void* policy_id,
     if (by_breaker_.count(breaker) != 0)
       bad(config_, "key", "'" + m.key + "': that breaker is already attached");
   }
+  auto key = std::make_shared<const std::string>(m.key);
   by_key_.emplace(m.key, index);
   members_.push_back(std::make_unique<Member>(std::move(m)));
-  const std::string* key = &members_.back()->key;
   if (!listened_policies_[policy_id]) {
     unlisten_.push_back(listen());
     listened_policies_[policy_id] = true;
   }
   std::lock_guard queue(queue_mu_);
-  by_breaker_.emplace(breaker, Attached{index, key});
+  by_breaker_.emplace(breaker, Attached{index, std::move(key)});
+}
+
+bool Fleet::detach(const std::string& key) {
+  std::lock_guard sync(sync_mu_);
+  std::unique_ptr<Member> gone;
+  {
+    std::lock_guard state(state_mu_);
+    const auto it = by_key_.find(key);
+    if (it == by_key_.end()) return false;
+    const std::uint32_t index = it->second;
+    by_key_.erase(it);
+    gone = std::move(members_[index]);
+    std::lock_guard queue(queue_mu_);
+    by_breaker_.erase(gone->breaker);
+    // Queued transitions of the member are skipped by the next sync (its slot is empty).
+  }
+  // A listener that found the breaker before the erase may still be running on another
+  // thread; it touches only the queue and its shared key, never the member, so the
+  // member (its closures over the breaker, its registry handle) can go now.
+  return true;
+}
+
+bool Fleet::reset(const std::string& key) {
+  std::lock_guard sync(sync_mu_);
+  std::uint32_t index = 0;
+  std::function<void()> reset_breaker;
+  std::shared_ptr<const std::string> shared_key;
+  {
+    std::lock_guard state(state_mu_);
+    const auto it = by_key_.find(key);
+    if (it == by_key_.end()) return false;
+    index = it->second;
+    reset_breaker = members_[index]->reset;
+    std::lock_guard queue(queue_mu_);
+    shared_key = by_breaker_.at(members_[index]->breaker).key;
+  }
+  reset_breaker();  // its listener queues a manual close: this instance's own
+  {
+    // Past the queue's capacity if need be (this is not the request path: it may
+    // allocate): an overflow's rescan would not publish this close.
+    std::lock_guard queue(queue_mu_);
+    queue_.push_back(Queued{index, State::closed, TransitionReason::manual, 0, true});
+  }
+  if (config_.on_queued) config_.on_queued(*shared_key, State::closed);
+  return true;
 }
 
 // On the thread that made the transition. Bounded: a lookup and a push into reserved
@@ -132,27 +187,31 @@ void Fleet::add_member(Member m, const void* policy_id,
 void Fleet::on_transition(const TransitionEvent& e) noexcept {
   if (e.reason == TransitionReason::fleet_opened || e.reason == TransitionReason::fleet_closed)
     return;  // the fleet's own decision coming back
+  const bool manual = e.reason == TransitionReason::manual;
   const bool to_open = e.to == State::open;
   const bool to_closed = e.to == State::closed && opened(e.from);
   if (!to_open && !to_closed) return;
   // This instance's wall clock: the store keeps only until - SyncRequest::now_ms of it.
-  const std::int64_t until =
-      to_open ? config_.wall_ms() +
-                    std::chrono::duration_cast<std::chrono::milliseconds>(e.open_duration).count()
-              : 0;
-  const std::string* key = nullptr;
+  std::int64_t until = 0;
+  if (to_open) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(e.open_duration);
+    if (__builtin_add_overflow(config_.wall_ms(), left.count(), &until))
+      until = std::numeric_limits<std::int64_t>::max();
+  }
+  std::shared_ptr<const std::string> key;
   {
     std::lock_guard lock(queue_mu_);
     const auto it = by_breaker_.find(e.breaker);
     if (it == by_breaker_.end()) return;  // another breaker of the same policy
-    key = it->second.key;
     if (queue_.size() >= config_.queue_capacity) {
       overflowed_ = true;
     } else {
       queue_.push_back(Queued{it->second.member, e.to, e.reason, until});
     }
+    // A manual transition is this instance's own: nothing to publish, nobody to wake.
+    if (!manual && config_.on_queued) key = it->second.key;
   }
-  if (config_.on_queued) config_.on_queued(*key, e.to);
+  if (key) config_.on_queued(*key, e.to);
 }
 
 void Fleet::reject_fleet_window(const std::string& key) const {
@@ -165,27 +224,40 @@ Expected<SyncSummary, StoreError> Fleet::sync() {
     return Unexpected(
         StoreError{StoreError::Kind::unavailable, "sync() is already running on another thread"});
   }
+  std::lock_guard sync(sync_mu_);
+  // Cleared before the lock is released: once it is, a destructor waiting for it may
+  // free this Fleet, and nothing here may touch it any more.
   struct Done {
     std::atomic<bool>& flag;
     ~Done() { flag.store(false, std::memory_order_release); }
   } done{syncing_};
-  auto first = exchange_once(true);
+  // One deadline for the whole sync: both exchanges of a sync that trips a fleet window.
+  const std::chrono::milliseconds budget = store_.timeout();
+  const auto deadline = budget > std::chrono::milliseconds::zero()
+                            ? std::chrono::steady_clock::now() + budget
+                            : std::chrono::steady_clock::time_point::max();
+  auto first = exchange_once(true, deadline);
   if (!first || first->window_trips == 0) return first;
   // A fleet window tripped here: share the open now rather than a sync later. Only the
   // window_open ops (and anything queued meanwhile) go out.
-  auto second = exchange_once(false);
+  auto second = exchange_once(false, deadline);
   if (!second) return first;  // the open is sent again by the next sync
   first->published += second->published;
   first->changes += second->changes;
   first->adopted += second->adopted;
   first->malformed += second->malformed;
   first->window_trips += second->window_trips;
+  first->refused += second->refused;
+  first->repairs += second->repairs;
+  first->checked += second->checked;
   return first;
 }
 
-Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
+Expected<SyncSummary, StoreError> Fleet::exchange_once(
+    bool counts_as_sync, std::chrono::steady_clock::time_point deadline) {
   SyncSummary summary;
   SyncRequest req;
+  req.deadline = deadline;
   bool overflow = false;
   {
     std::lock_guard queue(queue_mu_);
@@ -210,53 +282,108 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   req.quorum_window_ms = config_.quorum_window.count();
   req.cursor = cursor_;
   req.max_changes = config_.max_changes_per_sync;
+  // Which member each op is about, for the reply's `written`.
+  std::vector<std::uint32_t> op_member;
+  auto push = [&](std::uint32_t member, FleetOp op) {
+    req.ops.push_back(std::move(op));
+    op_member.push_back(member);
+  };
   // What happened locally.
   for (const Queued& q : draining_) {
+    if (!members_[q.member]) continue;  // detached since
     Member& m = *members_[q.member];
-    if (q.to == State::open) {
+    if (q.fleet_reset) {
+      // Fleet::reset(): the key closes for the whole fleet.
+      m.reset_past.reset();
       m.decision = Decision::local;
-      req.ops.push_back({FleetOp::Kind::vote_open, m.key, q.reason, q.until_ms, 0});
+      m.lease_holder = false;
+      m.close_unconfirmed = true;
+      push(q.member, {FleetOp::Kind::close, m.key, TransitionReason::manual, 0, 0});
+    } else if (q.reason == TransitionReason::manual) {
+      // The breaker's own reset() or transition_to(): this instance alone. A fleet's open
+      // it closed is not adopted again.
+      m.decision = Decision::local;
+      m.lease_holder = false;
+      if (q.to == State::closed && m.shared_open) m.reset_past = m.record;
+    } else if (q.to == State::open) {
+      m.decision = Decision::local;
+      m.reset_past.reset();
+      FleetOp op{FleetOp::Kind::vote_open, m.key, q.reason, q.until_ms, 0};
+      op.max_open_ms = m.max_open_ms;
+      m.vote_unconfirmed = true;
+      m.vote_reason = q.reason;
+      push(q.member, std::move(op));
     } else {
       m.decision = Decision::local;
       m.lease_holder = false;
-      req.ops.push_back({FleetOp::Kind::close, m.key, q.reason, 0, 0});
+      m.close_unconfirmed = true;
+      push(q.member, {FleetOp::Kind::close, m.key, q.reason, 0, 0});
     }
   }
   // After lost transitions or a failed sync: re-read every breaker. After the store
   // lost its contents: publish again what is still open here.
   if (rescan_ || republish_) {
-    for (const auto& mp : members_) {
-      Member& m = *mp;
+    for (std::uint32_t i = 0; i < members_.size(); ++i) {
+      if (!members_[i]) continue;
+      Member& m = *members_[i];
       const State s = m.state();
       if (s == State::open) {
         if (m.window_open_pending) continue;  // its window_open goes out below
         const auto left =
             std::chrono::duration_cast<std::chrono::milliseconds>(m.remaining()).count();
         if (left <= 0) continue;
-        // A shared open the store lost goes back without a quorum (a fleet window's
-        // keeps its mark).
-        const auto kind = !(republish_ && m.shared_open) ? FleetOp::Kind::vote_open
-                          : m.record.fleet_window        ? FleetOp::Kind::window_open
-                                                         : FleetOp::Kind::assert_open;
-        const TransitionReason reason =
-            m.shared_open ? m.record.reason : TransitionReason::consecutive_failures;
-        req.ops.push_back({kind, m.key, reason, now + left, 0});
-      } else if (s == State::closed && m.shared_open && rescan_) {
-        req.ops.push_back({FleetOp::Kind::close, m.key, TransitionReason::probes_succeeded, 0, 0});
+        // This instance's own opening, whose vote may be lost, is voted again. An open
+        // adopted from the fleet only goes back if the store lost it, without a quorum,
+        // with its mark (assert_open: never over a decision made since, a close this
+        // instance has not read yet).
+        const bool own = m.vote_unconfirmed || !m.shared_open;
+        FleetOp op{own ? FleetOp::Kind::vote_open : FleetOp::Kind::assert_open, m.key,
+                   own ? m.vote_reason : m.record.reason, now + left, 0};
+        op.max_open_ms = m.max_open_ms;
+        op.known_sequence = own ? 0 : m.record.sequence;
+        op.fleet_window = !own && m.record.fleet_window;
+        if (own) m.vote_unconfirmed = true;
+        push(i, std::move(op));
+      } else if (s == State::closed && m.close_unconfirmed) {
+        push(i, {FleetOp::Kind::close, m.key, TransitionReason::probes_succeeded, 0, 0});
       }
+    }
+  }
+  // Held opens the store may have lost (an eviction): each is checked about every five
+  // seconds (every sync if syncs are further apart), at most 64 a sync, round robin; the
+  // store records one again only if its record is gone (assert_open).
+  std::size_t checks = 0;
+  if (!republish_ && !members_.empty()) {  // after a new incarnation they all go above
+    const std::int64_t every = std::max<std::int64_t>(kCheckEveryMs, config_.sync_interval.count());
+    const std::size_t start = check_next_ % members_.size();
+    for (std::size_t n = 0; n < members_.size() && checks < kChecksPerSync; ++n) {
+      const std::size_t i = (start + n) % members_.size();
+      if (!members_[i]) continue;
+      Member& m = *members_[i];
+      if (!m.shared_open || m.reset_past || !opened(m.state())) continue;
+      if (now - m.checked_ms < every && now >= m.checked_ms) continue;
+      const std::int64_t left = m.record.until_ms - (now + store_offset_ms_);
+      if (left <= 0) continue;
+      FleetOp op{FleetOp::Kind::assert_open, m.key, m.record.reason, now + left, 0};
+      op.known_sequence = m.record.sequence;
+      op.fleet_window = m.record.fleet_window;
+      push(static_cast<std::uint32_t>(i), std::move(op));
+      m.checked_ms = now;
+      ++checks;
+      check_next_ = i + 1;
     }
   }
   // Half-open leases due: near the end of a shared open period.
   std::vector<std::uint32_t> leased;
   const std::int64_t lead = 2 * config_.sync_interval.count();
   for (std::uint32_t i = 0; i < members_.size(); ++i) {
+    if (!members_[i]) continue;
     Member& m = *members_[i];
-    if (!m.shared_open || m.lease_asked == m.record.sequence) continue;
+    if (!m.shared_open || m.reset_past || m.lease_asked == m.record.sequence) continue;
     // The record's end is the store's: compared with the store's time now, as estimated
     // from the last reply.
     if (now + store_offset_ms_ < m.record.until_ms - lead || !opened(m.state())) continue;
-    req.ops.push_back(
-        {FleetOp::Kind::lease, m.key, m.record.reason, 0, config_.lease_duration.count()});
+    push(i, {FleetOp::Kind::lease, m.key, m.record.reason, 0, config_.lease_duration.count()});
     leased.push_back(i);
   }
   // Fleet-wide counts: what each breaker completed since the last successful count.
@@ -269,6 +396,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
     req.count_bucket_ms = config_.count_bucket.count();
     req.count_buckets = config_.count_buckets;
     for (std::uint32_t i = 0; i < members_.size(); ++i) {
+      if (!members_[i]) continue;
       Member& m = *members_[i];
       const auto [succ, fail] = m.totals();
       const std::uint64_t ds = succ - m.counted_successes, df = fail - m.counted_failures;
@@ -276,7 +404,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
       FleetOp op{FleetOp::Kind::count, m.key};
       op.successes = ds;
       op.failures = df;
-      req.ops.push_back(std::move(op));
+      push(i, std::move(op));
       counted.push_back({i, succ, fail});
     }
   }
@@ -285,11 +413,13 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   std::vector<std::uint32_t> windowed;
   std::vector<Level> levels;
   for (std::uint32_t i = 0; i < members_.size(); ++i) {
+    if (!members_[i]) continue;
     Member& m = *members_[i];
     if (!m.fleet_window) continue;
     if (m.window_open_pending) {
       FleetOp op{FleetOp::Kind::window_open, m.key, m.window_reason, m.window_until_ms};
-      req.ops.push_back(std::move(op));
+      op.max_open_ms = m.max_open_ms;
+      push(i, std::move(op));
     }
     const Level level = m.level();
     const bool refresh = level.calls != 0 && now - m.sent_ms >= 2 * config_.sync_interval.count();
@@ -298,12 +428,13 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
     op.calls = level.calls;
     op.failures = level.failures;
     op.slow = level.slow;
-    req.ops.push_back(std::move(op));
+    push(i, std::move(op));
     windowed.push_back(i);
     levels.push_back(level);
   }
   if (!windowed.empty()) req.window_ttl_ms = 3 * config_.sync_interval.count();
-  summary.published = req.ops.size();
+  summary.published = req.ops.size() - checks;
+  summary.checked = checks;
   state.unlock();
 
   const auto t0 = std::chrono::steady_clock::now();
@@ -327,6 +458,12 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   counters_.connected = true;
   last_success_ = t1;
   ever_synced_ = true;
+  // What the store repaired in its own keys: counted, whatever else the reply holds.
+  for (const std::string& what : reply->repairs) {
+    ++summary.repairs;
+    ++counters_.store_repairs;
+    counters_.last_repair = what;
+  }
   if (reply->server_ms <= 0) {
     // Without the store's time no until_ms in the reply can be read: the reply is
     // refused whole, and what was sent goes again next time (every op is idempotent
@@ -345,6 +482,14 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   }
   rescan_ = false;
   republish_ = false;
+  for (const auto& mp : members_) {
+    if (mp) mp->close_unconfirmed = mp->vote_unconfirmed = false;
+  }
+  // The records this run wrote: its own, never adopted back.
+  const std::size_t n_written = std::min(op_member.size(), reply->written.size());
+  for (std::size_t i = 0; i < n_written; ++i) {
+    if (reply->written[i] != 0) members_[op_member[i]]->own_sequence = reply->written[i];
+  }
 
   // This instance's wall clock, after the exchange: the reference the window opens
   // decided below are sent in (as `now` above). The reply's times are the store's and
@@ -352,8 +497,15 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   const std::int64_t after = wall_now();
   const std::int64_t server_now = reply->server_ms;
   store_offset_ms_ = server_now - after;
+  counters_.store_clock_offset_ms = store_offset_ms_;
   if (!incarnation_.empty() && reply->incarnation != incarnation_) {
-    // The store started again empty: read it from the start, and publish again.
+    // The store started again empty (or from a snapshot): read it from the start, and
+    // publish again.
+    republish_ = true;
+    cursor_ = 0;
+  } else if (reply->sequence < cursor_) {
+    // The same store, but behind what this instance has read (restored from an older
+    // snapshot, or its counter replaced): the same.
     republish_ = true;
     cursor_ = 0;
   } else {
@@ -385,15 +537,17 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
       ++summary.malformed;
       ++counters_.malformed_values;
       counters_.last_malformed = "key '" + m.key +
-                                 "': a count bucket holds a value that is not a count (read '" +
-                                 raw.successes + "', '" + raw.failures + "')";
+                                 "': a count bucket holds a value that is not a count (read " +
+                                 quoted(raw.successes) + ", " + quoted(raw.failures) + ")";
       continue;
     }
     m.fleet_successes = s;
     m.fleet_failures = f;
   }
 
-  for (auto& mp : members_) mp->window_open_pending = false;  // sent
+  for (auto& mp : members_) {
+    if (mp) mp->window_open_pending = false;  // sent
+  }
   const std::size_t n_windows = std::min(windowed.size(), reply->windows.size());
   std::vector<std::uint32_t> judged;  // valid fleet totals read: judged after the changes
   for (std::size_t i = 0; i < n_windows; ++i) {
@@ -418,12 +572,12 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
     if (!rec) {
       ++summary.malformed;
       ++counters_.malformed_values;
-      counters_.last_malformed = "key '" + raw.key + "': the value " + rec.error();
+      counters_.last_malformed = "key " + quoted(raw.key) + ": the value " + rec.error();
       continue;
     }
     const auto it = by_key_.find(raw.key);
     if (it == by_key_.end()) {
-      known_[raw.key] = *rec;
+      remember(raw.key, *rec, server_now);
       continue;
     }
     Member& m = *members_[it->second];
@@ -431,15 +585,24 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
     apply(m, *rec, server_now, summary);
   }
   for (const auto& mp : members_) {
+    if (!mp) continue;
     Member& m = *mp;
     if (!m.fresh) continue;
     m.fresh = false;
     const auto k = known_.find(m.key);
     if (k == known_.end()) continue;
     const FleetRecord r = k->second;
+    known_by_end_.erase({r.until_ms, m.key});
     known_.erase(k);
     apply(m, r, server_now, summary);
   }
+  // Records of keys not attached whose open period is over are of no use to a later
+  // attach(): dropped.
+  while (!known_by_end_.empty() && known_by_end_.begin()->first <= server_now) {
+    known_.erase(known_by_end_.begin()->second);
+    known_by_end_.erase(known_by_end_.begin());
+  }
+  counters_.unattached_records = known_.size();
   // The fleet's windows, judged by each breaker's own rate rules once the decisions read
   // above are applied (a key the fleet already holds open is not tripped again).
   for (const std::uint32_t i : judged) {
@@ -469,20 +632,65 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(bool counts_as_sync) {
   return summary;
 }
 
+// A valid decision for a key not attached: kept (open ones only, until their end) so
+// that a breaker attached later starts with it; at most kMaxUnattachedRecords, the
+// soonest-ending dropped first.
+void Fleet::remember(const std::string& key, const FleetRecord& r, std::int64_t now) {
+  if (const auto it = known_.find(key); it != known_.end()) {
+    known_by_end_.erase({it->second.until_ms, key});
+    known_.erase(it);
+  }
+  // A close says nothing to a breaker attached later (only an open the fleet shared with
+  // it is closed by the fleet), and an ended open nothing either.
+  if (r.state != SharedState::open || r.until_ms <= now) return;
+  if (known_.size() >= FleetReading::kMaxUnattachedRecords) {
+    if (known_by_end_.begin()->first >= r.until_ms) return;  // ends sooner than all kept
+    known_.erase(known_by_end_.begin()->second);
+    known_by_end_.erase(known_by_end_.begin());
+  }
+  known_.emplace(key, r);
+  known_by_end_.emplace(r.until_ms, key);
+}
+
 // `now`: the store's time of the reply the record came with (or a later one), so that
 // the remaining open period is the store's, whatever this instance's clock says.
 void Fleet::apply(Member& m, const FleetRecord& r, std::int64_t now, SyncSummary& s) {
-  m.record = r;
-  const bool mine = r.instance == config_.instance;
+  // This run's own record, as the store said it wrote it. A record under this id that
+  // this Fleet did not write comes from another process under the same id: a previous
+  // run of this instance, restarted (or a misconfigured twin); it is the fleet's.
+  const bool mine = r.instance == config_.instance && r.sequence == m.own_sequence;
   if (r.state == SharedState::open) {
     if (r.until_ms <= now) {  // already over: nothing to hold open
+      m.record = r;
       m.shared_open = false;
       return;
     }
+    // Both are at most 2^63 - 1 and now is positive: no overflow.
+    const std::int64_t left = r.until_ms - now;
+    if (left > m.max_open_ms) {
+      // Out of bounds: a value no breaker here would write. Refused (the breaker keeps
+      // its own state) and this instance's own next opening replaces it in the store.
+      ++s.refused;
+      ++counters_.refused_opens;
+      counters_.last_refused = "key '" + m.key + "': an open by '" + r.instance + "' lasting " +
+                               std::to_string(left) +
+                               " ms more is longer than the breaker's longest open period (" +
+                               std::to_string(m.max_open_ms) + " ms): not adopted";
+      m.shared_open = false;
+      return;
+    }
+    m.record = r;
     m.shared_open = true;
     m.decision = Decision::shared;
     m.lease_holder = false;
-    if (!mine && m.adopt_open(std::chrono::milliseconds(r.until_ms - now))) {
+    if (m.reset_past) {
+      // The open this instance's breaker was reset past, read again (re-read from the
+      // start, or published again after the store lost it: the same end, give or take a
+      // round trip): not adopted again. A later decision of the fleet is.
+      if (r.until_ms <= m.reset_past->until_ms + config_.sync_interval.count()) return;
+      m.reset_past.reset();
+    }
+    if (!mine && m.adopt_open(std::chrono::milliseconds(left))) {
       ++s.adopted;
       ++counters_.adopted_opens;
     }
@@ -490,6 +698,8 @@ void Fleet::apply(Member& m, const FleetRecord& r, std::int64_t now, SyncSummary
   }
   // Closed. Only an open the fleet shared is closed by the fleet: a breaker that
   // opened alone (its calls fail, the fleet's don't) stays open.
+  m.record = r;
+  m.reset_past.reset();
   const bool was_shared = m.shared_open;
   m.shared_open = false;
   m.lease_holder = false;
@@ -510,6 +720,7 @@ FleetReading Fleet::reading() const {
   }
   r.keys.reserve(members_.size());
   for (const auto& mp : members_) {
+    if (!mp) continue;
     const Member& m = *mp;
     r.keys.push_back(FleetKeyReading{
         m.key, m.state(), m.decision, m.shared_open, m.shared_open ? m.record.until_ms : 0,

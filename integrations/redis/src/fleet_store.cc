@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <charconv>
 #include <iterator>
+#include <limits>
 #include <thread>
 
 namespace bulwark::redis {
@@ -59,7 +60,16 @@ std::optional<WindowEntry> parse_window_entry(std::string_view text) {
   if (!parse_number(parts[0], e.calls) || !parse_number(parts[1], e.failures) ||
       !parse_number(parts[2], e.slow) || !parse_number(parts[3], e.ms))
     return std::nullopt;
+  if (e.failures > e.calls || e.slow > e.calls) return std::nullopt;
   return e;
+}
+
+// a - b, saturated at the int64 range.
+std::int64_t saturating_diff(std::int64_t a, std::int64_t b) {
+  std::int64_t d = 0;
+  if (!__builtin_sub_overflow(a, b, &d)) return d;
+  return b < 0 ? std::numeric_limits<std::int64_t>::max()
+               : std::numeric_limits<std::int64_t>::min();
 }
 
 // The longest remaining open period a store keeps (2^50 ms, what the Redis script keeps
@@ -188,6 +198,11 @@ void MemoryFleetStore::put_raw(const std::string& key, std::string value) {
   touch(key, ++sequence_);
 }
 
+void MemoryFleetStore::erase_raw(const std::string& key) {
+  std::lock_guard lock(mu_);
+  records_.erase(key);
+}
+
 void MemoryFleetStore::put_raw_window(const std::string& key, const std::string& instance,
                                       std::string value) {
   std::lock_guard lock(mu_);
@@ -229,7 +244,15 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
     std::lock_guard lock(mu_);
     latency = latency_;
   }
-  if (latency > std::chrono::nanoseconds::zero()) std::this_thread::sleep_for(latency);
+  if (latency > std::chrono::nanoseconds::zero()) {
+    const auto now = std::chrono::steady_clock::now();
+    if (req.deadline != std::chrono::steady_clock::time_point::max() &&
+        req.deadline - now < latency) {
+      std::this_thread::sleep_until(req.deadline);
+      return Unexpected(StoreError{StoreError::Kind::timeout, "no answer by the deadline"});
+    }
+    std::this_thread::sleep_for(latency);
+  }
   std::lock_guard lock(mu_);
   ++exchanges_;
   if (down_) return Unexpected(StoreError{StoreError::Kind::unavailable, "the store is down"});
@@ -237,18 +260,28 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
   // sender's; only its distance from the sender's now_ms is kept (at least 0).
   const std::int64_t lease_now = lease_clock_ms_();
   auto until = [&](const FleetOp& op) {
-    const std::int64_t left = std::clamp<std::int64_t>(op.until_ms - req.now_ms, 0, kMaxLeftMs);
+    const std::int64_t left =
+        std::clamp<std::int64_t>(saturating_diff(op.until_ms, req.now_ms), 0, kMaxLeftMs);
     return lease_now + left;
   };
   SyncReply reply;
   reply.server_ms = lease_now;
-  // The current record's state and end, if it is a valid record.
-  auto current = [this](const std::string& key) -> std::optional<FleetRecord> {
+  // The current record's state and end, if it is a valid record; a value that is not
+  // one is removed and reported.
+  auto current = [&](const std::string& key) -> std::optional<FleetRecord> {
     const auto it = records_.find(key);
     if (it == records_.end()) return std::nullopt;
     auto r = decode_record(it->second);
-    if (!r) return std::nullopt;
+    if (!r) {
+      reply.repairs.push_back("k:" + key + " held a value that " + r.error() + ": removed");
+      records_.erase(it);
+      return std::nullopt;
+    }
     return *r;
+  };
+  // An open the sender would replace: it ends later than its bound allows.
+  auto out_of_bounds = [&](const FleetRecord& r, const FleetOp& op) {
+    return op.max_open_ms > 0 && saturating_diff(r.until_ms, lease_now) > op.max_open_ms;
   };
   auto holder = [&](const std::string& key) -> std::string {
     const auto it = leases_.find(key);
@@ -260,6 +293,7 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
     return it->second.holder;
   };
   for (const FleetOp& op : req.ops) {
+    const std::uint64_t before = sequence_;
     switch (op.kind) {
       case FleetOp::Kind::vote_open: {
         auto& voters = votes_[op.key];
@@ -268,7 +302,8 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
                       [&](const auto& v) { return v.second <= lease_now - req.quorum_window_ms; });
         const auto cur = current(op.key);
         const bool qualifies = holder(op.key) == req.instance || voters.size() >= req.quorum;
-        if (qualifies && !(cur && cur->state == SharedState::open && cur->until_ms >= until(op))) {
+        if (qualifies && !(cur && cur->state == SharedState::open && cur->until_ms >= until(op) &&
+                           !out_of_bounds(*cur, op))) {
           record(op.key, SharedState::open, op.reason, until(op), req.instance);
           leases_.erase(op.key);
         }
@@ -283,10 +318,14 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
         votes_.erase(op.key);
         break;
       }
-      case FleetOp::Kind::assert_open:
-        if (records_.find(op.key) == records_.end())
-          record(op.key, SharedState::open, op.reason, until(op), req.instance);
+      case FleetOp::Kind::assert_open: {
+        const auto cur = current(op.key);
+        const auto listed = changed_.find(op.key);
+        const bool newer = listed != changed_.end() && listed->second > op.known_sequence;
+        if (!cur ? !newer : listed == changed_.end())
+          record(op.key, SharedState::open, op.reason, until(op), req.instance, op.fleet_window);
         break;
+      }
       case FleetOp::Kind::lease: {
         if (holder(op.key).empty()) leases_[op.key] = Lease{req.instance, lease_now + op.lease_ms};
         reply.lease_holders.push_back(holder(op.key));
@@ -362,7 +401,7 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
           w.dirty = false;
           for (auto it = w.entries.begin(); it != w.entries.end();) {
             const auto level = parse_window_entry(it->second);
-            if (!level) {
+            if (!level || level->ms > lease_now) {  // unreadable, or stamped in the future
               if (bad.empty()) bad = "malformed|" + it->first + '=' + it->second;
               it = w.entries.erase(it);
             } else if (level->ms <= cutoff) {
@@ -384,24 +423,35 @@ Expected<SyncReply, StoreError> MemoryFleetStore::exchange(const SyncRequest& re
       }
       case FleetOp::Kind::window_open: {
         const auto cur = current(op.key);
-        if (!(cur && cur->state == SharedState::open && cur->until_ms >= until(op))) {
+        if (!(cur && cur->state == SharedState::open && cur->until_ms >= until(op) &&
+              !out_of_bounds(*cur, op))) {
           record(op.key, SharedState::open, op.reason, until(op), req.instance, true);
           leases_.erase(op.key);
         }
         break;
       }
     }
+    reply.written.push_back(sequence_ != before ? sequence_ : 0);
   }
   reply.incarnation = std::to_string(incarnation_);
   reply.sequence = sequence_;
-  for (auto it = by_sequence_.upper_bound(req.cursor); it != by_sequence_.end(); ++it) {
-    if (reply.changes.size() >= req.max_changes) {
+  // Every change after the cursor, oldest first. A change whose record is gone (lost,
+  // or removed above as not a record) leaves the list: the key is closed for the fleet.
+  std::uint32_t listed = 0;
+  for (auto it = by_sequence_.upper_bound(req.cursor); it != by_sequence_.end();) {
+    if (listed >= req.max_changes) {
       reply.sequence = std::prev(it)->first;  // the rest next time
       break;
     }
-    const auto rec = records_.find(it->second);
-    reply.changes.push_back(
-        RawRecord{it->second, rec == records_.end() ? std::string() : rec->second});
+    const std::string key = it->second;
+    if (!current(key)) {
+      changed_.erase(key);
+      it = by_sequence_.erase(it);
+      continue;
+    }
+    ++listed;
+    reply.changes.push_back(RawRecord{key, records_.at(key)});
+    ++it;
   }
   return reply;
 }

@@ -26,6 +26,13 @@ void write_prometheus(std::ostream& out, const FleetReading& r) {
   counter("bulwark_fleet_window_trips_total",
           "Breakers opened here because the fleet's window reached a rate threshold.",
           r.window_trips);
+  counter("bulwark_fleet_refused_opens_total",
+          "Opens read from the store that would last longer than the breaker's longest open "
+          "period: not adopted.",
+          r.refused_opens);
+  counter("bulwark_fleet_store_repairs_total",
+          "Corrupt values the store found in its own keys and replaced or removed.",
+          r.store_repairs);
   counter("bulwark_fleet_dropped_transitions_total",
           "Local transitions dropped by a full queue (each forces a re-read).",
           r.dropped_transitions);
@@ -41,6 +48,14 @@ void write_prometheus(std::ostream& out, const FleetReading& r) {
     w.sample("bulwark_fleet_last_sync_age_seconds", "", inst, "",
              static_cast<double>(r.since_last_success.count()) / 1000.0);
   }
+
+  w.family("bulwark_fleet_unattached_records", "gauge",
+           "Open decisions kept for keys this instance has not attached.");
+  w.sample("bulwark_fleet_unattached_records", "", inst, "", r.unattached_records);
+  w.family("bulwark_fleet_store_clock_offset_seconds", "gauge",
+           "The store's clock minus this instance's wall clock, as of the last sync.");
+  w.sample("bulwark_fleet_store_clock_offset_seconds", "", inst, "",
+           static_cast<double>(r.store_clock_offset_ms) / 1000.0);
 
   w.family("bulwark_fleet_rtt_seconds", "histogram", "Round-trip time of successful exchanges.");
   std::uint64_t cumulative = 0;

@@ -1,8 +1,10 @@
 #include "bulwark/redis/redis_store.h"
 
 #include <hiredis/hiredis.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #include <algorithm>
@@ -20,16 +22,21 @@ namespace {
 // ARGV: prefix, instance, now_ms (the sender's), quorum, quorum window ms (votes that
 // old expire), vote_ttl_ms, cursor, op count, count bucket ms, count buckets, bucket ttl
 // ms, max changes, window ttl ms, retention ms, idle ttl ms, then 5 per op: op, key,
-// reason, until_ms (the sender's), lease_ms (a count op: op, key, successes, failures,
-// 0; a window op: op, key, calls, failures, slow).
+// reason, until_ms (the sender's), and a fifth: open and wopen the sender's longest
+// open period (0: none), assert the sequence of the record the sender holds, lease the
+// lease ms (a count op: op, key, successes, failures, 0; a window op: op, key, calls,
+// failures, slow).
 // Every time it keeps is the server's (TIME): an op's until_ms becomes the server's now
 // plus until_ms - now_ms (at least 0, at most 2^50), votes, buckets and window levels
 // are stamped with the server's now, and the staleness cutoffs are measured from it.
+// Every key is checked before it is used (type, and a value it can read); what is
+// corrupt is replaced or removed, and each repair is reported.
 // Returns: incarnation, the server's now (Unix ms), sequence, lease count, the holders,
 // count-op count, two totals per count op, window-op count, one
-// "calls|failures|slow|instances" per window op, then key, value pairs.
+// "calls|failures|slow|instances" per window op, op count, the sequence each op wrote
+// (0: none), repair count, one line per repair, then key, value pairs.
 // Every key it writes carries a TTL from the write on: k: records their open period plus
-// the retention, v: l: w: fw: ft: their own, seq id changes the idle TTL (renewed by
+// the retention, v: l: w: fw: ft: their own, seq id run changes the idle TTL (renewed by
 // every exchange).
 constexpr const char* kScript = R"lua(
 local p, inst, now, quorum = ARGV[1], ARGV[2], ARGV[3], tonumber(ARGV[4])
@@ -37,19 +44,14 @@ local quorum_window, vote_ttl, cursor, n = tonumber(ARGV[5]), ARGV[6], ARGV[7], 
 local bucket_ms, nbuckets, bucket_ttl = tonumber(ARGV[9]), tonumber(ARGV[10]), ARGV[11]
 local max_changes, window_ttl = tonumber(ARGV[12]), tonumber(ARGV[13])
 local retention, idle_ttl = tonumber(ARGV[14]), ARGV[15]
-local seqk, chk, idk = KEYS[1], p .. 'changes', p .. 'id'
+local seqk, chk, idk, runk = KEYS[1], p .. 'changes', p .. 'id', p .. 'run'
+local known_ops = {open = 1, close = 1, assert = 1, assertw = 1, count = 1, window = 1,
+                   wopen = 1, lease = 1}
 for j = 16, 16 + 5 * (n - 1), 5 do
-  local op = ARGV[j]
-  if op ~= 'open' and op ~= 'close' and op ~= 'assert' and op ~= 'count' and op ~= 'window' and
-     op ~= 'wopen' and op ~= 'lease' then
-    return redis.error_reply('unknown fleet op ' .. tostring(op))
+  if not known_ops[ARGV[j]] then
+    return redis.error_reply('unknown fleet op ' .. tostring(ARGV[j]))
   end
 end
--- No counter: a store that starts again (new, flushed, or unused for the idle TTL) is a
--- new incarnation, which makes every instance read from the start and re-publish. The
--- counter goes on from the newest change left, so that no sequence is reused.
--- The incarnation names its creator, its clock and the server's (so it differs from the
--- one before it even when the same instance makes it at the same millisecond).
 if redis.replicate_commands then redis.replicate_commands() end
 -- The server's clock, the only one the fleet's times are kept in. Integers below 2^53
 -- are exact in a Lua number; string.format('%d') writes them without an exponent.
@@ -63,27 +65,130 @@ if nbuckets > 0 then bucket = math.floor(snow / bucket_ms) end
 local function until_of(u)
   return snow + math.min(math.max(tonumber(u) - sender_now, 0), 2 ^ 50)
 end
-local function incarnation()
-  return inst .. '@' .. now .. '@' .. t[1] .. '.' .. t[2]
+
+-- Repairs: what was corrupt, named, for the reply.
+local repairs = {}
+local function shown(v)
+  v = tostring(v)
+  local s = string.gsub(string.sub(v, 1, 40), '[^%w%p ]', '?')
+  if #v > 40 then s = s .. '...' end
+  return "'" .. s .. "'"
 end
+local function kind(k)
+  return redis.call('TYPE', k).ok
+end
+-- What a corrupt key held: its value if it is a string, else its type.
+local function held(k, v)
+  if type(v) == 'string' then return shown(v) end
+  return 'a ' .. kind(k)
+end
+local function repaired(k, what, done)
+  repairs[#repairs + 1] = string.sub(k, #p + 1, #p + 120) .. ' held ' .. what .. ': ' .. done
+end
+-- A counter: 1 to 15 digits, below 2^50.
+local function counter(v)
+  if type(v) ~= 'string' or #v > 15 or not string.match(v, '^%d+$') then return nil end
+  local x = tonumber(v)
+  if x >= 2 ^ 50 then return nil end
+  return x
+end
+local function valid_id(v)
+  return type(v) == 'string' and #v >= 1 and #v <= 64 and string.match(v, '^[%w%._:%-]+$') ~= nil
+end
+-- A key that must be of type `want` (or absent): removed if it is not.
+local function typed(k, want)
+  local ty = kind(k)
+  if ty == 'none' or ty == want then return true end
+  repaired(k, 'a ' .. ty .. ', not a ' .. want, 'removed')
+  redis.call('DEL', k)
+  return false
+end
+
+-- The store's own keys. A changes set or a counter that cannot be read is replaced, and
+-- a replaced counter (or another Redis process: a restart, empty or from a snapshot, a
+-- failover) starts a new incarnation, which makes every instance read from the start
+-- and re-publish what it holds open. The counter goes on from the newest change left,
+-- so that no sequence is reused. The incarnation names its creator, its clock and the
+-- server's (so it differs from the one before it even when the same instance makes it
+-- at the same millisecond).
+local fresh = false
+if not typed(chk, 'zset') then fresh = true end
+if kind(seqk) ~= 'none' then
+  local v = redis.pcall('GET', seqk)
+  if not counter(v) then
+    repaired(seqk, held(seqk, v) .. ', not a counter below 2^50', 'a new counter and incarnation')
+    redis.call('DEL', seqk)
+  end
+end
+if kind(idk) ~= 'none' then
+  local v = redis.pcall('GET', idk)
+  if type(v) ~= 'string' or #v > 200 then
+    repaired(idk, held(idk, v) .. ', not an incarnation', 'a new incarnation')
+    redis.call('DEL', idk)
+  end
+end
+typed(runk, 'string')
+local run = string.match(redis.call('INFO', 'server'), 'run_id:(%w+)') or ''
 if redis.call('EXISTS', seqk) == 0 then
   local last = redis.call('ZRANGE', chk, -1, -1, 'WITHSCORES')
-  redis.call('SET', seqk, last[2] or '0', 'PX', idle_ttl)
-  redis.call('SET', idk, incarnation(), 'PX', idle_ttl)
-elseif redis.call('EXISTS', idk) == 0 then
-  redis.call('SET', idk, incarnation(), 'PX', idle_ttl)
+  local from = 0
+  if last[2] then
+    from = counter(last[2])
+    if not from then
+      repaired(chk, 'the score ' .. shown(last[2]) .. ', not a sequence', 'removed')
+      redis.call('DEL', chk)
+      from = 0
+    end
+  end
+  redis.call('SET', seqk, string.format('%d', from), 'PX', idle_ttl)
+  fresh = true
 end
-local function get(k)
-  local v = redis.pcall('GET', k)
+if fresh or redis.call('EXISTS', idk) == 0 or redis.call('GET', runk) ~= run then
+  redis.call('SET', idk, inst .. '@' .. now .. '@' .. t[1] .. '.' .. t[2], 'PX', idle_ttl)
+  redis.call('SET', runk, run, 'PX', idle_ttl)
+end
+local seq = tonumber(redis.call('GET', seqk))
+-- Changes past the counter (or not positive) cannot be a decision of this counter's.
+for _, range in ipairs({{'(' .. string.format('%d', seq), '+inf'}, {'-inf', '(1'}}) do
+  local gone = redis.call('ZREMRANGEBYSCORE', chk, range[1], range[2])
+  if gone > 0 then
+    repaired(chk, string.format('%d', gone) .. ' entries outside 1..' .. string.format('%d', seq),
+             'removed')
+  end
+end
+
+local reasons = {consecutive_failures = 1, failure_rate = 1, slow_call_rate = 1,
+                 open_period_elapsed = 1, probes_succeeded = 1, probe_failed = 1, manual = 1,
+                 fleet_opened = 1, fleet_closed = 1}
+-- A record as the Fleet's decode_record() reads it: state and end, nil if it is not one.
+local function parse(v)
   if type(v) ~= 'string' then return nil end
-  return v
+  local st, r, u, who, q, w = string.match(v, '^v1|(%l+)|([%l_]+)|(%d+)|([^|]+)|(%d+)(.*)$')
+  if not st or (st ~= 'open' and st ~= 'closed') or not reasons[r] or #u > 18 or
+     not valid_id(who) or #q > 15 or tonumber(q) == 0 or (w ~= '' and w ~= '|window') then
+    return nil
+  end
+  local until_ms = tonumber(u)
+  if (st == 'open') ~= (until_ms > 0) then return nil end
+  if w ~= '' and (st ~= 'open' or (r ~= 'failure_rate' and r ~= 'slow_call_rate')) then
+    return nil
+  end
+  return st, until_ms
 end
-local function current(k)
-  local v = get(k)
+-- The record of `key`: state, end and value, or nothing. One that is not a record is
+-- removed (and its change with it): the key is closed for the fleet.
+local function current(key)
+  local rk = p .. 'k:' .. key
+  local v = redis.pcall('GET', rk)
   if not v then return nil, 0 end
-  local st, u = string.match(v, '^v1|(%a+)|[%w_]+|(%d+)|[^|]+|%d+$')
-  if not st then st, u = string.match(v, '^v1|(%a+)|[%w_]+|(%d+)|[^|]+|%d+|window$') end
-  return st, tonumber(u or '0')
+  local st, u = parse(v)
+  if not st then
+    repaired(rk, held(rk, v) .. ', not a fleet record', 'removed')
+    redis.call('DEL', rk)
+    redis.call('ZREM', chk, key)
+    return nil, 0
+  end
+  return st, u, v
 end
 local function record(key, st, reason, u, suffix)
   local e = redis.call('INCR', seqk)
@@ -95,56 +200,120 @@ local function record(key, st, reason, u, suffix)
              '|' .. tostring(e) .. (suffix or ''), 'PX', string.format('%d', ttl))
   redis.call('ZADD', chk, e, key)
   redis.call('PEXPIRE', chk, idle_ttl)
+  return e
 end
-local leases, counts, windows = {}, {}, {}
--- One instance's window level: "calls|failures|slow|ms", each at most 15 digits.
+-- The lease holder of `key`, or nil. A lease that is not a string naming an instance,
+-- or that never expires (or expires later than `longest` ms from now, when given), is
+-- removed: a holder that does not exist would keep every instance waiting.
+local function holder(lk, longest)
+  local v = redis.pcall('GET', lk)
+  if not v then return nil end
+  local ttl = redis.call('PTTL', lk)
+  if not valid_id(v) or ttl < 0 or (longest and ttl > longest) then
+    repaired(lk, held(lk, v) .. ' expiring in ' .. string.format('%d', ttl) .. ' ms, not a lease',
+             'removed')
+    redis.call('DEL', lk)
+    return nil
+  end
+  return v
+end
+-- Votes: a sorted set of instance ids by the server's ms. Votes stamped in the future
+-- (planted, or a server clock that stepped back) and members that are not instance ids
+-- are removed.
+local function votes(vk)
+  if not typed(vk, 'zset') then return 0 end
+  local late = redis.call('ZREMRANGEBYSCORE', vk, '(' .. string.format('%d', snow), '+inf')
+  if late > 0 then repaired(vk, string.format('%d', late) .. ' votes from the future', 'removed') end
+  if quorum <= 1 then return redis.call('ZCARD', vk) end
+  local count = 0
+  for _, who in ipairs(redis.call('ZRANGE', vk, 0, -1)) do
+    if valid_id(who) then
+      count = count + 1
+    else
+      repaired(vk, 'the vote ' .. shown(who) .. ', not an instance id', 'removed')
+      redis.call('ZREM', vk, who)
+    end
+  end
+  return count
+end
+-- An open the sender would not adopt: it ends later than the sender's longest open
+-- period from now. The sender's own open replaces it.
+local function too_long(cu, longest)
+  longest = tonumber(longest)
+  return longest > 0 and cu - snow > longest
+end
+local leases, counts, windows, written = {}, {}, {}, {}
+-- One instance's window level: "calls|failures|slow|ms", each at most 15 digits, no more
+-- failures or slow calls than calls, not stamped in the future.
 local function level(v)
   local c, f, s, ms = string.match(v, '^(%d+)|(%d+)|(%d+)|(%d+)$')
   if not c or #c > 15 or #f > 15 or #s > 15 or #ms > 15 then return nil end
-  return tonumber(c), tonumber(f), tonumber(s), tonumber(ms)
+  c, f, s, ms = tonumber(c), tonumber(f), tonumber(s), tonumber(ms)
+  if f > c or s > c or ms > snow then return nil end
+  return c, f, s, ms
 end
--- Sums one outcome over the window's buckets; 'malformed' if a bucket holds anything
--- but a decimal count.
+-- One count bucket, checked: a hash whose s and f are counters, or it is removed.
+local function bucket_ok(wk)
+  if not typed(wk, 'hash') then return false end
+  for _, field in ipairs({'s', 'f'}) do
+    local v = redis.call('HGET', wk, field)
+    if v and not counter(v) then
+      repaired(wk, 'the count ' .. field .. '=' .. shown(v), 'the bucket removed')
+      redis.call('DEL', wk)
+      return false
+    end
+  end
+  return true
+end
+-- Sums one outcome over the window's buckets (checked above).
 local function total(key, field)
   local sum = 0
   for b = bucket - nbuckets + 1, bucket do
-    local v = redis.pcall('HGET', p .. 'w:' .. key .. ':' .. string.format('%d', b), field)
-    if type(v) == 'table' or (v and not string.match(v, '^%d+$')) then return 'malformed' end
+    local v = redis.call('HGET', p .. 'w:' .. key .. ':' .. string.format('%d', b), field)
     if v then sum = sum + tonumber(v) end
   end
   return string.format('%d', sum)
 end
 local i = 16
 for _ = 1, n do
-  local op, key, reason, u, lease = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
+  local op, key, reason, u, extra = ARGV[i], ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]
   i = i + 5
   local rk, lk, vk = p .. 'k:' .. key, p .. 'l:' .. key, p .. 'v:' .. key
+  local wrote = 0
   if op == 'open' then
     u = until_of(u)
+    votes(vk)
     redis.call('ZADD', vk, string.format('%d', snow), inst)
     redis.call('ZREMRANGEBYSCORE', vk, '-inf', cutoff)
     redis.call('PEXPIRE', vk, vote_ttl)
-    local st, cu = current(rk)
-    local q = get(lk) == inst or redis.call('ZCARD', vk) >= quorum
-    if q and not (st == 'open' and cu >= u) then
-      record(key, 'open', reason, u)
+    local st, cu = current(key)
+    local q = holder(lk) == inst or votes(vk) >= quorum
+    if q and not (st == 'open' and cu >= u and not too_long(cu, extra)) then
+      wrote = record(key, 'open', reason, u)
       redis.call('DEL', lk)
     end
   elseif op == 'close' then
-    if current(rk) == 'open' then record(key, 'closed', reason, 0) end
+    if current(key) == 'open' then wrote = record(key, 'closed', reason, 0) end
     redis.call('DEL', lk, vk)
-  elseif op == 'assert' then
-    -- Also when the record outlived the changes set (a long open period): unlisted, no
-    -- instance would read it.
-    if redis.call('EXISTS', rk) == 0 or not redis.call('ZSCORE', chk, key) then
-      record(key, 'open', reason, until_of(u))
+  elseif op == 'assert' or op == 'assertw' then
+    -- The sender holds the key open: recorded again if the record is gone (an eviction,
+    -- a restart) and no newer decision was made since the one the sender holds, or if
+    -- it outlived the changes set (a long open period): unlisted, no instance would read it.
+    local st = current(key)
+    local listed = redis.call('ZSCORE', chk, key)
+    if (not st and (not listed or tonumber(listed) <= tonumber(extra))) or (st and not listed) then
+      wrote = record(key, 'open', reason, until_of(u), op == 'assertw' and '|window' or nil)
     end
   elseif op == 'count' then
     if nbuckets > 0 then
       local wk = p .. 'w:' .. key .. ':' .. string.format('%d', bucket)
-      if reason ~= '0' then redis.pcall('HINCRBY', wk, 's', reason) end
-      if u ~= '0' then redis.pcall('HINCRBY', wk, 'f', u) end
+      bucket_ok(wk)
+      if reason ~= '0' then redis.call('HINCRBY', wk, 's', reason) end
+      if u ~= '0' then redis.call('HINCRBY', wk, 'f', u) end
       redis.call('PEXPIRE', wk, bucket_ttl)
+      for b = bucket - nbuckets + 1, bucket - 1 do
+        bucket_ok(p .. 'w:' .. key .. ':' .. string.format('%d', b))
+      end
       counts[#counts + 1] = total(key, 's')
       counts[#counts + 1] = total(key, 'f')
     else
@@ -167,10 +336,15 @@ for _ = 1, n do
       sum = nil
     end
     if sum then
-      c, f, s, k = level(sum)
-      if not c then bad = 'malformed|==' .. sum end
+      c, f, s, k = string.match(sum, '^(%d+)|(%d+)|(%d+)|(%d+)$')
+      if not c or #c > 15 or #f > 15 or #s > 15 or #k > 15 then
+        c = nil
+        bad = 'malformed|==' .. sum
+      else
+        c, f, s, k = tonumber(c), tonumber(f), tonumber(s), tonumber(k)
+      end
     end
-    local tt = redis.call('TYPE', tk).ok
+    local tt = kind(tk)
     if not c or redis.call('HLEN', fk) ~= k + 1 or (tt ~= 'zset' and not (tt == 'none' and k == 0)) then
       again = true
       c, f, s, k = 0, 0, 0, 0
@@ -197,12 +371,12 @@ for _ = 1, n do
     end
     if reason == '0' then
       redis.call('HDEL', fk, inst)
-      redis.pcall('ZREM', tk, inst)
+      if kind(tk) == 'zset' then redis.call('ZREM', tk, inst) end
     else
       local stamp = string.format('%d', snow)
-      redis.call('HSET', fk, inst, reason .. '|' .. u .. '|' .. lease .. '|' .. stamp)
-      redis.pcall('ZADD', tk, stamp, inst)
-      c, f, s, k = c + tonumber(reason), f + tonumber(u), s + tonumber(lease), k + 1
+      redis.call('HSET', fk, inst, reason .. '|' .. u .. '|' .. extra .. '|' .. stamp)
+      if kind(tk) == 'zset' or kind(tk) == 'none' then redis.call('ZADD', tk, stamp, inst) end
+      c, f, s, k = c + tonumber(reason), f + tonumber(u), s + tonumber(extra), k + 1
     end
     if again or c < 0 or f < 0 or s < 0 or k < 0 or f > c or s > c then
       -- Re-sum every entry: the readable fresh ones count, the others are dropped.
@@ -232,16 +406,18 @@ for _ = 1, n do
     end
     windows[#windows + 1] = bad or string.format('%d|%d|%d|%d', c, f, s, k)
   elseif op == 'wopen' then
-    local st, cu = current(rk)
+    local st, cu = current(key)
     u = until_of(u)
-    if not (st == 'open' and cu >= u) then
-      record(key, 'open', reason, u, '|window')
+    if not (st == 'open' and cu >= u and not too_long(cu, extra)) then
+      wrote = record(key, 'open', reason, u, '|window')
       redis.call('DEL', lk)
     end
   elseif op == 'lease' then
-    redis.call('SET', lk, inst, 'NX', 'PX', lease)
-    leases[#leases + 1] = get(lk) or ''
+    holder(lk, 2 * tonumber(extra))
+    redis.call('SET', lk, inst, 'NX', 'PX', extra)
+    leases[#leases + 1] = holder(lk) or ''
   end
+  written[#written + 1] = tostring(wrote)
 end
 -- The oldest few changes whose record expired leave the set (bounded work per exchange;
 -- the set holds one entry per key at most).
@@ -250,31 +426,38 @@ for _, key in ipairs(redis.call('ZRANGE', chk, 0, 7)) do
 end
 redis.call('PEXPIRE', seqk, idle_ttl)
 redis.call('PEXPIRE', idk, idle_ttl)
+redis.call('PEXPIRE', runk, idle_ttl)
 redis.call('PEXPIRE', chk, idle_ttl)
-local seq = redis.call('GET', seqk) or '0'
+local last = redis.call('GET', seqk)
 local changed = redis.call('ZRANGEBYSCORE', chk, '(' .. cursor, '+inf', 'WITHSCORES', 'LIMIT', 0,
                            max_changes)
 -- Cut short: the next exchange reads on from the last change returned.
-if #changed / 2 >= max_changes then seq = changed[#changed] end
-local out = {redis.call('GET', p .. 'id') or '', string.format('%d', snow), tostring(seq),
-             tostring(#leases)}
+if #changed / 2 >= max_changes then
+  last = string.format('%d', math.floor(tonumber(changed[#changed])))
+end
+local pairs_out = {}
+for j = 1, #changed, 2 do
+  local key = changed[j]
+  local st, _, v = current(key)
+  if st then
+    pairs_out[#pairs_out + 1] = key
+    pairs_out[#pairs_out + 1] = v
+  else
+    -- The record expired (or was not one): the same as none, the key is closed for the fleet.
+    redis.call('ZREM', chk, key)
+  end
+end
+local out = {redis.call('GET', idk), string.format('%d', snow), last, tostring(#leases)}
 for _, h in ipairs(leases) do out[#out + 1] = h end
 out[#out + 1] = tostring(#counts / 2)
 for _, c in ipairs(counts) do out[#out + 1] = c end
 out[#out + 1] = tostring(#windows)
 for _, w in ipairs(windows) do out[#out + 1] = w end
-for j = 1, #changed, 2 do
-  local key = changed[j]
-  local v = redis.pcall('GET', p .. 'k:' .. key)
-  if type(v) == 'table' then v = '(not a string)' end
-  if v then
-    out[#out + 1] = key
-    out[#out + 1] = v
-  else
-    -- The record expired: the same as none, the key is closed for the fleet.
-    redis.call('ZREM', chk, key)
-  end
-end
+out[#out + 1] = tostring(#written)
+for _, w in ipairs(written) do out[#out + 1] = w end
+out[#out + 1] = tostring(#repairs)
+for _, r in ipairs(repairs) do out[#out + 1] = r end
+for _, x in ipairs(pairs_out) do out[#out + 1] = x end
 return out
 )lua";
 
@@ -318,11 +501,34 @@ struct ReplyDeleter {
 };
 using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
 
-timeval to_timeval(std::chrono::milliseconds ms) {
+using Deadline = std::chrono::steady_clock::time_point;
+
+// What is left until `deadline`, in whole microseconds (0 once it passed).
+std::chrono::microseconds left_until(Deadline deadline) {
+  const auto now = std::chrono::steady_clock::now();
+  if (now >= deadline) return std::chrono::microseconds::zero();
+  return std::chrono::duration_cast<std::chrono::microseconds>(deadline - now);
+}
+
+timeval to_timeval(std::chrono::microseconds us) {
   timeval tv{};
-  tv.tv_sec = static_cast<time_t>(ms.count() / 1000);
-  tv.tv_usec = static_cast<suseconds_t>((ms.count() % 1000) * 1000);
+  tv.tv_sec = static_cast<time_t>(us.count() / 1'000'000);
+  tv.tv_usec = static_cast<suseconds_t>(us.count() % 1'000'000);
   return tv;
+}
+
+// Waits until the socket is ready for `events` or the deadline passes (false).
+bool wait_for(int fd, short events, Deadline deadline) {
+  for (;;) {
+    const auto left = left_until(deadline);
+    if (left <= std::chrono::microseconds::zero()) return false;
+    pollfd p{fd, events, 0};
+    // Rounded up, so that a wait of less than a millisecond is not a busy loop.
+    const int ms = static_cast<int>(std::min<std::int64_t>((left.count() + 999) / 1000, 1'000'000));
+    const int r = ::poll(&p, 1, ms);
+    if (r > 0) return true;
+    if (r < 0 && errno != EINTR) return true;  // let the read or write report the error
+  }
 }
 
 std::string reply_text(const redisReply* r) { return std::string(r->str, r->len); }
@@ -385,10 +591,7 @@ RedisFleetStore::RedisFleetStore(RedisConfig config)
                         "\"): Redis Cluster would hash each whole key, scattering the fleet's "
                         "keys over slots");
   }
-  if (config_.connect_timeout <= std::chrono::milliseconds::zero())
-    bad("connect_timeout", "must be positive");
-  if (config_.command_timeout <= std::chrono::milliseconds::zero())
-    bad("command_timeout", "must be positive");
+  if (config_.timeout <= std::chrono::milliseconds::zero()) bad("timeout", "must be positive");
   if (config_.reconnect_min <= std::chrono::milliseconds::zero())
     bad("reconnect_min", "must be positive");
   if (config_.retention <= std::chrono::milliseconds::zero()) bad("retention", "must be positive");
@@ -400,7 +603,10 @@ RedisFleetStore::RedisFleetStore(RedisConfig config)
 }
 
 RedisFleetStore::~RedisFleetStore() {
-  if (ctx_ != nullptr) redisFree(ctx_);
+  // An exchange() running on another thread returns by its deadline.
+  std::lock_guard lock(mu_);
+  if (ctx_ != nullptr) redisFree(ctx_);  // whatever it was in the middle of
+  ctx_ = nullptr;
 }
 
 StoreError RedisFleetStore::fail(StoreError e) {
@@ -408,6 +614,7 @@ StoreError RedisFleetStore::fail(StoreError e) {
     redisFree(ctx_);
     ctx_ = nullptr;
   }
+  connected_.store(false, std::memory_order_relaxed);
   // Exponential backoff with jitter: a uniform draw in [cap/2, cap].
   const std::int64_t base = config_.reconnect_min.count();
   const std::int64_t cap = std::min<std::int64_t>(config_.reconnect_max.count(),
@@ -418,19 +625,59 @@ StoreError RedisFleetStore::fail(StoreError e) {
   return e;
 }
 
-Expected<void, StoreError> RedisFleetStore::connect() {
-  redisContext* c = redisConnectWithTimeout(config_.host.c_str(), config_.port,
-                                            to_timeval(config_.connect_timeout));
+Expected<redisReply*, StoreError> RedisFleetStore::round_trip(Deadline deadline, const char* what) {
+  redisContext* c = ctx_;
+  auto timed_out = [&] {
+    return Unexpected(fail(
+        {StoreError::Kind::timeout, std::string(what) + ": no answer by the deadline (timeout " +
+                                        std::to_string(config_.timeout.count()) + " ms)"}));
+  };
+  auto io_error = [&] {
+    const std::string why = c->errstr[0] != '\0' ? c->errstr : "the connection failed";
+    return Unexpected(fail({StoreError::Kind::unavailable, std::string(what) + ": " + why}));
+  };
+  // A socket timeout too, so that no single read or write can outlast the deadline.
+  const auto left = left_until(deadline);
+  if (left <= std::chrono::microseconds::zero()) return timed_out();
+  redisSetTimeout(c, to_timeval(left));
+  int done = 0;
+  while (done == 0) {
+    if (redisBufferWrite(c, &done) != REDIS_OK) {
+      if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) return timed_out();
+      return io_error();
+    }
+    if (done == 0 && !wait_for(c->fd, POLLOUT, deadline)) return timed_out();
+  }
+  for (;;) {
+    void* raw = nullptr;
+    if (redisGetReplyFromReader(c, &raw) != REDIS_OK)
+      return Unexpected(fail(
+          {StoreError::Kind::protocol,
+           std::string(what) + ": the server's reply is not RESP: " + std::string(c->errstr)}));
+    if (raw != nullptr) return static_cast<redisReply*>(raw);
+    if (!wait_for(c->fd, POLLIN, deadline)) return timed_out();
+    redisSetTimeout(c, to_timeval(std::max(left_until(deadline), std::chrono::microseconds(1))));
+    if (redisBufferRead(c) != REDIS_OK) {
+      if (c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK)) return timed_out();
+      return io_error();
+    }
+  }
+}
+
+Expected<void, StoreError> RedisFleetStore::connect(Deadline deadline) {
+  const auto left = left_until(deadline);
+  if (left <= std::chrono::microseconds::zero())
+    return Unexpected(fail({StoreError::Kind::timeout, "no time left to connect"}));
+  redisContext* c = redisConnectWithTimeout(config_.host.c_str(), config_.port, to_timeval(left));
   if (c == nullptr) return Unexpected(fail({StoreError::Kind::unavailable, "out of memory"}));
   ctx_ = c;
   if (c->err != 0) {
+    const bool timeout = c->err == REDIS_ERR_IO && (errno == ETIMEDOUT || errno == EINPROGRESS);
     const std::string why = c->errstr;
     return Unexpected(
-        fail({StoreError::Kind::unavailable,
+        fail({timeout ? StoreError::Kind::timeout : StoreError::Kind::unavailable,
               "connecting to " + config_.host + ":" + std::to_string(config_.port) + ": " + why}));
   }
-  if (redisSetTimeout(c, to_timeval(config_.command_timeout)) != REDIS_OK)
-    return Unexpected(fail({StoreError::Kind::unavailable, "setting the command timeout"}));
   // AUTH and SCRIPT LOAD in one round trip.
   int expected = 1;
   if (!config_.password.empty()) {
@@ -451,14 +698,9 @@ Expected<void, StoreError> RedisFleetStore::connect() {
     redisAppendCommandArgv(c, 3, argv, len);
   }
   for (int i = 0; i < expected; ++i) {
-    void* raw = nullptr;
-    if (redisGetReply(c, &raw) != REDIS_OK || raw == nullptr) {
-      const bool timeout = c->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-      const std::string why = c->errstr;
-      return Unexpected(fail({timeout ? StoreError::Kind::timeout : StoreError::Kind::unavailable,
-                              "setting up the connection: " + why}));
-    }
-    ReplyPtr r(static_cast<redisReply*>(raw));
+    auto raw = round_trip(deadline, "setting up the connection");
+    if (!raw) return Unexpected(raw.error());
+    ReplyPtr r(*raw);
     if (r->type == REDIS_REPLY_ERROR) {
       const bool auth = i == 0 && expected == 2;
       return Unexpected(
@@ -471,12 +713,26 @@ Expected<void, StoreError> RedisFleetStore::connect() {
       sha_ = reply_text(r.get());
     }
   }
-  ++connects_;
+  connects_.fetch_add(1, std::memory_order_relaxed);
+  connected_.store(true, std::memory_order_relaxed);
   return {};
 }
 
 Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req) {
+  std::unique_lock lock(mu_, std::try_to_lock);
+  if (!lock.owns_lock()) {
+    return Unexpected(
+        StoreError{StoreError::Kind::rejected,
+                   "exchange() is already running on another thread: a RedisFleetStore serves one "
+                   "exchange at a time (one Fleet's sync(); give each Fleet its own store)"});
+  }
+  return exchange_locked(req);
+}
+
+Expected<SyncReply, StoreError> RedisFleetStore::exchange_locked(const SyncRequest& req) {
   const SigpipeGuard no_sigpipe;
+  const Deadline deadline =
+      std::min(req.deadline, std::chrono::steady_clock::now() + config_.timeout);
   if (ctx_ == nullptr) {
     const auto now = std::chrono::steady_clock::now();
     if (now < next_attempt_) {
@@ -486,7 +742,7 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
           StoreError{StoreError::Kind::unavailable,
                      "not connected; next attempt in " + std::to_string(wait) + " ms"});
     }
-    auto ok = connect();
+    auto ok = connect(deadline);
     if (!ok) return Unexpected(ok.error());
   }
   std::vector<std::string> args;
@@ -512,21 +768,29 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   args.push_back(std::to_string(config_.retention.count()));
   args.push_back(std::to_string(config_.idle_ttl.count()));
   for (const FleetOp& op : req.ops) {
-    args.push_back(op_name(op.kind));
+    const bool assert_window = op.kind == FleetOp::Kind::assert_open && op.fleet_window;
+    args.push_back(assert_window ? "assertw" : op_name(op.kind));
     args.push_back(op.key);
-    if (op.kind == FleetOp::Kind::count) {
-      args.push_back(std::to_string(op.successes));
-      args.push_back(std::to_string(op.failures));
-    } else if (op.kind == FleetOp::Kind::window) {
-      args.push_back(std::to_string(op.calls));
-      args.push_back(std::to_string(op.failures));
-      args.push_back(std::to_string(op.slow));
-      continue;
-    } else {
-      args.push_back(std::string(to_string(op.reason)));
-      args.push_back(std::to_string(op.until_ms));
+    switch (op.kind) {
+      case FleetOp::Kind::count:
+        args.push_back(std::to_string(op.successes));
+        args.push_back(std::to_string(op.failures));
+        args.push_back("0");
+        break;
+      case FleetOp::Kind::window:
+        args.push_back(std::to_string(op.calls));
+        args.push_back(std::to_string(op.failures));
+        args.push_back(std::to_string(op.slow));
+        break;
+      default:
+        args.push_back(std::string(to_string(op.reason)));
+        args.push_back(std::to_string(op.until_ms));
+        args.push_back(std::to_string(op.kind == FleetOp::Kind::lease ? op.lease_ms
+                                      : op.kind == FleetOp::Kind::assert_open
+                                          ? static_cast<std::int64_t>(op.known_sequence)
+                                          : std::max<std::int64_t>(op.max_open_ms, 0)));
+        break;
     }
-    args.push_back(std::to_string(op.lease_ms));
   }
   std::vector<const char*> argv;
   std::vector<size_t> lens;
@@ -536,14 +800,15 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
     argv.push_back(a.data());
     lens.push_back(a.size());
   }
-  void* raw = redisCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data());
-  if (raw == nullptr) {
-    const bool timeout = ctx_->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-    const std::string why = ctx_->errstr;
-    return Unexpected(fail(
-        {timeout ? StoreError::Kind::timeout : StoreError::Kind::unavailable, "EVALSHA: " + why}));
-  }
-  ReplyPtr r(static_cast<redisReply*>(raw));
+  if (redisAppendCommandArgv(ctx_, static_cast<int>(argv.size()), argv.data(), lens.data()) !=
+      REDIS_OK)
+    return Unexpected(fail({StoreError::Kind::unavailable, "EVALSHA: out of memory"}));
+  auto raw = round_trip(deadline, "EVALSHA");
+  if (!raw) return Unexpected(raw.error());
+  ReplyPtr r(*raw);
+  // One reply per request: anything more the server sent is not ours to read later.
+  if (ctx_->reader != nullptr && ctx_->reader->pos < ctx_->reader->len)
+    return Unexpected(fail({StoreError::Kind::protocol, "the server sent more than one reply"}));
   if (r->type == REDIS_REPLY_ERROR) {
     const std::string why = reply_text(r.get());
     // A server that lost its scripts (SCRIPT FLUSH, a failover) loads it again next time.
@@ -568,30 +833,36 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange(const SyncRequest& req
   std::uint64_t server_ms = 0;
   if (parse_u64(r->element[1], server_ms) && server_ms <= (std::uint64_t{1} << 53))
     out.server_ms = static_cast<std::int64_t>(server_ms);
-  std::uint64_t leases = 0;
-  if (!parse_u64(r->element[2], out.sequence)) return protocol("a sequence that is not a number");
-  if (!parse_u64(r->element[3], leases) || leases > r->elements - 4)
-    return protocol("a bad lease count");
-  for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[4 + i]));
-  std::uint64_t counts = 0;
-  if (4 + leases >= r->elements || !parse_u64(r->element[4 + leases], counts) ||
-      counts > (r->elements - 5 - leases) / 2)
-    return protocol("a bad count of counts");
-  for (size_t i = 0; i < counts; ++i) {
-    out.counts.push_back(
-        {reply_text(r->element[5 + leases + 2 * i]), reply_text(r->element[6 + leases + 2 * i])});
+  if (!parse_u64(r->element[2], out.sequence) || out.sequence >= (std::uint64_t{1} << 53))
+    return protocol("a sequence that is not a number below 2^53");
+  // A list: its count at `at`, then that many elements (at most what is left).
+  size_t at = 3;
+  auto list = [&](std::uint64_t per, std::uint64_t& count) {
+    if (at >= r->elements || !parse_u64(r->element[at], count) ||
+        count > (r->elements - at - 1) / per)
+      return false;
+    ++at;
+    return true;
+  };
+  std::uint64_t leases = 0, counts = 0, windows = 0, written = 0, repairs = 0;
+  if (!list(1, leases)) return protocol("a bad lease count");
+  for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[at++]));
+  if (!list(2, counts)) return protocol("a bad count of counts");
+  for (size_t i = 0; i < counts; ++i, at += 2)
+    out.counts.push_back({reply_text(r->element[at]), reply_text(r->element[at + 1])});
+  if (!list(1, windows)) return protocol("a bad count of windows");
+  for (size_t i = 0; i < windows; ++i) out.windows.push_back(reply_text(r->element[at++]));
+  if (!list(1, written) || written != req.ops.size()) return protocol("a bad count of writes");
+  for (size_t i = 0; i < written; ++i) {
+    std::uint64_t seq = 0;
+    if (!parse_u64(r->element[at++], seq)) return protocol("a write that is not a sequence");
+    out.written.push_back(seq);
   }
-  const size_t at_windows = 5 + leases + 2 * counts;
-  std::uint64_t windows = 0;
-  if (at_windows >= r->elements || !parse_u64(r->element[at_windows], windows) ||
-      windows > r->elements - 1 - at_windows)
-    return protocol("a bad count of windows");
-  for (size_t i = 0; i < windows; ++i)
-    out.windows.push_back(reply_text(r->element[at_windows + 1 + i]));
-  const size_t first = at_windows + 1 + windows;
-  if ((r->elements - first) % 2 != 0) return protocol("an odd number of key/value elements");
-  out.changes.reserve((r->elements - first) / 2);
-  for (size_t i = first; i < r->elements; i += 2) {
+  if (!list(1, repairs)) return protocol("a bad count of repairs");
+  for (size_t i = 0; i < repairs; ++i) out.repairs.push_back(reply_text(r->element[at++]));
+  if ((r->elements - at) % 2 != 0) return protocol("an odd number of key/value elements");
+  out.changes.reserve((r->elements - at) / 2);
+  for (size_t i = at; i < r->elements; i += 2) {
     out.changes.push_back(RawRecord{reply_text(r->element[i]), reply_text(r->element[i + 1])});
   }
   return out;

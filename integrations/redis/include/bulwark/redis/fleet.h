@@ -41,10 +41,37 @@
 // whose own calls fail while the fleet's succeed still trips on its own window, alone
 // unless the quorum is reached.
 //
-// Thread-safety: attach() and sync() must not run concurrently with each other (call
-// both from the timer's thread, or hold your own lock); reading() may be called from
-// any thread at any time. The listener runs on whichever thread made the transition.
-// Breakers must outlive the Fleet.
+// What is adopted. An open read from the store lasts what is left of it by the
+// store's clock; one that would last longer than the breaker's longest open period
+// (open_growth.max, or open_duration without growth) is out of bounds: it is refused,
+// counted (refused_opens) and named (last_refused), and this instance's own next
+// opening replaces it in the store. Instances sharing a key use the same open period
+// configuration. A record under this instance's own id that this Fleet did not write
+// (a previous run of an instance restarted under the same id) is adopted like any
+// other instance's.
+//
+// Manual transitions are this instance's own. A breaker's reset() or transition_to()
+// acts on this instance only: nothing is published, and the fleet's open that a reset
+// closed is not adopted again (a later decision of the fleet is). To close a key for
+// the whole fleet, call reset(key) on the Fleet: it resets the local breaker and
+// publishes a close at the next sync, which every instance holding the fleet's open
+// adopts.
+//
+// Thread-safety: sync(), attach(), detach() and reset() may be called from any thread;
+// they serialise on one mutex (attach, detach and reset wait for a sync in progress,
+// which returns by its deadline). Two sync() calls at once: the second returns an error
+// at once. reading() may be called from any thread at any time, and never waits for
+// the store. None of them may be called from a transition listener of an attached
+// breaker's policy (they may wait for that thread). The listener runs on whichever
+// thread made the transition.
+//
+// Lifetime. The store must outlive the Fleet. An attached breaker must outlive the
+// Fleet or be detached first (detach(); a registry entry attached with attach_handle()
+// is pinned by the Fleet, and its registry must outlive the Fleet). Destroying the
+// Fleet waits for a sync() running on another thread to return (bounded by the sync's
+// deadline; no call may start once destruction began), then removes its listeners,
+// waiting for any that runs on another thread: from then on the breakers work alone,
+// as if never attached, keeping what they adopted, and never touch the Fleet again.
 
 #ifndef BULWARK_REDIS_FLEET_H_
 #define BULWARK_REDIS_FLEET_H_
@@ -56,6 +83,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -92,12 +121,13 @@ struct FleetConfig {
   // no new calls send nothing. Zero (the default): no counting.
   std::chrono::milliseconds count_bucket = std::chrono::milliseconds::zero();
   std::uint32_t count_buckets = 6;
-  // Called after a local transition (an opening, or the close of an open the fleet
-  // shared) was queued for the next sync, on the thread that made it, outside the
-  // Fleet's locks, with the key and the new state. An application whose timer ticks
-  // every sync_interval can wake it here so the fleet hears of an opening at once
-  // rather than up to one interval later. Must be cheap, must not throw, and must not
-  // call sync() itself (post to the timer's thread). Empty: nothing.
+  // Called after a local decision to publish (an automatic opening, the close of an
+  // open, a Fleet::reset()) was queued for the next sync, on the thread that made it,
+  // outside the Fleet's locks, with the key and the new state; not for a manual
+  // transition of the breaker (this instance's own: nothing to publish). An application whose timer
+  // ticks every sync_interval can wake it here so the fleet hears of an opening at once rather than
+  // up to one interval later. Must be cheap, must not throw, and must not call sync() itself (post
+  // to the timer's thread). Empty: nothing.
   std::function<void(const std::string& key, State to)> on_queued{};
   // This instance's wall clock (Unix ms). Only differences of it travel: an open's end
   // goes to the store as until - now of one request, and the store keeps every time in
@@ -170,9 +200,24 @@ struct FleetReading {
   std::uint64_t adopted_opens = 0;
   std::uint64_t adopted_closes = 0;
   std::uint64_t window_trips = 0;  // this instance's breakers opened by a fleet window
-  std::string last_error;          // the last sync error, "" if none yet
-  std::string last_malformed;      // the last rejected value, naming its key
-  bool connected = false;          // the last exchange succeeded
+  // Opens read from the store that would last longer than the breaker's longest open
+  // period: not adopted (fleet.h, "What is adopted").
+  std::uint64_t refused_opens = 0;
+  // Corrupt values the store found in its own keys and replaced or removed
+  // (SyncReply::repairs), as this instance's exchanges reported them.
+  std::uint64_t store_repairs = 0;
+  // Records of keys this instance has not attached, kept for a later attach() (open
+  // ones, until their end; at most kMaxUnattachedRecords, the soonest-ending dropped).
+  std::uint64_t unattached_records = 0;
+  static constexpr std::size_t kMaxUnattachedRecords = 10'000;
+  std::string last_error;      // the last sync error, "" if none yet
+  std::string last_malformed;  // the last rejected value, naming its key
+  std::string last_refused;    // the last refused open, naming its key
+  std::string last_repair;     // the last repair the store reported, naming its key
+  // The store's clock minus this instance's wall clock as of the last successful sync
+  // (good to one round trip): how far apart the two are. 0 before the first.
+  std::int64_t store_clock_offset_ms = 0;
+  bool connected = false;                            // the last exchange succeeded
   std::chrono::milliseconds since_last_success{-1};  // -1: never synced successfully
   // Round-trip time of successful exchanges: counts per bucket, bucket i holding
   // times <= kRttBucketsMs[i] (the last: everything slower).
@@ -184,11 +229,18 @@ struct FleetReading {
 
 // What sync() did.
 struct SyncSummary {
-  std::size_t published = 0;     // ops sent
+  // Ops sent that publish something: votes, closes, re-publications, lease requests,
+  // counts, window levels.
+  std::size_t published = 0;
+  // Held opens checked in the store (each about every 5 s, at most 64 a sync;
+  // re-published if the store lost them). Sent too, not counted in `published`.
+  std::size_t checked = 0;
   std::size_t changes = 0;       // decisions read (valid or not)
   std::size_t adopted = 0;       // breakers moved by the fleet
   std::size_t malformed = 0;     // values rejected in this sync
   std::size_t window_trips = 0;  // breakers opened by a fleet window (and the open shared)
+  std::size_t refused = 0;       // opens refused as out of bounds in this sync
+  std::size_t repairs = 0;       // corrupt values the store replaced in this sync
 };
 
 class Fleet {
@@ -198,6 +250,8 @@ class Fleet {
   Fleet(FleetConfig config, FleetStore& store);
   Fleet(const Fleet&) = delete;
   Fleet& operator=(const Fleet&) = delete;
+  // Waits for a sync() running on another thread, then stops listening to the breakers
+  // (see "Lifetime" above).
   ~Fleet();
 
   // Shares `breaker`'s decisions under `key` (default: its name). Throws InvalidConfig
@@ -224,11 +278,27 @@ class Fleet {
     attach_impl(std::move(key), held->breaker(), held, options);
   }
 
+  // Stops sharing the breaker attached under `key`: after it returns the Fleet never
+  // touches that breaker again (it may be destroyed), and the registry handle of an
+  // attach_handle() is released. Returns false if no breaker is attached under `key`.
+  // Waits for a sync in progress and for the breakers' listeners running on other
+  // threads; not for the request path.
+  bool detach(const std::string& key);
+
+  // Closes `key` for the whole fleet: resets the breaker attached under it (as its own
+  // reset(), locally) and publishes a close at the next sync (on_queued is told), which
+  // every instance holding the fleet's open for the key adopts. Returns false if no
+  // breaker is attached under `key`. Contrast breaker.reset(), which acts on this
+  // instance alone.
+  bool reset(const std::string& key);
+
   // Exchanges with the store once: publishes the transitions queued since the last
-  // sync (and re-publishes after the store lost its contents), asks for half-open
-  // leases that are due, and applies every decision the fleet made since the last
-  // successful sync to the attached breakers. Returns within the store's timeouts; on
-  // error the breakers simply carry on locally and the next sync catches up.
+  // sync (and re-publishes what the store lost: after a restart or a flush, or an open
+  // record it evicted), asks for half-open leases that are due, and applies every
+  // decision the fleet made since the last successful sync to the attached breakers.
+  // Returns by one deadline, its start plus the store's timeout() (both exchanges of a
+  // sync that trips a fleet window included); on error the breakers simply carry on
+  // locally and the next sync catches up.
   Expected<SyncSummary, StoreError> sync();
 
   // Counters and per-key state, for export. Any thread; copies.
@@ -247,12 +317,16 @@ class Fleet {
     const void* breaker = nullptr;
     std::function<bool(Nanos)> adopt_open;
     std::function<bool()> adopt_close;
+    std::function<void()> reset;
     std::function<State()> state;
     std::function<Nanos()> remaining;
     std::function<std::pair<std::uint64_t, std::uint64_t>()> totals;
     std::function<Level()> level;      // fleet_window: the window now (zero unless CLOSED)
     std::function<Nanos()> next_open;  // fleet_window: how long an opening now would last
     std::shared_ptr<void> keep;        // a registry handle pinning the breaker, if any
+    // The breaker's longest open period (ms): an open read from the store that would
+    // last longer is refused.
+    std::int64_t max_open_ms = 0;
     // fleet_window: the breaker's rate rules, and the last level the store acknowledged.
     bool fleet_window = false;
     std::uint32_t minimum_calls = 0;
@@ -272,14 +346,22 @@ class Fleet {
     bool shared_open = false;
     bool fresh = true;  // attached since the last sync: apply the known record
     bool lease_holder = false;
-    std::uint64_t lease_asked = 0;  // the sequence of the shared open we asked a lease for
-    FleetRecord record;             // the last valid decision read (until_ms: store's clock)
+    bool close_unconfirmed = false;  // a close sent by an exchange that failed: send again
+    bool vote_unconfirmed = false;   // the same for this instance's own opening
+    TransitionReason vote_reason = TransitionReason::consecutive_failures;
+    std::int64_t checked_ms = 0;     // when its open was last checked in the store (wall)
+    std::uint64_t lease_asked = 0;   // the sequence of the shared open we asked a lease for
+    std::uint64_t own_sequence = 0;  // the last record this Fleet wrote for the key
+    FleetRecord record;              // the last valid decision read (until_ms: store's clock)
+    // The fleet's open that a manual transition of the breaker closed: not adopted again.
+    std::optional<FleetRecord> reset_past;
   };
   struct Queued {
     std::uint32_t member;
     State to;
     TransitionReason reason;
-    std::int64_t until_ms;  // this instance's wall clock, sent as until - now
+    std::int64_t until_ms;     // this instance's wall clock, sent as until - now
+    bool fleet_reset = false;  // Fleet::reset(): publish a close
   };
 
   template <class Breaker>
@@ -305,9 +387,15 @@ class Fleet {
         reject_fleet_window(m.key);
       }
     }
+    {
+      const auto& c = breaker.config();
+      const Nanos longest = std::max(c.open_duration, c.open_growth.max);
+      m.max_open_ms = std::chrono::duration_cast<std::chrono::milliseconds>(longest).count();
+    }
     m.breaker = &breaker;
     m.adopt_open = [&breaker](Nanos remaining) { return breaker.adopt_open(remaining); };
     m.adopt_close = [&breaker] { return breaker.adopt_close(); };
+    m.reset = [&breaker] { breaker.reset(); };
     m.state = [&breaker] { return breaker.state(); };
     m.totals = [&breaker] {
       const BreakerSnapshot s = breaker.snapshot();
@@ -328,21 +416,29 @@ class Fleet {
     add_member(std::move(m), policy_id, listen);
   }
   [[noreturn]] void reject_fleet_window(const std::string& key) const;
-  Expected<SyncSummary, StoreError> exchange_once(bool counts_as_sync);
+  Expected<SyncSummary, StoreError> exchange_once(bool counts_as_sync,
+                                                  std::chrono::steady_clock::time_point deadline);
   void add_member(Member m, const void* policy_id,
                   const std::function<std::function<void()>()>& listen);
   void on_transition(const TransitionEvent& e) noexcept;
   void apply(Member& m, const FleetRecord& r, std::int64_t now, SyncSummary& s);
+  void remember(const std::string& key, const FleetRecord& r, std::int64_t now);
   std::int64_t wall_now() const { return config_.wall_ms(); }
 
   FleetConfig config_;
   FleetStore& store_;
 
+  // Serialises sync(), attach(), detach(), reset() and the destructor.
+  std::mutex sync_mu_;
+  std::atomic<bool> syncing_{false};
+
   // The listener's queue: taken at transitions and by sync() to swap, nothing else.
   mutable std::mutex queue_mu_;
   struct Attached {
     std::uint32_t member;
-    const std::string* key;  // the member's (members_ holds it, at a fixed address)
+    // The member's key, for on_queued: shared, so that a detach() while the listener
+    // calls on_queued on another thread frees nothing it uses (a copy is one atomic add).
+    std::shared_ptr<const std::string> key;
   };
   std::unordered_map<const void*, Attached> by_breaker_;  // under queue_mu_
   std::vector<Queued> queue_;                             // under queue_mu_
@@ -351,16 +447,19 @@ class Fleet {
 
   // The Fleet's view: written by sync() and attach(), read by reading().
   mutable std::mutex state_mu_;
-  std::vector<std::unique_ptr<Member>> members_;
+  std::vector<std::unique_ptr<Member>> members_;  // a detached member's slot is empty
   std::map<std::string, std::uint32_t> by_key_;
-  std::map<std::string, FleetRecord> known_;  // valid decisions for keys not attached
+  // Valid open decisions for keys not attached, until their end (store's clock), and
+  // the same by end, to drop the ended ones and the soonest-ending beyond the cap.
+  std::map<std::string, FleetRecord> known_;
+  std::set<std::pair<std::int64_t, std::string>> known_by_end_;
   std::vector<std::function<void()>> unlisten_;
   std::map<const void*, bool> listened_policies_;
   std::uint64_t cursor_ = 0;
   std::string incarnation_;
   bool republish_ = false;
   bool rescan_ = false;
-  std::atomic<bool> syncing_{false};
+  std::size_t check_next_ = 0;  // the round-robin of held opens checked in the store
   FleetReading counters_;
   std::chrono::steady_clock::time_point last_success_{};
   // The store's clock minus this instance's wall clock, as of the last reply (an

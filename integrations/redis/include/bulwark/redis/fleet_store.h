@@ -73,7 +73,8 @@ struct FleetOp {
     vote_open,    // my breaker opened: count my vote; with `quorum` votes in the window
                   // (or from the half-open lease holder) the key opens fleet-wide
     close,        // my breaker closed after an open the fleet shared: the key closes
-    assert_open,  // the store lost the key (restart): record it open again, no quorum
+    assert_open,  // the store may have lost the key (a restart, an eviction): record it
+                  // open again, no quorum, if it has no record (see known_sequence)
     lease,        // ask for the half-open lease (SET NX PX lease_ms); the reply says who holds it
     count,        // add successes / failures to the key's current time bucket; the reply
                   // has the fleet-wide totals over the last count_buckets buckets
@@ -93,6 +94,16 @@ struct FleetOp {
   std::uint64_t failures = 0;   // count, window: failures (slow or not)
   std::uint64_t calls = 0;      // window: calls in the window, slow calls in flight included
   std::uint64_t slow = 0;       // window: slow calls, slow calls in flight included
+  // vote_open, window_open: the sender's longest open period (0: no bound). A current
+  // open ending later than the store's now plus this is replaced by the sender's.
+  std::int64_t max_open_ms = 0;
+  // assert_open: the sequence of the record the sender holds (0: none). The store
+  // records the open again only if the key has no record, or its record is not listed in
+  // the changes, and no decision newer than this one was made since (its record lost
+  // too): an instance that missed a close never reopens the key with a stale open.
+  std::uint64_t known_sequence = 0;
+  // assert_open: the record carries the fleet_window mark.
+  bool fleet_window = false;
 };
 
 struct SyncRequest {
@@ -115,6 +126,9 @@ struct SyncRequest {
   // stale, left out of the totals and dropped. Positive when a window op is sent.
   std::int64_t window_ttl_ms = 0;
   std::vector<FleetOp> ops;
+  // The caller's deadline: the store returns by then (a `timeout` error) or earlier by
+  // its own timeout. max(): none of the caller's.
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 };
 
 // A key and the raw value the store holds for it, not validated yet.
@@ -145,6 +159,14 @@ struct SyncReply {
   // "malformed|<instance>=<the entry>" instead (and drops the entry), which the Fleet
   // rejects like any value that is not four counts.
   std::vector<std::string> windows;
+  // One per op, in order: the sequence of the record the op wrote, 0 if it wrote none.
+  // The Fleet tells its own records (this run's) from those of another process under
+  // the same instance id (a previous run of a restarted instance) by them.
+  std::vector<std::uint64_t> written;
+  // What the store found corrupt in its own keys during the exchange and replaced or
+  // removed (a counter that is not a number, a key of the wrong type, a record that is
+  // not one), one line each naming the key: the Fleet counts them (store_repairs).
+  std::vector<std::string> repairs;
 };
 
 struct StoreError {
@@ -173,18 +195,29 @@ constexpr std::string_view to_string(StoreError::Kind k) noexcept {
 }
 
 // The seam. exchange() is called from Fleet::sync() only, one call at a time; it must
-// return within the store's own timeouts, never block indefinitely.
+// return by request.deadline and within its own timeout(), never block indefinitely.
+// Lifetime: a store must outlive every Fleet built over it.
 class FleetStore {
  public:
   virtual ~FleetStore() = default;
   virtual Expected<SyncReply, StoreError> exchange(const SyncRequest& request) = 0;
+  // The longest one exchange may take, all of it (connecting included): the Fleet gives
+  // every exchange of one sync() one deadline, the sync's start plus this. Zero (the
+  // default): no bound of the store's own, only the caller's deadline.
+  virtual std::chrono::milliseconds timeout() const noexcept {
+    return std::chrono::milliseconds::zero();
+  }
 };
 
 // The protocol in one process: what RedisFleetStore's script does, over a map under a
 // mutex. Thread-safe; any number of Fleets may share one. set_down() makes exchange()
 // fail (an outage), set_latency() makes it sleep first (for the lab and benchmarks,
-// not for tests), restart() forgets everything (a store that came back empty), and
-// put_raw() plants any value (a malformed one, say) for a key.
+// not for tests; a latency past the request's deadline sleeps until the deadline and
+// fails with `timeout`), restart() forgets everything (a store that came back empty),
+// put_raw() plants any value (a malformed one, say) for a key, and erase_raw() loses a
+// key's record (as a Redis evicting it would). A record that is not one (put_raw) is
+// removed when an exchange reads it and reported in SyncReply::repairs, as the Redis
+// script does.
 class MemoryFleetStore final : public FleetStore {
  public:
   // `lease_clock_ms` is the store's clock (Unix ms): what leases expire by and every
@@ -197,6 +230,7 @@ class MemoryFleetStore final : public FleetStore {
   void set_latency(std::chrono::nanoseconds latency);
   void restart();
   void put_raw(const std::string& key, std::string value);
+  void erase_raw(const std::string& key);
   // Plants `value` as `instance`'s window entry for `key` ("calls|failures|slow|ms").
   void put_raw_window(const std::string& key, const std::string& instance, std::string value);
   std::optional<std::string> get_raw(const std::string& key) const;

@@ -12,9 +12,12 @@
 //   <prefix>l:<key>   the half-open lease (a string: the holder), SET NX PX lease
 //   <prefix>changes   key -> sequence of its last decision (a sorted set); each exchange
 //                     drops the oldest entries (up to 8) whose record expired
-//   <prefix>seq       the sequence counter; <prefix>id: the store's incarnation
-//                     (changes, seq and id expire `idle_ttl` after the last exchange;
-//                     a new counter makes a new incarnation: the instances re-publish)
+//   <prefix>seq       the sequence counter; <prefix>id: the store's incarnation;
+//                     <prefix>run: the run_id of the Redis process that made it
+//                     (changes, seq, id and run expire `idle_ttl` after the last
+//                     exchange; a new counter, or another Redis process (a restart, from
+//                     a snapshot or empty, a failover), makes a new incarnation: the
+//                     instances read from the start and re-publish)
 //   <prefix>w:<key>:<bucket>  fleet-wide counts (a hash: s, f), the count window plus a bucket
 //   <prefix>fw:<key>  fleet window levels (a hash: instance -> "calls|failures|slow|ms",
 //                     and field "=" -> their running sum "calls|failures|slow|entries")
@@ -28,12 +31,21 @@
 // inside the script (three PEXPIREs, a ZRANGE of 8 and an EXISTS per entry), no round
 // trip.
 //
-// Timeouts. Connecting and every command are bounded (connect_timeout,
-// command_timeout, 50 ms by default): exchange() never waits longer. After a failure
-// it does not try again before a backoff (exponential from reconnect_min to
-// reconnect_max, with jitter) and returns `unavailable` at once until then. Resolving
-// `host` is not bounded by the timeouts (getaddrinfo): give an address, or a name the
-// machine resolves locally (/etc/hosts).
+// Corrupt keys. The script checks every key it reads before it uses it: a key of the
+// wrong type, a counter that is not a number below 2^50, a record that is not one, a
+// vote or window level stamped in the future, a lease without an expiry. It replaces
+// or removes what is corrupt (a new counter starts a new incarnation) and reports each
+// repair in SyncReply::repairs, which the Fleet counts (store_repairs): a corrupt key
+// never stops the fleet's exchanges, and needs no operator.
+//
+// Timeouts. One deadline bounds each exchange(), all of it: connecting, AUTH, SCRIPT
+// LOAD and the script (`timeout`, 500 ms by default; SyncRequest::deadline if that is
+// sooner). Reads and writes wait for the socket with poll() up to what is left of it,
+// so no server, however slowly it trickles its reply, holds an exchange longer. After
+// a failure the store does not try again before a backoff (exponential from
+// reconnect_min to reconnect_max, with jitter) and returns `unavailable` at once until
+// then. Resolving `host` is not bounded by the deadline (getaddrinfo): give an
+// address, or a name the machine resolves locally (/etc/hosts).
 //
 // hiredis 0.14 (Debian 12) speaks plain TCP to one server: no TLS, no Redis Cluster,
 // no Sentinel. A deployment that needs them runs a local TLS proxy (stunnel, a
@@ -41,19 +53,30 @@
 // primary (HAProxy with a role check, or Sentinel-aware clients in front), or for a
 // Cluster a Cluster-aware proxy that routes a script by its first key (above).
 //
-// Not thread-safe: one Fleet calls exchange(), from its sync().
+// Thread-safety: one exchange() at a time (one Fleet's sync()); a second one that
+// starts while the first runs on another thread returns `rejected` at once, naming
+// the problem, and touches nothing. connected() and reconnects() may be read from any
+// thread.
+//
+// Lifetime: the store must outlive every Fleet over it. Destroying it waits for an
+// exchange() running on another thread to return (by its deadline), then closes the
+// connection, whatever state it is in (a reply half read, a request half written):
+// nothing is left behind, and no reply is read later.
 
 #ifndef BULWARK_REDIS_REDIS_STORE_H_
 #define BULWARK_REDIS_REDIS_STORE_H_
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <mutex>
 #include <random>
 #include <string>
 
 #include "bulwark/redis/fleet_store.h"
 
 struct redisContext;
+struct redisReply;
 
 namespace bulwark::redis {
 
@@ -74,8 +97,8 @@ struct RedisConfig {
   // With no exchange for this long, the counter, the incarnation and the changes set
   // expire too: the prefix holds nothing. At least retention.
   std::chrono::milliseconds idle_ttl = std::chrono::hours(24);
-  std::chrono::milliseconds connect_timeout = std::chrono::milliseconds(50);
-  std::chrono::milliseconds command_timeout = std::chrono::milliseconds(50);
+  // The most one exchange() takes, connecting included (see "Timeouts" above). Positive.
+  std::chrono::milliseconds timeout = std::chrono::milliseconds(500);
   std::chrono::milliseconds reconnect_min = std::chrono::milliseconds(100);
   std::chrono::milliseconds reconnect_max = std::chrono::seconds(5);
 };
@@ -90,24 +113,31 @@ class RedisFleetStore final : public FleetStore {
   ~RedisFleetStore() override;
 
   Expected<SyncReply, StoreError> exchange(const SyncRequest& request) override;
+  std::chrono::milliseconds timeout() const noexcept override { return config_.timeout; }
 
-  bool connected() const noexcept { return ctx_ != nullptr; }
-  std::uint64_t reconnects() const noexcept { return connects_; }
+  bool connected() const noexcept { return connected_.load(std::memory_order_relaxed); }
+  std::uint64_t reconnects() const noexcept { return connects_.load(std::memory_order_relaxed); }
   const RedisConfig& config() const noexcept { return config_; }
 
   // The Lua script exchange() runs (for tests and tools).
   static const char* script() noexcept;
 
  private:
-  Expected<void, StoreError> connect();
+  using Deadline = std::chrono::steady_clock::time_point;
+  Expected<void, StoreError> connect(Deadline deadline);
+  // Sends what hiredis holds for the server and reads one reply, by the deadline.
+  Expected<redisReply*, StoreError> round_trip(Deadline deadline, const char* what);
   StoreError fail(StoreError e);  // drops the connection, schedules the next attempt
+  Expected<SyncReply, StoreError> exchange_locked(const SyncRequest& request);
 
   RedisConfig config_;
+  std::mutex mu_;  // held by exchange() and the destructor
   redisContext* ctx_ = nullptr;
   std::string sha_;
   std::chrono::steady_clock::time_point next_attempt_{};
   std::uint32_t failures_ = 0;
-  std::uint64_t connects_ = 0;
+  std::atomic<bool> connected_{false};
+  std::atomic<std::uint64_t> connects_{0};
   std::minstd_rand rng_;
 };
 
