@@ -18,6 +18,10 @@ cd "$(dirname "$0")/.."
 
 bash scripts/install-deps.sh
 
+# The tests that start their own servers (redis-server, ...) fail instead of skipping
+# when one is missing: this script installed them.
+export BULWARK_REQUIRE_SERVERS=1
+
 stages=("$@")
 ((${#stages[@]})) || stages=(release asan tsan fuzz)
 jobs=$(nproc)
