@@ -33,6 +33,7 @@
 #include "bulwark/breaker_config.h"
 #include "bulwark/clock.h"
 #include "bulwark/detail/bitfield.h"
+#include "bulwark/detail/schedule_point.h"
 
 namespace bulwark {
 
@@ -157,6 +158,7 @@ class HeadBase {
       const HeadWord h(raw);
       if (!h.of(gen) || h.armed() == armed) return;
       const HeadWord next = HeadWord::recording(gen, h.lap(), armed, h.pos());
+      BULWARK_SCHEDULE_POINT("head.set_armed: cas");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire))
         return;
@@ -703,6 +705,7 @@ class TimeWindow : public detail::HeadBase {
         // The first outcome of this generation: the window starts empty at `at`, in a
         // new lap, so that no bucket of an earlier phase can pass for one of this one.
         const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, at);
+        BULWARK_SCHEDULE_POINT("time.record: start the phase");
         if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
           clear(p, at, next, p.buckets);
@@ -718,6 +721,7 @@ class TimeWindow : public detail::HeadBase {
         const bool fresh = i - h.pos() >= p.buckets;
         const detail::HeadWord next =
             detail::HeadWord::recording(gen, fresh ? h.lap() + 1 : h.lap(), h.armed(), i);
+        BULWARK_SCHEDULE_POINT("time.record: rotate");
         if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
           clear(p, i, next, fresh ? p.buckets : i - h.pos());
@@ -727,7 +731,9 @@ class TimeWindow : public detail::HeadBase {
         continue;
       }
       if (add(p, i, s, h)) return {h, rotated};
-      raw = head_.load(std::memory_order_acquire);  // the head moved on: record in the new one
+      raw = head_.load(std::memory_order_acquire);
+      BULWARK_SCHEDULE_POINT(
+          "time.record: head moved, read again");  // the head moved on: record in the new one
     }
   }
 
@@ -744,6 +750,7 @@ class TimeWindow : public detail::HeadBase {
       const detail::HeadWord h(raw);
       if (h.of(gen) || h.after(gen)) return;  // an early call of the phase started it
       const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, at);
+      BULWARK_SCHEDULE_POINT("time.begin_phase: cas");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         clear(p, at, next, p.buckets);
@@ -768,6 +775,7 @@ class TimeWindow : public detail::HeadBase {
       // calls only grow under one tag, so a pair read in this order never shows more
       // slow calls than calls (the other order can, while calls are being recorded).
       const std::uint64_t w1 = b.slow.load(std::memory_order_acquire);
+      BULWARK_SCHEDULE_POINT("time.counts: between the words");
       const std::uint64_t w0 = b.calls.load(std::memory_order_acquire);
       if (bucket_tag(w0) != tag(h.lap(), j)) continue;
       c.calls += field(w0, 1), c.failures += field(w0, 0);
@@ -820,6 +828,7 @@ class TimeWindow : public detail::HeadBase {
                        std::uint64_t lo) noexcept {
     std::uint64_t raw = word.load(std::memory_order_acquire);
     for (;;) {
+      BULWARK_SCHEDULE_POINT("time.add_word: word read");
       std::uint64_t next = 0;
       if (bucket_tag(raw) == t) {
         if (field(raw, 1) == kFieldMax || field(raw, 0) == kFieldMax) return true;
@@ -828,6 +837,7 @@ class TimeWindow : public detail::HeadBase {
         // A stale bucket: take it over, but only while the head still says it is ours.
         if (head.load(std::memory_order_acquire) != at.raw()) return false;
         next = make_word(t, hi, lo);
+        BULWARK_SCHEDULE_POINT("time.add_word: take over");
       }
       if (word.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
                                      std::memory_order_acquire))
@@ -840,6 +850,7 @@ class TimeWindow : public detail::HeadBase {
     const std::uint32_t t = tag(h.lap(), i);
     const bool failure = s == detail::Sample::failure || s == detail::Sample::slow_failure;
     if (!add_word(b.calls, head_, h, t, 1, failure ? 1 : 0)) return false;
+    BULWARK_SCHEDULE_POINT("time.add: between the words");
     // Only slow calls touch the second word; readers ignore it while its tag is stale.
     if (s == detail::Sample::slow_success || s == detail::Sample::slow_failure) {
       (void)add_word(b.slow, head_, h, t, s == detail::Sample::slow_success ? 1 : 0,
@@ -859,8 +870,10 @@ class TimeWindow : public detail::HeadBase {
       const std::uint32_t t = tag(installed.lap(), j);
       for (auto* word : {&b.calls, &b.slow}) {
         std::uint64_t raw = word->load(std::memory_order_acquire);
+        BULWARK_SCHEDULE_POINT("time.clear: word read");
         while (bucket_tag(raw) != t) {
           if (head_.load(std::memory_order_acquire) != installed.raw()) return;
+          BULWARK_SCHEDULE_POINT("time.clear: head checked");
           if (word->compare_exchange_weak(raw, make_word(t, 0, 0), std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
             break;

@@ -1,0 +1,293 @@
+// A deterministic schedule explorer for the library's lock-free code.
+//
+// The library marks the places between its loads and CASes with BULWARK_SCHEDULE_POINT
+// (bulwark/detail/schedule_point.h); a test that defines BULWARK_TEST_SCHEDULE_POINTS
+// before including any bulwark header turns each into a call to schedule_point(), which
+// this header defines. run() then executes a few real threads one at a time: only the
+// thread holding the baton runs, and at every point it reaches a Strategy picks which
+// thread takes the baton next. The code between two points runs alone, so a schedule is
+// a sequence of choices, and the same choices replay the same execution exactly.
+//
+// Strategies:
+//  - Dfs: every schedule, depth-first, with at most `max_preemptions` switches away
+//    from a thread that could have gone on (a preemption bound: most concurrency bugs
+//    need one to three); next() moves to the following schedule.
+//  - Seeded: at every point, a thread picked by a seeded PRNG; the same seed gives the
+//    same schedule.
+//  - Script: a schedule written by hand, or printed by Trace::script() from a failing
+//    run: "thread 0 runs until its 2nd 'time.add: between the words', then thread 1 to
+//    its end, ...". A regression test replays the interleaving that broke something,
+//    and Script::matched() tells it that the schedule still happens as written.
+//
+// The threads must not wait for each other (only the baton holder runs): this is for
+// lock-free code. Include this header in one translation unit of a test binary (it
+// defines bulwark::detail::schedule_point), and do not link code of the library built
+// without the macro that uses the same inline functions.
+
+#ifndef BULWARK_TESTS_SUPPORT_SCHEDULE_EXPLORER_H_
+#define BULWARK_TESTS_SUPPORT_SCHEDULE_EXPLORER_H_
+
+#ifndef BULWARK_TEST_SCHEDULE_POINTS
+#error "define BULWARK_TEST_SCHEDULE_POINTS before including any bulwark header"
+#endif
+
+#include <algorithm>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "bulwark/detail/schedule_point.h"
+
+namespace bulwark::test {
+
+// One step of a schedule: `thread` runs until it reaches `point` for the `nth` time
+// (counted from the start of this step), or to its end if `point` is empty.
+struct ScriptStep {
+  int thread = 0;
+  std::string point;
+  int nth = 1;
+};
+
+// What one run did: every point reached, in order, by which thread ("" = its end).
+struct Trace {
+  std::vector<std::pair<int, std::string>> steps;
+
+  // The schedule as the steps a Script replays: one per stretch of one thread.
+  std::vector<ScriptStep> script() const {
+    std::vector<ScriptStep> out;
+    for (std::size_t i = 0; i < steps.size();) {
+      std::size_t j = i;
+      while (j + 1 < steps.size() && steps[j + 1].first == steps[i].first) ++j;
+      const std::string& last = steps[j].second;
+      const auto nth = std::count_if(steps.begin() + static_cast<std::ptrdiff_t>(i),
+                                     steps.begin() + static_cast<std::ptrdiff_t>(j) + 1,
+                                     [&](const auto& s) { return s.second == last; });
+      out.push_back({steps[i].first, last, static_cast<int>(nth)});
+      i = j + 1;
+    }
+    return out;
+  }
+
+  // The script as C++ source, to paste into a regression test.
+  std::string text() const {
+    std::ostringstream o;
+    o << "{";
+    const auto s = script();
+    for (std::size_t i = 0; i < s.size(); ++i) {
+      o << (i ? ",\n " : "") << "{" << s[i].thread << ", \"" << s[i].point << "\", " << s[i].nth
+        << "}";
+    }
+    o << "}";
+    return o.str();
+  }
+};
+
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  // Called at every point with the thread that reached it (`point` non-null), when a
+  // thread ended (`current` is that thread, `point` null), and at the start (`current`
+  // -1). `live`: the threads that have not ended, in increasing order, never empty.
+  // Returns one of them.
+  virtual int pick(int current, const char* point, const std::vector<int>& live) = 0;
+};
+
+// Every schedule with at most `max_preemptions` preemptions, depth-first.
+class Dfs final : public Strategy {
+ public:
+  explicit Dfs(int max_preemptions) : max_(max_preemptions) {}
+
+  int pick(int current, const char*, const std::vector<int>& live) override {
+    const bool running = std::find(live.begin(), live.end(), current) != live.end();
+    std::vector<int> options;
+    if (running) options.push_back(current);  // going on first: fewest preemptions first
+    if (!running || preemptions_ < max_) {
+      for (int t : live)
+        if (t != current) options.push_back(t);
+    }
+    if (options.size() == 1) return options[0];
+    if (depth_ == path_.size()) {
+      path_.push_back({0, options.size()});
+    } else if (path_[depth_].second != options.size()) {
+      nondeterministic_ = true;  // the same choices led somewhere else
+    }
+    const int chosen = options[std::min(path_[depth_].first, options.size() - 1)];
+    ++depth_;
+    if (running && chosen != current) ++preemptions_;
+    return chosen;
+  }
+
+  // Moves to the next schedule; false once every one has run.
+  bool next() {
+    path_.resize(depth_);
+    while (!path_.empty() && path_.back().first + 1 >= path_.back().second) path_.pop_back();
+    if (path_.empty()) return false;
+    ++path_.back().first;
+    depth_ = 0, preemptions_ = 0;
+    return true;
+  }
+
+  // True if a replayed prefix ever offered different choices (the code under test is
+  // not deterministic between points: the exploration would be incomplete).
+  bool nondeterministic() const { return nondeterministic_; }
+
+ private:
+  int max_;
+  int preemptions_ = 0;
+  std::size_t depth_ = 0;
+  std::vector<std::pair<std::size_t, std::size_t>> path_;  // {choice, options} per decision
+  bool nondeterministic_ = false;
+};
+
+// At every point, a live thread picked by a PRNG seeded with `seed`.
+class Seeded final : public Strategy {
+ public:
+  explicit Seeded(std::uint64_t seed) : state_(seed) {}
+  int pick(int, const char*, const std::vector<int>& live) override {
+    return live[static_cast<std::size_t>(next() % live.size())];
+  }
+
+ private:
+  std::uint64_t next() {  // splitmix64
+    std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+  }
+  std::uint64_t state_;
+};
+
+// The schedule `steps`; once they are done, the live thread with the lowest id runs.
+class Script final : public Strategy {
+ public:
+  explicit Script(std::vector<ScriptStep> steps) : steps_(std::move(steps)) {}
+
+  int pick(int current, const char* point, const std::vector<int>& live) override {
+    if (current < 0) return begin(live);
+    if (step_ < steps_.size() && steps_[step_].thread == current) {
+      const ScriptStep& s = steps_[step_];
+      const bool here = point ? s.point == point : s.point.empty();
+      if (here && ++seen_ == s.nth) {
+        ++step_;
+        return begin(live);
+      }
+      if (!point) mismatch_ = true;  // the thread ended before the step's point
+    }
+    if (point) return current;
+    return begin(live);
+  }
+
+  // True if every step happened as written.
+  bool matched() const { return !mismatch_ && step_ == steps_.size(); }
+
+ private:
+  int begin(const std::vector<int>& live) {
+    seen_ = 0;
+    if (step_ < steps_.size()) {
+      if (std::find(live.begin(), live.end(), steps_[step_].thread) != live.end())
+        return steps_[step_].thread;
+      mismatch_ = true;  // the step's thread already ended
+      step_ = steps_.size();
+    }
+    return live.front();
+  }
+
+  std::vector<ScriptStep> steps_;
+  std::size_t step_ = 0;
+  int seen_ = 0;
+  bool mismatch_ = false;
+};
+
+namespace detail {
+
+class Runner;
+struct Current {
+  Runner* runner = nullptr;
+  int id = -1;
+};
+inline thread_local Current on_this_thread;
+
+// Runs the threads of one schedule, handing the baton at every point.
+class Runner {
+ public:
+  Runner(std::vector<std::function<void()>> bodies, Strategy& strategy)
+      : bodies_(std::move(bodies)), strategy_(strategy), done_(bodies_.size(), false) {}
+
+  Trace run() {
+    std::vector<std::thread> threads;
+    threads.reserve(bodies_.size());
+    for (std::size_t i = 0; i < bodies_.size(); ++i) {
+      threads.emplace_back([this, id = static_cast<int>(i)] {
+        on_this_thread = {this, id};
+        {
+          std::unique_lock lock(mutex_);
+          wake_.wait(lock, [&] { return active_ == id; });
+        }
+        bodies_[static_cast<std::size_t>(id)]();
+        {
+          std::unique_lock lock(mutex_);
+          done_[static_cast<std::size_t>(id)] = true;
+          trace_.steps.push_back({id, ""});
+          hand_over(id, nullptr);
+        }
+        on_this_thread = {};
+      });
+    }
+    {
+      std::unique_lock lock(mutex_);
+      hand_over(-1, nullptr);
+      wake_.wait(lock,
+                 [&] { return std::all_of(done_.begin(), done_.end(), [](bool d) { return d; }); });
+    }
+    for (auto& t : threads) t.join();
+    return std::move(trace_);
+  }
+
+  void point(int id, const char* name) {
+    std::unique_lock lock(mutex_);
+    trace_.steps.push_back({id, name});
+    hand_over(id, name);
+    wake_.wait(lock, [&] { return active_ == id; });
+  }
+
+ private:
+  void hand_over(int id, const char* name) {  // with mutex_ held
+    std::vector<int> live;
+    for (std::size_t i = 0; i < done_.size(); ++i)
+      if (!done_[i]) live.push_back(static_cast<int>(i));
+    active_ = live.empty() ? -1 : strategy_.pick(id, name, live);
+    wake_.notify_all();
+  }
+
+  std::vector<std::function<void()>> bodies_;
+  Strategy& strategy_;
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::vector<bool> done_;
+  int active_ = -1;
+  Trace trace_;
+};
+
+}  // namespace detail
+
+// Runs `bodies` (one thread each) under `strategy`, one at a time. Returns what ran.
+inline Trace run(std::vector<std::function<void()>> bodies, Strategy& strategy) {
+  return detail::Runner(std::move(bodies), strategy).run();
+}
+
+}  // namespace bulwark::test
+
+// The hook the library's points call (see bulwark/detail/schedule_point.h). Outside a
+// run (a test's own setup and checks) it does nothing.
+void bulwark::detail::schedule_point(const char* name) noexcept {
+  const auto& c = bulwark::test::detail::on_this_thread;
+  if (c.runner) c.runner->point(c.id, name);
+}
+
+#endif  // BULWARK_TESTS_SUPPORT_SCHEDULE_EXPLORER_H_
