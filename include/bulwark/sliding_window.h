@@ -87,7 +87,8 @@ enum class Phase : std::uint8_t {
 //     and probe tally.
 // The lap changes whenever a time window starts afresh (a new recording phase, or a
 // gap of a whole window or more): bucket tags are made of it, so a bucket left from an
-// earlier lap never passes for a current one, however far the head jumped.
+// earlier lap never passes for a current one, however far the head jumped. The start of
+// a lap rewrites every bucket, so this holds after the 7-bit lap wraps around too.
 namespace head {
 using Gen = Field<52, 12, std::uint32_t>;
 using Lap = Field<45, 7, std::uint32_t>;
@@ -860,21 +861,25 @@ class TimeWindow : public detail::HeadBase {
   }
 
   // Empties the `n` buckets ending at `to` (n <= buckets: however long the gap, the
-  // work is bounded). Stops as soon as the head moves past `installed`: whoever moved
-  // it clears from there.
+  // work is bounded). When a lap starts (n == buckets) every slot is rewritten: a slot
+  // that no period at or before `to` uses yet (the clock is less than a window past its
+  // epoch) is set to the untagged word, so that no tag of an earlier lap survives the
+  // start of a lap — not even one the lap's 7 bits have come round to. Stops as soon as
+  // the head moves past `installed`: whoever moved it clears from there.
   void clear(const WindowParams& p, std::uint64_t to, detail::HeadWord installed,
              std::uint64_t n) noexcept {
-    for (std::uint64_t k = 0; k < n && k <= to; ++k) {
-      const std::uint64_t j = to - k;
-      Bucket& b = buckets_[j % p.buckets];
-      const std::uint32_t t = tag(installed.lap(), j);
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const bool used = k <= to;  // else the slot's first period of this lap is after `to`
+      Bucket& b = buckets_[(to + p.buckets - k) % p.buckets];
+      const std::uint32_t t = used ? tag(installed.lap(), to - k) : 0;
+      const std::uint64_t empty = used ? make_word(t, 0, 0) : 0;
       for (auto* word : {&b.calls, &b.slow}) {
         std::uint64_t raw = word->load(std::memory_order_acquire);
         BULWARK_SCHEDULE_POINT("time.clear: word read");
-        while (bucket_tag(raw) != t) {
+        while (used ? bucket_tag(raw) != t : raw != 0) {
           if (head_.load(std::memory_order_acquire) != installed.raw()) return;
           BULWARK_SCHEDULE_POINT("time.clear: head checked");
-          if (word->compare_exchange_weak(raw, make_word(t, 0, 0), std::memory_order_acq_rel,
+          if (word->compare_exchange_weak(raw, empty, std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
             break;
           }
