@@ -732,9 +732,9 @@ class TimeWindow : public detail::HeadBase {
         continue;
       }
       if (add(p, i, s, h)) return {h, rotated};
+      // The head moved on: record in the new one.
       raw = head_.load(std::memory_order_acquire);
-      BULWARK_SCHEDULE_POINT(
-          "time.record: head moved, read again");  // the head moved on: record in the new one
+      BULWARK_SCHEDULE_POINT("time.record: head moved, read again");
     }
   }
 
@@ -822,8 +822,10 @@ class TimeWindow : public detail::HeadBase {
     return (std::uint64_t{t} << 40) | (std::min(hi, kFieldMax) << 20) | std::min(lo, kFieldMax);
   }
 
-  // Adds to one word of bucket i if the head is still at i. A bucket that reached the
-  // field limit stops counting (its rates are those of its first million calls).
+  // Adds to the calls word of bucket i if it is tagged for i, or takes it over if the
+  // head is still exactly `at`; false if it is stale and the head moved (the caller reads
+  // the head again). A bucket that reached the field limit stops counting (its rates are
+  // those of its first million calls).
   static bool add_word(std::atomic<std::uint64_t>& word, const std::atomic<std::uint64_t>& head,
                        detail::HeadWord at, std::uint32_t t, std::uint64_t hi,
                        std::uint64_t lo) noexcept {
@@ -853,11 +855,35 @@ class TimeWindow : public detail::HeadBase {
     if (!add_word(b.calls, head_, h, t, 1, failure ? 1 : 0)) return false;
     BULWARK_SCHEDULE_POINT("time.add: between the words");
     // Only slow calls touch the second word; readers ignore it while its tag is stale.
-    if (s == detail::Sample::slow_success || s == detail::Sample::slow_failure) {
-      (void)add_word(b.slow, head_, h, t, s == detail::Sample::slow_success ? 1 : 0,
-                     s == detail::Sample::slow_failure ? 1 : 0);
-    }
+    if (s == detail::Sample::slow_success || s == detail::Sample::slow_failure)
+      add_slow(b, t, s == detail::Sample::slow_success ? 1 : 0, s == detail::Sample::slow_failure);
     return true;
+  }
+
+  // Adds a slow call to the slow word of bucket `b`, whose calls word already counts it
+  // under tag `t`. The slow word follows the calls word, not the head: every writer
+  // tags a bucket's calls word before its slow word, so a slow word with another tag is
+  // older than `t` (a clear not there yet, or cut short by a later rotation) and is
+  // taken over as long as the calls word still holds `t` — whatever the head did
+  // meanwhile (rotated on, or only flipped its armed bit). Once the calls word has
+  // moved on, the bucket left the window with this call in it, and nothing is added.
+  void add_slow(Bucket& b, std::uint32_t t, std::uint64_t hi, std::uint64_t lo) noexcept {
+    std::uint64_t raw = b.slow.load(std::memory_order_acquire);
+    for (;;) {
+      BULWARK_SCHEDULE_POINT("time.add_slow: word read");
+      std::uint64_t next = 0;
+      if (bucket_tag(raw) == t) {
+        if (field(raw, 1) == kFieldMax || field(raw, 0) == kFieldMax) return;
+        next = raw + (hi << 20) + lo;
+      } else {
+        if (bucket_tag(b.calls.load(std::memory_order_acquire)) != t) return;
+        next = make_word(t, hi, lo);
+        BULWARK_SCHEDULE_POINT("time.add_slow: take over");
+      }
+      if (b.slow.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
+                                       std::memory_order_acquire))
+        return;
+    }
   }
 
   // Empties the `n` buckets ending at `to` (n <= buckets: however long the gap, the

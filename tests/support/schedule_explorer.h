@@ -35,6 +35,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <mutex>
 #include <sstream>
 #include <string>
@@ -96,6 +97,8 @@ class Strategy {
   // -1). `live`: the threads that have not ended, in increasing order, never empty.
   // Returns one of them.
   virtual int pick(int current, const char* point, const std::vector<int>& live) = 0;
+  // Called when `thread` ends, before pick().
+  virtual void finished(int /*thread*/) {}
 };
 
 // Every schedule with at most `max_preemptions` preemptions, depth-first.
@@ -169,26 +172,11 @@ class Script final : public Strategy {
   explicit Script(std::vector<ScriptStep> steps) : steps_(std::move(steps)) {}
 
   int pick(int current, const char* point, const std::vector<int>& live) override {
-    if (current < 0) return begin(live);
-    if (step_ < steps_.size() && steps_[step_].thread == current) {
+    if (point && step_ < steps_.size() && steps_[step_].thread == current) {
       const ScriptStep& s = steps_[step_];
-      const bool here = point ? s.point == point : s.point.empty();
-      if (here && ++seen_ == s.nth) {
-        ++step_;
-        return begin(live);
-      }
-      if (!point) mismatch_ = true;  // the thread ended before the step's point
+      if (s.point != point || ++seen_ < s.nth) return current;
+      ++step_, seen_ = 0;  // this step is done
     }
-    if (point) return current;
-    return begin(live);
-  }
-
-  // True if every step happened as written.
-  bool matched() const { return !mismatch_ && step_ == steps_.size(); }
-
- private:
-  int begin(const std::vector<int>& live) {
-    seen_ = 0;
     if (step_ < steps_.size()) {
       if (std::find(live.begin(), live.end(), steps_[step_].thread) != live.end())
         return steps_[step_].thread;
@@ -198,87 +186,117 @@ class Script final : public Strategy {
     return live.front();
   }
 
+  void finished(int thread) override {
+    if (step_ < steps_.size() && steps_[step_].thread == thread) {
+      if (!steps_[step_].point.empty()) mismatch_ = true;  // it ended before the step's point
+      ++step_, seen_ = 0;
+    }
+  }
+
+  // True if every step happened as written.
+  bool matched() const { return !mismatch_ && step_ == steps_.size(); }
+
+ private:
   std::vector<ScriptStep> steps_;
   std::size_t step_ = 0;
   int seen_ = 0;
   bool mismatch_ = false;
 };
 
+class Threads;
 namespace detail {
-
-class Runner;
 struct Current {
-  Runner* runner = nullptr;
+  Threads* threads = nullptr;
   int id = -1;
 };
 inline thread_local Current on_this_thread;
+}  // namespace detail
 
-// Runs the threads of one schedule, handing the baton at every point.
-class Runner {
+// `n` worker threads that run one schedule at a time, handing the baton at every point.
+// Reused from schedule to schedule (starting threads is what a schedule would cost).
+class Threads {
  public:
-  Runner(std::vector<std::function<void()>> bodies, Strategy& strategy)
-      : bodies_(std::move(bodies)), strategy_(strategy), done_(bodies_.size(), false) {}
-
-  Trace run() {
-    std::vector<std::thread> threads;
-    threads.reserve(bodies_.size());
-    for (std::size_t i = 0; i < bodies_.size(); ++i) {
-      threads.emplace_back([this, id = static_cast<int>(i)] {
-        on_this_thread = {this, id};
-        {
-          std::unique_lock lock(mutex_);
-          wake_.wait(lock, [&] { return active_ == id; });
-        }
-        bodies_[static_cast<std::size_t>(id)]();
-        {
-          std::unique_lock lock(mutex_);
-          done_[static_cast<std::size_t>(id)] = true;
-          trace_.steps.push_back({id, ""});
-          hand_over(id, nullptr);
-        }
-        on_this_thread = {};
-      });
-    }
+  explicit Threads(std::size_t n) : wake_(new std::condition_variable[n + 1]), n_(n) {
+    for (std::size_t i = 0; i < n; ++i)
+      workers_.emplace_back([this, id = static_cast<int>(i)] { work(id); });
+  }
+  ~Threads() {
     {
-      std::unique_lock lock(mutex_);
-      hand_over(-1, nullptr);
-      wake_.wait(lock,
-                 [&] { return std::all_of(done_.begin(), done_.end(), [](bool d) { return d; }); });
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
     }
-    for (auto& t : threads) t.join();
+    for (std::size_t i = 0; i < n_; ++i) wake_[i].notify_one();
+    for (auto& w : workers_) w.join();
+  }
+  Threads(const Threads&) = delete;
+  Threads& operator=(const Threads&) = delete;
+
+  // Runs `bodies` (exactly n, thread i runs bodies[i]) under `strategy`, one thread at a
+  // time. Returns what ran.
+  Trace run(std::vector<std::function<void()>> bodies, Strategy& strategy) {
+    std::unique_lock lock(mutex_);
+    bodies_ = std::move(bodies);
+    bodies_.resize(n_);
+    strategy_ = &strategy;
+    done_.assign(n_, false);
+    trace_ = {};
+    hand_over(-1, nullptr);
+    wake_[n_].wait(lock, [&] { return active_ == -1; });
+    strategy_ = nullptr;
     return std::move(trace_);
   }
 
+  // Called by the library's points (through bulwark::detail::schedule_point).
   void point(int id, const char* name) {
     std::unique_lock lock(mutex_);
     trace_.steps.push_back({id, name});
     hand_over(id, name);
-    wake_.wait(lock, [&] { return active_ == id; });
+    wake_[static_cast<std::size_t>(id)].wait(lock, [&] { return active_ == id; });
   }
 
  private:
-  void hand_over(int id, const char* name) {  // with mutex_ held
-    std::vector<int> live;
-    for (std::size_t i = 0; i < done_.size(); ++i)
-      if (!done_[i]) live.push_back(static_cast<int>(i));
-    active_ = live.empty() ? -1 : strategy_.pick(id, name, live);
-    wake_.notify_all();
+  void work(int id) {
+    const auto me = static_cast<std::size_t>(id);
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_[me].wait(lock, [&] { return stopping_ || active_ == id; });
+      if (stopping_) return;
+      lock.unlock();
+      detail::on_this_thread = {this, id};
+      if (bodies_[me]) bodies_[me]();
+      detail::on_this_thread = {};
+      lock.lock();
+      done_[me] = true;
+      trace_.steps.push_back({id, ""});
+      strategy_->finished(id);
+      hand_over(id, nullptr);
+    }
   }
 
-  std::vector<std::function<void()>> bodies_;
-  Strategy& strategy_;
+  void hand_over(int id, const char* name) {  // with mutex_ held
+    std::vector<int> live;
+    for (std::size_t i = 0; i < n_; ++i)
+      if (!done_[i]) live.push_back(static_cast<int>(i));
+    active_ = live.empty() ? -1 : strategy_->pick(id, name, live);
+    wake_[active_ < 0 ? n_ : static_cast<std::size_t>(active_)].notify_one();
+  }
+
   std::mutex mutex_;
-  std::condition_variable wake_;
+  std::unique_ptr<std::condition_variable[]> wake_;  // one per worker, then the caller's
+  std::size_t n_;
+  std::vector<std::thread> workers_;
+  std::vector<std::function<void()>> bodies_;
+  Strategy* strategy_ = nullptr;
   std::vector<bool> done_;
   int active_ = -1;
+  bool stopping_ = false;
   Trace trace_;
 };
 
-}  // namespace detail
-
 // Runs `bodies` (one thread each) under `strategy`, one at a time. Returns what ran.
 inline Trace run(std::vector<std::function<void()>> bodies, Strategy& strategy) {
-  return detail::Runner(std::move(bodies), strategy).run();
+  Threads threads(bodies.size());
+  return threads.run(std::move(bodies), strategy);
 }
 
 }  // namespace bulwark::test
@@ -287,7 +305,7 @@ inline Trace run(std::vector<std::function<void()>> bodies, Strategy& strategy) 
 // run (a test's own setup and checks) it does nothing.
 void bulwark::detail::schedule_point(const char* name) noexcept {
   const auto& c = bulwark::test::detail::on_this_thread;
-  if (c.runner) c.runner->point(c.id, name);
+  if (c.threads) c.threads->point(c.id, name);
 }
 
 #endif  // BULWARK_TESTS_SUPPORT_SCHEDULE_EXPLORER_H_
