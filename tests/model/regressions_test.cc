@@ -343,5 +343,31 @@ TEST(Regressions, ACompletionEvaluatesTheSlowCallsInFlight) {
   EXPECT_EQ(b.state(), State::open);
 }
 
+// Calls in flight longer than slow_call_duration count in the rates' volume. When one
+// completes as a fast success in a full count window, it leaves the in-flight count and
+// its outcome evicts an older success: the volume shrinks and the failure rate rises. A
+// fast success did not evaluate the rates ("a success only lowers them"), and the
+// breaker stayed CLOSED at a failure rate of 1 in 4 with a threshold of 0.25.
+TEST(Regressions, ASlowCallInFlightCompletingFastEvaluatesTheRates) {
+  ManualClock clock;
+  auto b = make<CountBreaker>({.window = Window::count,
+                               .consecutive_failures = 0,
+                               .failure_rate = 0.25,
+                               .slow_call_duration = 5'000'000,
+                               .minimum_calls = 2,
+                               .window_size = 3,
+                               .count_in_flight_slow_calls = true},
+                              clock);
+  std::vector<CountBreaker::Permit> held;
+  for (int i = 0; i < 5; ++i) held.push_back(*b.try_acquire());
+  held[0].record_success();
+  clock.advance(1h);            // the four others are now slow in flight
+  held[1].record_success();     // slow: 2 calls + 3 in flight
+  held[2].record_failure(1ns);  // 3 calls + 2 in flight, 1 failure: 1 in 5
+  ASSERT_EQ(b.state(), State::closed);
+  held[3].record_success(1ns);  // evicts the first success: 3 calls + 1 in flight: 1 in 4
+  EXPECT_EQ(b.state(), State::open);
+}
+
 }  // namespace
 }  // namespace bulwark::model
