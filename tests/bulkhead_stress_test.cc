@@ -71,9 +71,13 @@ void hold(Counts& c, SplitMix64& rng) {
   int seen = c.max_inside.load();
   while (now > seen && !c.max_inside.compare_exchange_weak(seen, now)) {
   }
-  // Hold the slot for a short, random while, so that others queue behind it.
-  const auto spins = rng() % 200;
-  for (std::uint64_t i = 0; i < spins; ++i) std::this_thread::yield();
+  // Hold the slot for a short, random while (up to 100 us, yielding), so that others
+  // queue behind it. Bounded by time, not by yields: on a loaded machine a yield can
+  // take a whole time slice.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 100);
+  do {
+    std::this_thread::yield();
+  } while (std::chrono::steady_clock::now() < until);
   c.inside.fetch_sub(1);
 }
 

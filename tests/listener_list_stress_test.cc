@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -26,10 +27,12 @@ bool await(const std::atomic<bool>& flag) {
   return flag.load();
 }
 
-// Yields `rounds` times unless `flag` is set first; returns the flag. A look that holds
-// however long it lasts: for something that must not happen.
+// Yields up to `rounds` times, for at most 100 ms, unless `flag` is set first; returns
+// the flag. A look for something that must not happen: it holds however long it lasts.
 bool glance(const std::atomic<bool>& flag, long rounds) {
-  for (long i = 0; i < rounds && !flag.load(); ++i) std::this_thread::yield();
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  for (long i = 0; i < rounds && !flag.load() && std::chrono::steady_clock::now() < end; ++i)
+    std::this_thread::yield();
   return flag.load();
 }
 
