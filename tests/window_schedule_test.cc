@@ -52,12 +52,15 @@ Op disarm(std::uint32_t gen = 0) { return {Op::disarm, gen}; }
 Op phase(std::uint32_t gen, Ticks at) { return {Op::begin_phase, gen, at}; }
 Op read(Ticks at, std::uint32_t gen = 0) { return {Op::read, gen, at}; }
 
-// A scenario: the threads' steps, then a final read of generation `gen` at `at`, which
-// must show every outcome recorded in that generation (all of them inside the window).
+// A scenario: the threads' steps, then a final read of generation `gen` at `at`. A time
+// window must show every outcome recorded in that generation (all of them inside the
+// window); a count window of `size` calls (size > 0) the last `size` of them, by the
+// positions their records claimed.
 struct Scenario {
   std::vector<std::vector<Op>> threads;
   std::uint32_t gen = 0;
   Ticks at = 0;
+  std::uint32_t size = 0;  // > 0: a count window of this many calls
 };
 
 std::string text(const WindowCounts& c) {
@@ -67,35 +70,54 @@ std::string text(const WindowCounts& c) {
   return o.str();
 }
 
-WindowCounts expected_counts(const Scenario& s) {
+void add(WindowCounts& c, Sample s) {
+  ++c.calls;
+  c.failures += s == Sample::failure || s == Sample::slow_failure;
+  c.slow_successes += s == Sample::slow_success;
+  c.slow_failures += s == Sample::slow_failure;
+}
+
+// An outcome recorded in the scenario's generation, at the position its record claimed
+// (count windows; 0 for a time window).
+struct Landed {
+  std::uint64_t position = 0;
+  Sample sample = Sample::success;
+};
+
+WindowCounts expected_counts(const Scenario& s, const std::vector<std::vector<Landed>>& landed) {
   WindowCounts c;
-  for (const auto& ops : s.threads) {
-    for (const Op& op : ops) {
-      if (op.kind != Op::record || op.gen != s.gen) continue;
-      ++c.calls;
-      c.failures += op.sample == Sample::failure || op.sample == Sample::slow_failure;
-      c.slow_successes += op.sample == Sample::slow_success;
-      c.slow_failures += op.sample == Sample::slow_failure;
-    }
+  std::uint64_t recorded = 0;
+  for (const auto& l : landed) recorded += l.size();
+  for (const auto& l : landed) {
+    for (const Landed& x : l)
+      if (s.size == 0 || x.position + s.size >= recorded) add(c, x.sample);
   }
   return c;
 }
 
-// Plays `s` once under `strategy`. Empty if every check held, else what broke and the
-// schedule that broke it.
+// Plays `s` once under `strategy` on a window of type W. Empty if every check held, else
+// what broke and the schedule that broke it.
+template <class W>
 std::string play(test::Threads& threads, const Scenario& s, test::Strategy& strategy) {
-  const WindowParams p = params();
-  auto window = std::make_unique<TimeWindow<kBuckets>>(p);
-  window->start(p, 0);
+  WindowParams p = params();
+  p.size = s.size;
+  auto window = std::make_unique<W>(p);
+  if constexpr (W::kind == WindowKind::time) window->start(p, 0);
   std::vector<std::string> problems(s.threads.size());
+  std::vector<std::vector<Landed>> landed(s.threads.size());
   std::vector<std::function<void()>> bodies;
   for (std::size_t t = 0; t < s.threads.size(); ++t) {
     bodies.push_back([&, t] {
       for (const Op& op : s.threads[t]) {
         switch (op.kind) {
-          case Op::record:
-            window->record(p, op.gen, op.at, op.sample);
+          case Op::record: {
+            const detail::Recorded r = window->record(p, op.gen, op.at, op.sample);
+            if (op.gen != s.gen) break;
+            // A count window's head after the record is the position after this call's.
+            const std::uint64_t at = W::kind == WindowKind::count ? r.head.pos() - 1 : 0;
+            landed[t].push_back({at, op.sample});
             break;
+          }
           case Op::arm:
           case Op::disarm:
             window->set_armed(op.gen, op.kind == Op::arm);
@@ -117,7 +139,7 @@ std::string play(test::Threads& threads, const Scenario& s, test::Strategy& stra
   std::string out;
   for (const std::string& p1 : problems) out += p1;
   const WindowCounts got = window->counts(p, s.gen, s.at);
-  const WindowCounts want = expected_counts(s);
+  const WindowCounts want = expected_counts(s, landed);
   if (got.calls != want.calls || got.failures != want.failures ||
       got.slow_successes != want.slow_successes || got.slow_failures != want.slow_failures) {
     out += "the window holds " + text(got) + ", recorded " + text(want) + "\n";
@@ -127,13 +149,14 @@ std::string play(test::Threads& threads, const Scenario& s, test::Strategy& stra
 }
 
 // Every schedule with at most `preemptions` preemptions. Returns the first failure.
+template <class W = TimeWindow<kBuckets>>
 std::string explore_all(const Scenario& s, int preemptions, int* schedules = nullptr) {
   test::Threads threads(s.threads.size());
   test::Dfs dfs(preemptions);
   int n = 0;
   do {
     ++n;
-    if (std::string e = play(threads, s, dfs); !e.empty())
+    if (std::string e = play<W>(threads, s, dfs); !e.empty())
       return "schedule " + std::to_string(n) + " of the exhaustive search: " + e;
   } while (dfs.next());
   if (schedules) *schedules = n;
@@ -152,11 +175,12 @@ std::uint64_t env_or(const char* name, std::uint64_t fallback) {
 }
 
 // `count` schedules picked at random from `seed` on.
+template <class W = TimeWindow<kBuckets>>
 std::string explore_seeded(const Scenario& s, std::uint64_t seed, std::uint64_t count) {
   test::Threads threads(s.threads.size());
   for (std::uint64_t i = 0; i < count; ++i) {
     test::Seeded strategy(seed + i);
-    if (std::string e = play(threads, s, strategy); !e.empty())
+    if (std::string e = play<W>(threads, s, strategy); !e.empty())
       return "seed " + std::to_string(seed + i) + ": " + e;
   }
   return {};
@@ -218,7 +242,7 @@ Scenario everything() {
 std::string replay(const Scenario& s, std::vector<ScriptStep> steps) {
   test::Threads threads(s.threads.size());
   test::Script script(std::move(steps));
-  std::string e = play(threads, s, script);
+  std::string e = play<TimeWindow<kBuckets>>(threads, s, script);
   if (!script.matched()) e += "the schedule no longer happens as written\n";
   return e;
 }
@@ -243,6 +267,53 @@ TEST(WindowSchedules, ASlowCallIsKeptWhenTheNextRotationCutsItsBucketsClearShort
                       {0, "", 1}}));
 }
 
+// A count window of two calls: three outcomes, so one is evicted, while a reader reads.
+Scenario count_eviction_races() {
+  return {.threads = {{rec(0, Sample::failure), rec(0, Sample::slow_success)},
+                      {rec(0, Sample::slow_failure), read(0)}},
+          .size = 2};
+}
+
+// A count window's new phase starts while calls of the old and the new one complete.
+Scenario count_phase_start_races_calls() {
+  return {.threads = {{rec(0, Sample::slow_failure), rec(0, Sample::failure, 1)},
+                      {phase(1, 0), rec(0, Sample::slow_success, 1)},
+                      {read(0, 1), rec(0, Sample::success, 0), rec(0, Sample::slow_failure, 1)}},
+          .gen = 1,
+          .size = 2};
+}
+
+// A count window's call places its entry, then adds its outcome to the totals (calls,
+// then slow calls). If its thread is delayed in between while a whole window of calls
+// goes by, the call that evicts its entry subtracts that outcome first. The totals used
+// to be clamped at zero, so the subtraction was lost and the late addition stayed for
+// the rest of the phase: here a slow failure that left the window.
+TEST(WindowSchedules, AnOutcomeEvictedBeforeItReachesTheTotalsLeavesNothingBehind) {
+  test::Threads threads(2);
+  test::Script script({{0, "count.record: claim a position", 1},  // about to record
+                       {1, "count.add: totals read", 2},          // slow failure placed, counted in
+                                                                  // calls, not yet in slow calls
+                       {0, "", 1},  // a failure, then a slow success that evicts it
+                       {1, "", 1}});
+  expect_none(play<CountWindow>(threads, count_eviction_races(), script));
+  EXPECT_TRUE(script.matched()) << "the schedule no longer happens as written";
+}
+
+// A call of the window's first lap reads its slot (empty), then is delayed while a whole
+// window of calls goes by: the call a window later places its entry in the same slot.
+// The delayed call took any entry of its generation there, in the first lap, for one
+// left by an old phase, overwrote the newer entry and counted a third call in a window
+// of two.
+TEST(WindowSchedules, AFirstLapCallDelayedPastAWholeWindowLeavesTheNewerEntry) {
+  test::Threads threads(2);
+  test::Script script({{0, "count.record: claim a position", 1},  // about to record
+                       {1, "count.place: replace the entry", 1},  // slot 0 read: empty
+                       {0, "", 1},  // a failure, then a slow success into slot 0
+                       {1, "", 1}});
+  expect_none(play<CountWindow>(threads, count_eviction_races(), script));
+  EXPECT_TRUE(script.matched()) << "the schedule no longer happens as written";
+}
+
 // --- Exhaustive -----------------------------------------------------------------------
 
 TEST(WindowSchedules, ASlowSuccessIsNeverLostWhileTheArmedBitFlips) {
@@ -265,6 +336,14 @@ TEST(WindowSchedules, APhaseStartKeepsExactlyTheNewPhasesCalls) {
   expect_none(explore_all(phase_start_races_calls(), 2));
 }
 
+TEST(WindowSchedules, ACountWindowKeepsExactlyItsLastCallsWhileTheyRace) {
+  expect_none(explore_all<CountWindow>(count_eviction_races(), 3));
+}
+
+TEST(WindowSchedules, ACountWindowsPhaseStartKeepsExactlyTheNewPhasesLastCalls) {
+  expect_none(explore_all<CountWindow>(count_phase_start_races_calls(), 2));
+}
+
 // --- Seeded random --------------------------------------------------------------------
 
 TEST(WindowSchedules, EveryStepKindUnderRandomSchedules) {
@@ -274,6 +353,7 @@ TEST(WindowSchedules, EveryStepKindUnderRandomSchedules) {
               static_cast<unsigned long long>(seed + count - 1));
   expect_none(explore_seeded(everything(), seed, count));
   expect_none(explore_seeded(phase_start_races_calls(), seed, count / 4));
+  expect_none(explore_seeded<CountWindow>(count_phase_start_races_calls(), seed, count / 4));
 }
 
 }  // namespace

@@ -483,17 +483,22 @@ struct NoWindow {
 // ([gen 16 | calls 24 | failures 24] and [gen 16 | slow successes 24 | slow failures
 // 24], the second only for slow calls). A call whose entry was already overwritten by a
 // newer lap (its thread was delayed by a whole window of calls) is out of the window by
-// then and changes nothing. The totals are thus always the sum of the entries of the
-// current generation; reading them is two loads.
+// then and changes nothing. The totals are signed sums of these differences, which add
+// up whatever order they land in: a delayed call's entry can be evicted before its own
+// outcome reaches the totals, and the eviction's subtraction then lands first. The
+// totals are thus always the sum of the entries of the current generation once the
+// calls being recorded are done; reading them is two loads (a reading taken meanwhile is
+// clamped to 0 <= failures, slow calls <= calls).
 class CountWindow : public detail::HeadBase {
   using EGen = detail::Field<6, 10, std::uint32_t>;
   using ELap = detail::Field<3, 3, std::uint32_t>;
   using ESample = detail::Field<0, 3, std::uint32_t>;
   using Entry = detail::Layout<EGen, ELap, ESample>;
   using TGen = detail::Field<48, 16, std::uint32_t>;
-  using THi = detail::Field<24, 24>;  // calls / slow successes
-  using TLo = detail::Field<0, 24>;   // failures / slow failures
+  using THi = detail::Field<24, 24>;  // calls / slow successes, two's complement
+  using TLo = detail::Field<0, 24>;   // failures / slow failures, two's complement
   using Totals = detail::Layout<TGen, THi, TLo>;
+  static_assert(THi::width == TLo::width);
 
  public:
   static constexpr WindowKind kind = WindowKind::count;
@@ -521,6 +526,7 @@ class CountWindow : public detail::HeadBase {
       }
       const std::uint32_t lap = h.of(gen) ? h.lap() : h.lap() + 1;
       const detail::HeadWord next = detail::HeadWord::recording(gen, lap, armed, n + 1);
+      BULWARK_SCHEDULE_POINT("count.record: claim a position");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         if (!h.of(gen)) reset_totals(gen);  // the first call of the phase
@@ -535,12 +541,21 @@ class CountWindow : public detail::HeadBase {
     // The slow total first: a call adds to `calls_` before `slow_`, and within one
     // generation the calls total never shrinks (an eviction comes with an addition),
     // so the pair read in this order never shows more slow calls than calls.
+    // (While a delayed call's addition is still to come after its eviction, a total can
+    // be one off: each is clamped to what the others allow.)
     const std::uint64_t b = slow_.load(std::memory_order_acquire);
+    BULWARK_SCHEDULE_POINT("count.counts: between the totals");
     const std::uint64_t a = calls_.load(std::memory_order_acquire);
     if (TGen::get(a) != (gen & TGen::max)) return c;
-    c.calls = THi::get(a), c.failures = TLo::get(a);
-    if (TGen::get(b) == (gen & TGen::max))
-      c.slow_successes = THi::get(b), c.slow_failures = TLo::get(b);
+    const std::int64_t calls = std::max<std::int64_t>(0, total(THi::get(a)));
+    c.calls = static_cast<std::uint64_t>(calls);
+    c.failures = static_cast<std::uint64_t>(std::clamp<std::int64_t>(total(TLo::get(a)), 0, calls));
+    if (TGen::get(b) == (gen & TGen::max)) {
+      const std::int64_t slow_s = std::clamp<std::int64_t>(total(THi::get(b)), 0, calls);
+      c.slow_successes = static_cast<std::uint64_t>(slow_s);
+      c.slow_failures = static_cast<std::uint64_t>(
+          std::clamp<std::int64_t>(total(TLo::get(b)), 0, calls - slow_s));
+    }
     return c;
   }
 
@@ -554,6 +569,7 @@ class CountWindow : public detail::HeadBase {
       const detail::HeadWord h(raw);
       if (h.of(gen) || h.after(gen)) return;  // an early call of the phase started it
       const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, 0);
+      BULWARK_SCHEDULE_POINT("count.begin_phase: cas");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         reset_totals(gen);
@@ -580,6 +596,7 @@ class CountWindow : public detail::HeadBase {
         EGen::value(g), ELap::value(lap), ESample::value(static_cast<std::uint32_t>(s))));
     std::uint16_t cur = slot.load(std::memory_order_acquire);
     for (;;) {
+      BULWARK_SCHEDULE_POINT("count.place: entry read");
       const std::uint32_t cur_sample = ESample::get(cur);
       const std::uint32_t cur_gen = EGen::get(cur);
       detail::Sample evicted{};
@@ -587,6 +604,13 @@ class CountWindow : public detail::HeadBase {
         const std::uint32_t older = (lap - ELap::get(cur)) & ELap::max;
         if (older == 0 || older > ELap::max / 2) return;  // overwritten by a newer lap already
         evicted = static_cast<detail::Sample>(cur_sample);
+      } else if (cur_sample != 0 && cur_gen == g) {
+        // The first lap: an entry of this generation here is a newer lap's (a whole
+        // window of calls was claimed after ours, and one of them placed its entry
+        // before this thread got here), or one left by a phase 1024 phases ago. Either
+        // way, once the head is past n + size our call is out of the window.
+        const detail::HeadWord h(head_.load(std::memory_order_acquire));
+        if (!h.of(gen) || h.pos() > n + size_) return;
       } else if (cur_sample != 0 && detail::gen_after(cur_gen, g, kEntryGenBits) &&
                  !detail::HeadWord(head_.load(std::memory_order_acquire)).of(gen)) {
         // A later phase writes here: this call is stale. Entries are not rewritten at
@@ -594,6 +618,7 @@ class CountWindow : public detail::HeadBase {
         // only is if the head (rewritten at every transition) has moved on from ours.
         return;
       }
+      BULWARK_SCHEDULE_POINT("count.place: replace the entry");
       if (slot.compare_exchange_weak(cur, mine, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
         apply(gen, s, evicted);
@@ -626,23 +651,35 @@ class CountWindow : public detail::HeadBase {
     delta(added, 1, calls, failures, slow_s, slow_f);
     if (static_cast<int>(evicted) != 0) delta(evicted, -1, calls, failures, slow_s, slow_f);
     if (calls != 0 || failures != 0) add(calls_, gen, calls, failures);
+    BULWARK_SCHEDULE_POINT("count.apply: between the totals");
     if (slow_s != 0 || slow_f != 0) add(slow_, gen, slow_s, slow_f);
   }
 
+  // A total's field as a signed number (24-bit two's complement).
+  static constexpr std::int64_t total(std::uint64_t field) noexcept {
+    constexpr std::uint64_t kSign = std::uint64_t{1} << (THi::width - 1);
+    return (field & kSign)
+               ? static_cast<std::int64_t>(field) - static_cast<std::int64_t>(THi::max) - 1
+               : static_cast<std::int64_t>(field);
+  }
+
+  // Adds signed differences to a totals word of generation `gen`. Not clamped: a
+  // subtraction may land before the addition it cancels (see the class comment).
   static void add(std::atomic<std::uint64_t>& word, std::uint32_t gen, std::int64_t hi,
                   std::int64_t lo) noexcept {
     const std::uint32_t g = gen & TGen::max;
     std::uint64_t raw = word.load(std::memory_order_acquire);
     for (;;) {
+      BULWARK_SCHEDULE_POINT("count.add: totals read");
       std::int64_t h = 0, l = 0;
       if (TGen::get(raw) == g) {
-        h = static_cast<std::int64_t>(THi::get(raw)), l = static_cast<std::int64_t>(TLo::get(raw));
+        h = total(THi::get(raw)), l = total(TLo::get(raw));
       } else if (detail::gen_after(TGen::get(raw), g, TGen::width)) {
         return;  // a later phase owns the totals
       }
-      const std::uint64_t next = Totals::make(
-          TGen::value(g), THi::value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, h + hi))),
-          TLo::value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, l + lo))));
+      const std::uint64_t next =
+          Totals::make(TGen::value(g), THi::value(static_cast<std::uint64_t>(h + hi) & THi::max),
+                       TLo::value(static_cast<std::uint64_t>(l + lo) & TLo::max));
       if (word.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
                                      std::memory_order_acquire))
         return;
@@ -654,6 +691,7 @@ class CountWindow : public detail::HeadBase {
     const std::uint32_t g = gen & TGen::max;
     for (auto* word : {&calls_, &slow_}) {
       std::uint64_t raw = word->load(std::memory_order_acquire);
+      BULWARK_SCHEDULE_POINT("count.reset_totals: totals read");
       while (TGen::get(raw) != g && !detail::gen_after(TGen::get(raw), g, TGen::width)) {
         if (word->compare_exchange_weak(raw, Totals::make(TGen::value(g)),
                                         std::memory_order_acq_rel, std::memory_order_acquire))
