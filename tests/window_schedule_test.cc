@@ -1,10 +1,12 @@
-// The time window under a deterministic scheduler: two or three real threads record,
+// The windows under a deterministic scheduler: two or three real threads record,
 // rotate, flip the armed bit, start phases and read, one at a time, switching only at
-// the window's schedule points (tests/support/schedule_explorer.h). Small scenarios are
+// the windows' schedule points (tests/support/schedule_explorer.h). Small scenarios are
 // explored exhaustively (every schedule with up to a few preemptions), larger ones with
 // seeded random schedules; every failure prints the schedule as a script that replays
-// it. After each schedule the window must hold exactly what was recorded, and every
-// read during it must be consistent (no more failures or slow calls than calls).
+// it. After each schedule the window must hold exactly what was recorded (a time
+// window: every outcome; a count window: the last `size` by the positions their records
+// claimed), and every read during it must be consistent (no more failures or slow calls
+// than calls).
 //
 // BULWARK_SCHEDULE_SEED=<n> and BULWARK_SCHEDULES=<count> run another seed or more
 // random schedules (scripts/campaign.sh does).
