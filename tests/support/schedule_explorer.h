@@ -3,10 +3,13 @@
 // The library marks the places between its loads and CASes with BULWARK_SCHEDULE_POINT
 // (bulwark/detail/schedule_point.h); a test that defines BULWARK_TEST_SCHEDULE_POINTS
 // before including any bulwark header turns each into a call to schedule_point(), which
-// this header defines. run() then executes a few real threads one at a time: only the
+// this header defines. Threads::run() then executes a few real threads one at a time
+// (the same workers from schedule to schedule; run() is the one-off form): only the
 // thread holding the baton runs, and at every point it reaches a Strategy picks which
 // thread takes the baton next. The code between two points runs alone, so a schedule is
-// a sequence of choices, and the same choices replay the same execution exactly.
+// a sequence of choices, and the same choices replay the same execution exactly (where
+// compare_exchange_weak fails only on a different value, as on x86-64; elsewhere a
+// spurious failure adds a point, which Dfs reports as nondeterminism).
 //
 // Strategies:
 //  - Dfs: every schedule, depth-first, with at most `max_preemptions` switches away
