@@ -19,6 +19,7 @@
 
 #include "bulwark/backoff.h"
 #include "bulwark/bulkhead.h"
+#include "support/patience.h"
 
 namespace bulwark {
 namespace {
@@ -70,9 +71,13 @@ void hold(Counts& c, SplitMix64& rng) {
   int seen = c.max_inside.load();
   while (now > seen && !c.max_inside.compare_exchange_weak(seen, now)) {
   }
-  // Hold the slot for a short, random while, so that others queue behind it.
-  const auto spins = rng() % 200;
-  for (std::uint64_t i = 0; i < spins; ++i) std::this_thread::yield();
+  // Hold the slot for a short, random while (up to 100 us, yielding), so that others
+  // queue behind it. Bounded by time, not by yields: on a loaded machine a yield can
+  // take a whole time slice.
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(rng() % 100);
+  do {
+    std::this_thread::yield();
+  } while (std::chrono::steady_clock::now() < until);
   c.inside.fetch_sub(1);
 }
 
@@ -97,6 +102,9 @@ TEST(BulkheadStress, NeverExceedsTheLimitAndLosesNoPermit) {
   Mailbox mailbox;
   std::atomic<bool> done{false};
   std::atomic<std::uint32_t> sampled_max{0};
+  // The workers make kIterations calls each, and go on until they have held every slot
+  // at once (the pool really was contended), however the scheduler ran them.
+  test::Patience patience;
 
   std::jthread canceller([&] {
     while (!done.load()) {
@@ -120,7 +128,9 @@ TEST(BulkheadStress, NeverExceedsTheLimitAndLosesNoPermit) {
     for (int t = 0; t < kThreads; ++t) {
       workers.emplace_back([&, t] {
         SplitMix64 rng(static_cast<std::uint64_t>(t) * 7919 + 1);
-        for (int i = 0; i < kIterations; ++i) {
+        for (int i = 0; i < kIterations ||
+                        (c.max_inside.load() < static_cast<int>(kLimit) && !patience.exhausted());
+             ++i) {
           switch (rng() % 5) {
             case 0: {  // succeed, without waiting
               auto p = pool.try_acquire();
@@ -205,8 +215,9 @@ TEST(BulkheadStress, NeverExceedsTheLimitAndLosesNoPermit) {
   EXPECT_EQ(c.full + c.deadline + c.cancelled, c.rejected.load());
   EXPECT_GT(c.admitted.load(), 0u);
   EXPECT_GT(c.rejected.load(), 0u);
-  // The pool really was contended: the limit was reached.
-  EXPECT_EQ(c.max_inside.load(), static_cast<int>(kLimit));
+  // The pool really was contended: the limit was reached (the workers went on until it was).
+  EXPECT_EQ(c.max_inside.load(), static_cast<int>(kLimit))
+      << "in 120 s the workers never held every slot at once";
   // And all the slots are usable again.
   std::vector<Bulkhead::Permit> all;
   for (std::uint32_t i = 0; i < kLimit; ++i) {

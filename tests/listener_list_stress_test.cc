@@ -5,21 +5,34 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <memory>
 #include <thread>
 #include <vector>
 
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/metrics.h"
+#include "support/patience.h"
 
 namespace bulwark {
 namespace {
 
 using namespace std::chrono_literals;
 
-// Spins (yielding) until `flag` is set, for at most `rounds` yields; returns the flag.
-bool await(const std::atomic<bool>& flag, long rounds = 50'000'000) {
-  for (long i = 0; i < rounds && !flag.load(); ++i) std::this_thread::yield();
+// Spins (yielding) until `flag` is set, for at most 120 s (only a hang takes that
+// long); returns the flag.
+bool await(const std::atomic<bool>& flag) {
+  const test::Patience patience;
+  while (!flag.load() && !patience.exhausted()) std::this_thread::yield();
+  return flag.load();
+}
+
+// Yields up to `rounds` times, for at most 100 ms, unless `flag` is set first; returns
+// the flag. A look for something that must not happen: it holds however long it lasts.
+bool glance(const std::atomic<bool>& flag, long rounds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  for (long i = 0; i < rounds && !flag.load() && std::chrono::steady_clock::now() < end; ++i)
+    std::this_thread::yield();
   return flag.load();
 }
 
@@ -43,7 +56,7 @@ TEST(ListenerList, RemoveWaitsForAnEmitterStillRunningTheListener) {
   });
   // While the listener runs, remove() must not return. (A bounded look: it holds as
   // long as we wait; the decisive check is what the remover saw when it returned.)
-  EXPECT_FALSE(await(removed, 20'000)) << "remove() returned while the listener still ran";
+  EXPECT_FALSE(glance(removed, 20'000)) << "remove() returned while the listener still ran";
   release.store(true);
   remover.join();
   emitter.join();

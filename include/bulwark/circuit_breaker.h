@@ -794,7 +794,12 @@ class alignas(64) BasicCircuitBreaker {
                              : (timed ? std::max<Ticks>(0, saturating_sub(t, start)) : 0);
       const bool slow = timed && counted && took > p.slow_call_duration;
       if (recording) {
-        if (counted) closed_outcome(admitted, r == Resolution::failure, slow, t);
+        // A call in flight for slow_call_duration or more may have counted among the
+        // slow calls in flight (their epoch decides): its completion takes it out.
+        const bool was_in_flight_slow =
+            timed && p.window.track_in_flight && saturating_sub(t, start) >= p.slow_call_duration;
+        if (counted)
+          closed_outcome(admitted, r == Resolution::failure, slow, was_in_flight_slow, t);
       } else if (s == State::half_open) {
         probe_resolved(admitted, r, slow);
       }
@@ -813,7 +818,8 @@ class alignas(64) BasicCircuitBreaker {
   }
 
   // A CLOSED / METRICS_ONLY call of a windowed breaker completed.
-  void closed_outcome(Word admitted, bool failure, bool slow, Ticks t) noexcept {
+  void closed_outcome(Word admitted, bool failure, bool slow, bool was_in_flight_slow,
+                      Ticks t) noexcept {
     const detail::Recorded rec =
         window_.record(policy_->window, admitted.gen(), t, detail::make_sample(failure, slow));
     bool tripped = false;
@@ -826,8 +832,10 @@ class alignas(64) BasicCircuitBreaker {
     // older outcomes just left the window (once per bucket: successes aging out can
     // leave the failures over the threshold), or calls in flight turned slow since the
     // rates were last judged (once per in-flight period: they turn slow as time passes,
-    // with nothing else judging the rates).
-    if (!tripped && (failure || slow || rec.head.armed() || rec.dropped ||
+    // with nothing else judging the rates), or this call counted among those slow calls
+    // in flight (leaving their count shrinks the volume: with the outcome it evicts from
+    // a full count window, the rates can rise).
+    if (!tripped && (failure || slow || was_in_flight_slow || rec.head.armed() || rec.dropped ||
                      (policy_->window.track_in_flight &&
                       !window_.in_flight().checked(admitted.gen(), in_flight_period(t)))))
       evaluate(admitted.gen(), t);

@@ -33,6 +33,7 @@
 #include "bulwark/breaker_config.h"
 #include "bulwark/clock.h"
 #include "bulwark/detail/bitfield.h"
+#include "bulwark/detail/schedule_point.h"
 
 namespace bulwark {
 
@@ -86,7 +87,8 @@ enum class Phase : std::uint8_t {
 //     and probe tally.
 // The lap changes whenever a time window starts afresh (a new recording phase, or a
 // gap of a whole window or more): bucket tags are made of it, so a bucket left from an
-// earlier lap never passes for a current one, however far the head jumped.
+// earlier lap never passes for a current one, however far the head jumped. The start of
+// a lap rewrites every bucket, so this holds after the 7-bit lap wraps around too.
 namespace head {
 using Gen = Field<52, 12, std::uint32_t>;
 using Lap = Field<45, 7, std::uint32_t>;
@@ -157,6 +159,7 @@ class HeadBase {
       const HeadWord h(raw);
       if (!h.of(gen) || h.armed() == armed) return;
       const HeadWord next = HeadWord::recording(gen, h.lap(), armed, h.pos());
+      BULWARK_SCHEDULE_POINT("head.set_armed: cas");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire))
         return;
@@ -480,17 +483,22 @@ struct NoWindow {
 // ([gen 16 | calls 24 | failures 24] and [gen 16 | slow successes 24 | slow failures
 // 24], the second only for slow calls). A call whose entry was already overwritten by a
 // newer lap (its thread was delayed by a whole window of calls) is out of the window by
-// then and changes nothing. The totals are thus always the sum of the entries of the
-// current generation; reading them is two loads.
+// then and changes nothing. The totals are signed sums of these differences, which add
+// up whatever order they land in: a delayed call's entry can be evicted before its own
+// outcome reaches the totals, and the eviction's subtraction then lands first. The
+// totals are thus always the sum of the entries of the current generation once the
+// calls being recorded are done; reading them is two loads (a reading taken meanwhile is
+// clamped to 0 <= failures, slow calls <= calls).
 class CountWindow : public detail::HeadBase {
   using EGen = detail::Field<6, 10, std::uint32_t>;
   using ELap = detail::Field<3, 3, std::uint32_t>;
   using ESample = detail::Field<0, 3, std::uint32_t>;
   using Entry = detail::Layout<EGen, ELap, ESample>;
   using TGen = detail::Field<48, 16, std::uint32_t>;
-  using THi = detail::Field<24, 24>;  // calls / slow successes
-  using TLo = detail::Field<0, 24>;   // failures / slow failures
+  using THi = detail::Field<24, 24>;  // calls / slow successes, two's complement
+  using TLo = detail::Field<0, 24>;   // failures / slow failures, two's complement
   using Totals = detail::Layout<TGen, THi, TLo>;
+  static_assert(THi::width == TLo::width);
 
  public:
   static constexpr WindowKind kind = WindowKind::count;
@@ -518,6 +526,7 @@ class CountWindow : public detail::HeadBase {
       }
       const std::uint32_t lap = h.of(gen) ? h.lap() : h.lap() + 1;
       const detail::HeadWord next = detail::HeadWord::recording(gen, lap, armed, n + 1);
+      BULWARK_SCHEDULE_POINT("count.record: claim a position");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         if (!h.of(gen)) reset_totals(gen);  // the first call of the phase
@@ -532,12 +541,21 @@ class CountWindow : public detail::HeadBase {
     // The slow total first: a call adds to `calls_` before `slow_`, and within one
     // generation the calls total never shrinks (an eviction comes with an addition),
     // so the pair read in this order never shows more slow calls than calls.
+    // (While a delayed call's addition is still to come after its eviction, a total can
+    // be one off: each is clamped to what the others allow.)
     const std::uint64_t b = slow_.load(std::memory_order_acquire);
+    BULWARK_SCHEDULE_POINT("count.counts: between the totals");
     const std::uint64_t a = calls_.load(std::memory_order_acquire);
     if (TGen::get(a) != (gen & TGen::max)) return c;
-    c.calls = THi::get(a), c.failures = TLo::get(a);
-    if (TGen::get(b) == (gen & TGen::max))
-      c.slow_successes = THi::get(b), c.slow_failures = TLo::get(b);
+    const std::int64_t calls = std::max<std::int64_t>(0, total(THi::get(a)));
+    c.calls = static_cast<std::uint64_t>(calls);
+    c.failures = static_cast<std::uint64_t>(std::clamp<std::int64_t>(total(TLo::get(a)), 0, calls));
+    if (TGen::get(b) == (gen & TGen::max)) {
+      const std::int64_t slow_s = std::clamp<std::int64_t>(total(THi::get(b)), 0, calls);
+      c.slow_successes = static_cast<std::uint64_t>(slow_s);
+      c.slow_failures = static_cast<std::uint64_t>(
+          std::clamp<std::int64_t>(total(TLo::get(b)), 0, calls - slow_s));
+    }
     return c;
   }
 
@@ -551,6 +569,7 @@ class CountWindow : public detail::HeadBase {
       const detail::HeadWord h(raw);
       if (h.of(gen) || h.after(gen)) return;  // an early call of the phase started it
       const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, 0);
+      BULWARK_SCHEDULE_POINT("count.begin_phase: cas");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         reset_totals(gen);
@@ -577,6 +596,7 @@ class CountWindow : public detail::HeadBase {
         EGen::value(g), ELap::value(lap), ESample::value(static_cast<std::uint32_t>(s))));
     std::uint16_t cur = slot.load(std::memory_order_acquire);
     for (;;) {
+      BULWARK_SCHEDULE_POINT("count.place: entry read");
       const std::uint32_t cur_sample = ESample::get(cur);
       const std::uint32_t cur_gen = EGen::get(cur);
       detail::Sample evicted{};
@@ -584,6 +604,13 @@ class CountWindow : public detail::HeadBase {
         const std::uint32_t older = (lap - ELap::get(cur)) & ELap::max;
         if (older == 0 || older > ELap::max / 2) return;  // overwritten by a newer lap already
         evicted = static_cast<detail::Sample>(cur_sample);
+      } else if (cur_sample != 0 && cur_gen == g) {
+        // The first lap: an entry of this generation here is a newer lap's (a whole
+        // window of calls was claimed after ours, and one of them placed its entry
+        // before this thread got here), or one left by a phase 1024 phases ago. Either
+        // way, once the head is past n + size our call is out of the window.
+        const detail::HeadWord h(head_.load(std::memory_order_acquire));
+        if (!h.of(gen) || h.pos() > n + size_) return;
       } else if (cur_sample != 0 && detail::gen_after(cur_gen, g, kEntryGenBits) &&
                  !detail::HeadWord(head_.load(std::memory_order_acquire)).of(gen)) {
         // A later phase writes here: this call is stale. Entries are not rewritten at
@@ -591,6 +618,7 @@ class CountWindow : public detail::HeadBase {
         // only is if the head (rewritten at every transition) has moved on from ours.
         return;
       }
+      BULWARK_SCHEDULE_POINT("count.place: replace the entry");
       if (slot.compare_exchange_weak(cur, mine, std::memory_order_acq_rel,
                                      std::memory_order_acquire)) {
         apply(gen, s, evicted);
@@ -623,23 +651,35 @@ class CountWindow : public detail::HeadBase {
     delta(added, 1, calls, failures, slow_s, slow_f);
     if (static_cast<int>(evicted) != 0) delta(evicted, -1, calls, failures, slow_s, slow_f);
     if (calls != 0 || failures != 0) add(calls_, gen, calls, failures);
+    BULWARK_SCHEDULE_POINT("count.apply: between the totals");
     if (slow_s != 0 || slow_f != 0) add(slow_, gen, slow_s, slow_f);
   }
 
+  // A total's field as a signed number (24-bit two's complement).
+  static constexpr std::int64_t total(std::uint64_t field) noexcept {
+    constexpr std::uint64_t kSign = std::uint64_t{1} << (THi::width - 1);
+    return (field & kSign)
+               ? static_cast<std::int64_t>(field) - static_cast<std::int64_t>(THi::max) - 1
+               : static_cast<std::int64_t>(field);
+  }
+
+  // Adds signed differences to a totals word of generation `gen`. Not clamped: a
+  // subtraction may land before the addition it cancels (see the class comment).
   static void add(std::atomic<std::uint64_t>& word, std::uint32_t gen, std::int64_t hi,
                   std::int64_t lo) noexcept {
     const std::uint32_t g = gen & TGen::max;
     std::uint64_t raw = word.load(std::memory_order_acquire);
     for (;;) {
+      BULWARK_SCHEDULE_POINT("count.add: totals read");
       std::int64_t h = 0, l = 0;
       if (TGen::get(raw) == g) {
-        h = static_cast<std::int64_t>(THi::get(raw)), l = static_cast<std::int64_t>(TLo::get(raw));
+        h = total(THi::get(raw)), l = total(TLo::get(raw));
       } else if (detail::gen_after(TGen::get(raw), g, TGen::width)) {
         return;  // a later phase owns the totals
       }
-      const std::uint64_t next = Totals::make(
-          TGen::value(g), THi::value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, h + hi))),
-          TLo::value(static_cast<std::uint64_t>(std::max<std::int64_t>(0, l + lo))));
+      const std::uint64_t next =
+          Totals::make(TGen::value(g), THi::value(static_cast<std::uint64_t>(h + hi) & THi::max),
+                       TLo::value(static_cast<std::uint64_t>(l + lo) & TLo::max));
       if (word.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
                                      std::memory_order_acquire))
         return;
@@ -651,6 +691,7 @@ class CountWindow : public detail::HeadBase {
     const std::uint32_t g = gen & TGen::max;
     for (auto* word : {&calls_, &slow_}) {
       std::uint64_t raw = word->load(std::memory_order_acquire);
+      BULWARK_SCHEDULE_POINT("count.reset_totals: totals read");
       while (TGen::get(raw) != g && !detail::gen_after(TGen::get(raw), g, TGen::width)) {
         if (word->compare_exchange_weak(raw, Totals::make(TGen::value(g)),
                                         std::memory_order_acq_rel, std::memory_order_acquire))
@@ -703,6 +744,7 @@ class TimeWindow : public detail::HeadBase {
         // The first outcome of this generation: the window starts empty at `at`, in a
         // new lap, so that no bucket of an earlier phase can pass for one of this one.
         const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, at);
+        BULWARK_SCHEDULE_POINT("time.record: start the phase");
         if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
           clear(p, at, next, p.buckets);
@@ -718,6 +760,7 @@ class TimeWindow : public detail::HeadBase {
         const bool fresh = i - h.pos() >= p.buckets;
         const detail::HeadWord next =
             detail::HeadWord::recording(gen, fresh ? h.lap() + 1 : h.lap(), h.armed(), i);
+        BULWARK_SCHEDULE_POINT("time.record: rotate");
         if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                         std::memory_order_acquire)) {
           clear(p, i, next, fresh ? p.buckets : i - h.pos());
@@ -727,7 +770,9 @@ class TimeWindow : public detail::HeadBase {
         continue;
       }
       if (add(p, i, s, h)) return {h, rotated};
-      raw = head_.load(std::memory_order_acquire);  // the head moved on: record in the new one
+      // The head moved on: record in the new one.
+      raw = head_.load(std::memory_order_acquire);
+      BULWARK_SCHEDULE_POINT("time.record: head moved, read again");
     }
   }
 
@@ -744,6 +789,7 @@ class TimeWindow : public detail::HeadBase {
       const detail::HeadWord h(raw);
       if (h.of(gen) || h.after(gen)) return;  // an early call of the phase started it
       const detail::HeadWord next = detail::HeadWord::recording(gen, h.lap() + 1, false, at);
+      BULWARK_SCHEDULE_POINT("time.begin_phase: cas");
       if (head_.compare_exchange_weak(raw, next.raw(), std::memory_order_acq_rel,
                                       std::memory_order_acquire)) {
         clear(p, at, next, p.buckets);
@@ -768,6 +814,7 @@ class TimeWindow : public detail::HeadBase {
       // calls only grow under one tag, so a pair read in this order never shows more
       // slow calls than calls (the other order can, while calls are being recorded).
       const std::uint64_t w1 = b.slow.load(std::memory_order_acquire);
+      BULWARK_SCHEDULE_POINT("time.counts: between the words");
       const std::uint64_t w0 = b.calls.load(std::memory_order_acquire);
       if (bucket_tag(w0) != tag(h.lap(), j)) continue;
       c.calls += field(w0, 1), c.failures += field(w0, 0);
@@ -813,13 +860,16 @@ class TimeWindow : public detail::HeadBase {
     return (std::uint64_t{t} << 40) | (std::min(hi, kFieldMax) << 20) | std::min(lo, kFieldMax);
   }
 
-  // Adds to one word of bucket i if the head is still at i. A bucket that reached the
-  // field limit stops counting (its rates are those of its first million calls).
+  // Adds to the calls word of bucket i if it is tagged for i, or takes it over if the
+  // head is still exactly `at`; false if it is stale and the head moved (the caller reads
+  // the head again). A bucket that reached the field limit stops counting (its rates are
+  // those of its first million calls).
   static bool add_word(std::atomic<std::uint64_t>& word, const std::atomic<std::uint64_t>& head,
                        detail::HeadWord at, std::uint32_t t, std::uint64_t hi,
                        std::uint64_t lo) noexcept {
     std::uint64_t raw = word.load(std::memory_order_acquire);
     for (;;) {
+      BULWARK_SCHEDULE_POINT("time.add_word: word read");
       std::uint64_t next = 0;
       if (bucket_tag(raw) == t) {
         if (field(raw, 1) == kFieldMax || field(raw, 0) == kFieldMax) return true;
@@ -828,6 +878,7 @@ class TimeWindow : public detail::HeadBase {
         // A stale bucket: take it over, but only while the head still says it is ours.
         if (head.load(std::memory_order_acquire) != at.raw()) return false;
         next = make_word(t, hi, lo);
+        BULWARK_SCHEDULE_POINT("time.add_word: take over");
       }
       if (word.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
                                      std::memory_order_acquire))
@@ -840,28 +891,59 @@ class TimeWindow : public detail::HeadBase {
     const std::uint32_t t = tag(h.lap(), i);
     const bool failure = s == detail::Sample::failure || s == detail::Sample::slow_failure;
     if (!add_word(b.calls, head_, h, t, 1, failure ? 1 : 0)) return false;
+    BULWARK_SCHEDULE_POINT("time.add: between the words");
     // Only slow calls touch the second word; readers ignore it while its tag is stale.
-    if (s == detail::Sample::slow_success || s == detail::Sample::slow_failure) {
-      (void)add_word(b.slow, head_, h, t, s == detail::Sample::slow_success ? 1 : 0,
-                     s == detail::Sample::slow_failure ? 1 : 0);
-    }
+    if (s == detail::Sample::slow_success || s == detail::Sample::slow_failure)
+      add_slow(b, t, s == detail::Sample::slow_success ? 1 : 0, s == detail::Sample::slow_failure);
     return true;
   }
 
+  // Adds a slow call to the slow word of bucket `b`, whose calls word already counts it
+  // under tag `t`. The slow word follows the calls word, not the head: every writer
+  // tags a bucket's calls word before its slow word, so a slow word with another tag is
+  // older than `t` (a clear not there yet, or cut short by a later rotation) and is
+  // taken over as long as the calls word still holds `t` — whatever the head did
+  // meanwhile (rotated on, or only flipped its armed bit). Once the calls word has
+  // moved on, the bucket left the window with this call in it, and nothing is added.
+  void add_slow(Bucket& b, std::uint32_t t, std::uint64_t hi, std::uint64_t lo) noexcept {
+    std::uint64_t raw = b.slow.load(std::memory_order_acquire);
+    for (;;) {
+      BULWARK_SCHEDULE_POINT("time.add_slow: word read");
+      std::uint64_t next = 0;
+      if (bucket_tag(raw) == t) {
+        if (field(raw, 1) == kFieldMax || field(raw, 0) == kFieldMax) return;
+        next = raw + (hi << 20) + lo;
+      } else {
+        if (bucket_tag(b.calls.load(std::memory_order_acquire)) != t) return;
+        next = make_word(t, hi, lo);
+        BULWARK_SCHEDULE_POINT("time.add_slow: take over");
+      }
+      if (b.slow.compare_exchange_weak(raw, next, std::memory_order_acq_rel,
+                                       std::memory_order_acquire))
+        return;
+    }
+  }
+
   // Empties the `n` buckets ending at `to` (n <= buckets: however long the gap, the
-  // work is bounded). Stops as soon as the head moves past `installed`: whoever moved
-  // it clears from there.
+  // work is bounded). When a lap starts (n == buckets) every slot is rewritten: a slot
+  // that no period at or before `to` uses yet (the clock is less than a window past its
+  // epoch) is set to the untagged word, so that no tag of an earlier lap survives the
+  // start of a lap — not even one the lap's 7 bits have come round to. Stops as soon as
+  // the head moves past `installed`: whoever moved it clears from there.
   void clear(const WindowParams& p, std::uint64_t to, detail::HeadWord installed,
              std::uint64_t n) noexcept {
-    for (std::uint64_t k = 0; k < n && k <= to; ++k) {
-      const std::uint64_t j = to - k;
-      Bucket& b = buckets_[j % p.buckets];
-      const std::uint32_t t = tag(installed.lap(), j);
+    for (std::uint64_t k = 0; k < n; ++k) {
+      const bool used = k <= to;  // else the slot's first period of this lap is after `to`
+      Bucket& b = buckets_[(to + p.buckets - k) % p.buckets];
+      const std::uint32_t t = used ? tag(installed.lap(), to - k) : 0;
+      const std::uint64_t empty = used ? make_word(t, 0, 0) : 0;
       for (auto* word : {&b.calls, &b.slow}) {
         std::uint64_t raw = word->load(std::memory_order_acquire);
-        while (bucket_tag(raw) != t) {
+        BULWARK_SCHEDULE_POINT("time.clear: word read");
+        while (used ? bucket_tag(raw) != t : raw != 0) {
           if (head_.load(std::memory_order_acquire) != installed.raw()) return;
-          if (word->compare_exchange_weak(raw, make_word(t, 0, 0), std::memory_order_acq_rel,
+          BULWARK_SCHEDULE_POINT("time.clear: head checked");
+          if (word->compare_exchange_weak(raw, empty, std::memory_order_acq_rel,
                                           std::memory_order_acquire)) {
             break;
           }

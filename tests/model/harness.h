@@ -9,10 +9,13 @@
 #include <rapidcheck.h>
 #include <rapidcheck/detail/Configuration.h>
 
+#include <cstdio>
 #include <cstdlib>
+#include <iterator>
 #include <memory>
 #include <optional>
 #include <ostream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -433,23 +436,98 @@ inline std::string run_any(const Config& c, const std::vector<Op>& ops, Ticks st
   return "unknown window";
 }
 
-// Runs a rapidcheck property a fixed number of times (the CI count), unless
-// BULWARK_MODEL_ITERATIONS asks for another; RC_PARAMS="seed=N" replays a seed.
-// A failure is reported through gtest with rapidcheck's shrunk counterexample.
+// The seeds CI runs every property under: the verdict never depends on a random seed.
+// A property's cases are shared among them (300 cases: 100 per seed).
+inline constexpr std::uint64_t kFixedSeeds[] = {1, 2, 3};
+
+// The reproduce string of a failure: RC_PARAMS="reproduce=..." replays exactly that case.
+inline std::string reproduce_params(const std::string& id, const rc::detail::FailureResult& f) {
+  rc::detail::Configuration c;
+  c.reproduce[id] = f.reproduce;
+  std::string text = rc::detail::configToMinimalString(c);
+  if (const auto at = text.find(" seed="); at != std::string::npos)  // unused by a replay
+    text.erase(at, text.find(' ', at + 1) - at);
+  return "RC_PARAMS=\"" + text + "\"";
+}
+
+// The campaign seed: BULWARK_MODEL_SEED, a number or "random" (one fresh seed for the
+// whole binary); empty if unset.
+inline std::optional<std::uint64_t> campaign_seed() {
+  static const std::optional<std::uint64_t> seed = []() -> std::optional<std::uint64_t> {
+    const char* v = std::getenv("BULWARK_MODEL_SEED");
+    if (!v || !*v) return std::nullopt;
+    if (std::string(v) != "random") return std::strtoull(v, nullptr, 10);
+    std::random_device rd;
+    return (std::uint64_t{rd()} << 32) | rd();
+  }();
+  return seed;
+}
+
+// Whether the person running the test set RC_PARAMS. Read once, before rapidcheck loads
+// its configuration, which otherwise picks and prints a random seed: it is given the
+// campaign's seed or the first fixed one instead, so that the line it prints is true.
+inline bool rc_params_given() {
+  static const bool given = [] {
+    const char* v = std::getenv("RC_PARAMS");
+    if (v && *v) return true;
+    const std::uint64_t seed = campaign_seed().value_or(kFixedSeeds[0]);
+    setenv("RC_PARAMS", ("seed=" + std::to_string(seed)).c_str(), 1);
+    return false;
+  }();
+  return given;
+}
+
+// Runs a rapidcheck property, in one of three modes:
+//  - CI (the default): `iterations` cases (BULWARK_MODEL_ITERATIONS overrides), shared
+//    among the fixed seeds kFixedSeeds;
+//  - a campaign: BULWARK_MODEL_SEED=<n>, or =random for a fresh seed, runs every case
+//    under that one seed;
+//  - a replay: RC_PARAMS (seed=N, reproduce=...) is rapidcheck's own configuration.
+// Each seed is printed with its count of cases. A failure is reported through gtest with
+// rapidcheck's shrunk counterexample, the seed, and the RC_PARAMS string that replays
+// the case.
 template <class Testable>
 void check_property(Testable&& testable, int iterations) {
+  const bool user_params = rc_params_given();
   const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
   rc::detail::TestMetadata metadata;
   metadata.id = std::string(info->test_suite_name()) + "/" + info->name();
   metadata.description = info->name();
+  if (const char* env = std::getenv("BULWARK_MODEL_ITERATIONS")) iterations = std::atoi(env);
+
+  std::vector<std::pair<std::uint64_t, int>> runs;  // {seed, cases}
   rc::detail::TestParams params = rc::detail::configuration().testParams;
-  params.maxSuccess = iterations;
-  if (const char* env = std::getenv("BULWARK_MODEL_ITERATIONS")) params.maxSuccess = std::atoi(env);
-  const auto result = rc::detail::checkTestable(std::forward<Testable>(testable), metadata, params);
-  if (!result.template is<rc::detail::SuccessResult>()) {
+  std::string mode;
+  if (user_params) {
+    runs.push_back({params.seed, iterations});
+    mode = "RC_PARAMS";
+  } else if (const auto seed = campaign_seed()) {
+    runs.push_back({*seed, iterations});
+    mode = "campaign";
+  } else {
+    const int n = static_cast<int>(std::size(kFixedSeeds));
+    for (int i = 0; i < n; ++i)
+      runs.push_back({kFixedSeeds[i], iterations / n + (i < iterations % n ? 1 : 0)});
+    mode = "fixed seeds";
+  }
+  for (const auto& [seed, cases] : runs) {
+    if (cases <= 0) continue;
+    std::printf("rapidcheck %s: %s, seed %llu, %d cases\n", metadata.id.c_str(), mode.c_str(),
+                static_cast<unsigned long long>(seed), cases);
+    std::fflush(stdout);
+    params.seed = seed;
+    params.maxSuccess = cases;
+    const auto result = rc::detail::checkTestable(testable, metadata, params);
+    if (result.template is<rc::detail::SuccessResult>()) continue;
     std::ostringstream out;
     rc::detail::printResultMessage(result, out);
+    out << "\nseed " << seed << " (" << cases << " cases: RC_PARAMS=\"seed=" << seed
+        << "\" BULWARK_MODEL_ITERATIONS=" << cases << " runs them again)";
+    rc::detail::FailureResult failure;
+    if (result.match(failure))
+      out << "\nreplay this case: " << reproduce_params(metadata.id, failure);
     ADD_FAILURE() << out.str();
+    return;
   }
 }
 

@@ -1,6 +1,6 @@
-// Concurrent histories: several threads hammer one breaker (one of them also moves the
-// ManualClock), each logging what it did; afterwards the log and the breaker's events
-// and snapshot must satisfy the contract's invariants:
+// Concurrent histories: several threads hammer one breaker (one of them moves the
+// ManualClock, the others nudge it on when rejected), each logging what it did; afterwards the log
+// and the breaker's events and snapshot must satisfy the contract's invariants:
 //  - probes of one half-open round in flight never exceed half_open_max_calls;
 //  - every transition is a legal from/to pair with a matching reason, each event starts
 //    where the previous one ended, and generations strictly increase;
@@ -20,6 +20,7 @@
 #include <thread>
 #include <vector>
 
+#include "../support/patience.h"
 #include "adapter.h"
 
 namespace bulwark::model {
@@ -89,10 +90,16 @@ void hammer(Window w, bool with_manual, bool in_flight = false) {
   B breaker(to_breaker_config<B>(c, [] { return 0.5; }), clock);
   std::mutex mu;
   std::vector<TransitionEvent> events;
+  std::atomic<std::size_t> event_count{0};
   breaker.policy().on_transition([&](const TransitionEvent& e) {
     std::lock_guard lock(mu);
     events.push_back(e);
+    event_count.fetch_add(1);
   });
+  // Each thread does kOpsPerThread operations, and goes on until the history has moved
+  // the breaker through kEvents transitions, however the scheduler interleaved them.
+  constexpr std::size_t kEvents = 10;
+  test::Patience patience;
 
   // Probes in flight per half-open generation, as the threads hold them.
   constexpr std::size_t kGens = 1u << 19;
@@ -109,7 +116,8 @@ void hammer(Window w, bool with_manual, bool in_flight = false) {
     std::uint64_t rng = 0x9E3779B97F4A7C15ull * static_cast<std::uint64_t>(id + 1);
     Totals& t = totals[static_cast<std::size_t>(id)];
     std::vector<typename B::Permit> held;
-    for (int i = 0; i < kOpsPerThread; ++i) {
+    for (int i = 0; i < kOpsPerThread || (event_count.load() <= kEvents && !patience.exhausted());
+         ++i) {
       const std::uint64_t r = next_random(rng);
       if (id == 0 && r % 2 == 0) clock.advance(Nanos(static_cast<Ticks>(r % 1'000'000)));
       if (with_manual && id == 1 && r % 997 == 0) {
@@ -124,7 +132,9 @@ void hammer(Window w, bool with_manual, bool in_flight = false) {
         auto p = breaker.try_acquire();
         if (!p) {
           ++t.rejected;
-          if (id != 0) std::this_thread::yield();  // let the clock move on
+          // Move the clock on a little (thread 0 moves it most): waiting for thread 0
+          // to be scheduled would make the run's length depend on the machine's load.
+          if (id != 0) clock.advance(Nanos(static_cast<Ticks>(r % 20'000)));
           const Ticks ra = p.error().retry_after.count();
           auto& slot = p.error().reason == RejectReason::open          ? max_retry_open
                        : p.error().reason == RejectReason::forced_open ? max_retry_open
@@ -188,7 +198,7 @@ void hammer(Window w, bool with_manual, bool in_flight = false) {
   EXPECT_LE(max_retry_open.load(), kMaxOpen);
   EXPECT_LE(max_retry_half_open.load(), std::max(kMaxWait, kMaxOpen));
 
-  ASSERT_GT(events.size(), 10u) << "the history hardly moved the breaker";
+  ASSERT_GT(events.size(), kEvents) << "in 120 s the history hardly moved the breaker";
   ::testing::Test::RecordProperty("events", static_cast<int>(events.size()));
   if (std::getenv("BULWARK_HISTORY_VERBOSE")) std::printf("events %zu\n", events.size());
   for (std::size_t i = 0; i < events.size(); ++i) {

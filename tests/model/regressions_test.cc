@@ -120,6 +120,48 @@ TEST(Regressions, APermitFromBefore3000ResetsLeavesTheWindowRecording) {
   EXPECT_EQ(b.state(), State::open);
 }
 
+// "After a reset, older outcomes count nowhere", however many resets there were. A
+// time window's buckets are tagged with the window's lap (a 7-bit count of fresh
+// starts) and their period; a reset cleared only the buckets at and before the clock's
+// bucket. With the clock stepped back near its epoch, a bucket ahead of it kept an old
+// slow success, and after a multiple of 128 resets the lap came round to that bucket's
+// tag: the old outcome counted again, and a single fast failure tripped the slow-call
+// rule.
+void slow_success_then_resets(int resets) {
+  ManualClock clock;
+  auto b = make<TimeBreaker>({.window = Window::time,
+                              .consecutive_failures = 0,
+                              .slow_call_rate = 0.3,
+                              .slow_call_duration = 1'000'000,
+                              .minimum_calls = 1,
+                              .window_length = 50'000'000,
+                              .window_buckets = 5},
+                             clock);
+  clock.set(30ms);  // the fourth 10 ms bucket
+  auto slow = b.try_acquire();
+  ASSERT_TRUE(slow);
+  slow->record_success(2ms);
+  ASSERT_EQ(b.state(), State::open);
+  clock.set(30ms - 1ns);  // one step back, into the third bucket
+  for (int i = 0; i < resets; ++i) b.reset();
+  auto p = b.try_acquire();
+  ASSERT_TRUE(p);
+  clock.advance(1ns);  // the fourth bucket again
+  p->record_failure(1ns);
+  EXPECT_EQ(b.state(), State::closed) << "a fast failure is not a slow call";
+  const WindowCounts w = b.snapshot().window.value_or(WindowCounts{});
+  EXPECT_EQ(w.calls, 1u);
+  EXPECT_EQ(w.failures, 1u);
+  EXPECT_EQ(w.slow_successes, 0u);
+}
+
+TEST(Regressions, NoOutcomeFromBeforeAnyNumberOfResetsCountsInATimeWindow) {
+  for (const int resets : {1, 127, 128, 129, 256, 2048}) {
+    SCOPED_TRACE(testing::Message() << resets << " resets");
+    slow_success_then_resets(resets);
+  }
+}
+
 // A count window's ring entries keep 10 bits of their generation and are not rewritten
 // at transitions: an entry left 1000 resets ago looked like one of a later phase, and
 // the current phase's outcome was dropped as stale.
@@ -298,6 +340,32 @@ TEST(Regressions, ACompletionEvaluatesTheSlowCallsInFlight) {
   ASSERT_TRUE(fast && hanging);
   clock.advance(1h);
   fast->record_success(1ns);
+  EXPECT_EQ(b.state(), State::open);
+}
+
+// Calls in flight longer than slow_call_duration count in the rates' volume. When one
+// completes as a fast success in a full count window, it leaves the in-flight count and
+// its outcome evicts an older success: the volume shrinks and the failure rate rises. A
+// fast success did not evaluate the rates ("a success only lowers them"), and the
+// breaker stayed CLOSED at a failure rate of 1 in 4 with a threshold of 0.25.
+TEST(Regressions, ASlowCallInFlightCompletingFastEvaluatesTheRates) {
+  ManualClock clock;
+  auto b = make<CountBreaker>({.window = Window::count,
+                               .consecutive_failures = 0,
+                               .failure_rate = 0.25,
+                               .slow_call_duration = 5'000'000,
+                               .minimum_calls = 2,
+                               .window_size = 3,
+                               .count_in_flight_slow_calls = true},
+                              clock);
+  std::vector<CountBreaker::Permit> held;
+  for (int i = 0; i < 5; ++i) held.push_back(*b.try_acquire());
+  held[0].record_success();
+  clock.advance(1h);            // the four others are now slow in flight
+  held[1].record_success();     // slow: 2 calls + 3 in flight
+  held[2].record_failure(1ns);  // 3 calls + 2 in flight, 1 failure: 1 in 5
+  ASSERT_EQ(b.state(), State::closed);
+  held[3].record_success(1ns);  // evicts the first success: 3 calls + 1 in flight: 1 in 4
   EXPECT_EQ(b.state(), State::open);
 }
 
