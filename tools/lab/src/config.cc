@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -649,30 +650,55 @@ constexpr Reason kAllReasons[] = {
     Reason::retries_exhausted, Reason::budget_exhausted,       Reason::timeout,
     Reason::call_error};
 
+// `on` is a set written as a list: every entry must add something. An empty list would
+// make a fallback that answers nothing, and an entry given twice (or inside a group given
+// too: "timeout" with "all") is a mistake, not a second vote; both are refused, naming
+// the key.
 Reasons read_fallback(Reader& r) {
   Reasons on = Reasons::all();
   if (const toml::array* list = r.array("on")) {
+    if (list->empty()) {
+      r.fail("on",
+             "names no reason: a fallback that answers nothing is no fallback; name at least "
+             "one, or leave `on` out for every failure (\"all\", the default)");
+    }
     on = Reasons::none();
+    std::vector<std::pair<std::string, Reasons>> given;
     for (std::size_t i = 0; i < list->size(); ++i) {
       const toml::node& n = *list->get(i);
       const auto name = n.value<std::string>();
-      bool found = false;
+      std::optional<Reasons> entry;
       if (name == "all") {
-        on = on | Reasons::all(), found = true;
+        entry = Reasons::all();
       } else if (name == "breaker") {
-        on = on | Reasons::breaker(), found = true;
+        entry = Reasons::breaker();
       } else if (name) {
         for (Reason reason : kAllReasons) {
-          if (*name == to_string(reason)) on = on | reason, found = true;
+          if (*name == to_string(reason)) entry = Reasons::none() | reason;
         }
       }
-      if (!found) {
+      if (!entry) {
         std::string names = "\"all\", \"breaker\"";
         for (Reason reason : kAllReasons) names += ", " + in_quotes(to_string(reason));
         throw InputError(r.where(n), r.key_path("on"),
                          "unknown reason " + (name ? in_quotes(*name) : type_name(n)) +
                              " (reasons are " + names + ")");
       }
+      for (const auto& [other, reasons] : given) {
+        const bool same = other == *name;
+        const bool inside = entry->except(reasons) == Reasons::none();  // already covered
+        const bool covers = reasons.except(*entry) == Reasons::none();  // covers an earlier one
+        if (same || inside || covers) {
+          throw InputError(r.where(n), r.key_path("on"),
+                           same     ? "names " + in_quotes(*name) + " twice"
+                           : inside ? "names " + in_quotes(*name) + ", which " + in_quotes(other) +
+                                          " (given before it) already covers"
+                                    : "names " + in_quotes(*name) + ", which covers " +
+                                          in_quotes(other) + " (given before it): keep one");
+        }
+      }
+      given.emplace_back(*name, *entry);
+      on = on | *entry;
     }
   }
   r.finish();
