@@ -616,11 +616,18 @@ int run_calibrate(const CalibrateArgs& a) {
     std::string text = bulwark::lab::to_text(c);
     if (json.used()) text += "\nResults written to " + bulwark::lab::printable(a.json.value) + "\n";
     if (svg.used()) text += "Chart written to " + bulwark::lab::printable(a.svg.value) + "\n";
+    // A key whose trace is not normal traffic gets no configuration: its files say why.
+    const bool proposed = c.keys.size() == 1 && c.keys.front().not_normal.empty();
     if (toml.used()) {
-      text += "Breaker configuration written to " + bulwark::lab::printable(a.toml.value) + "\n";
+      text += (proposed ? "Breaker configuration written to "
+                        : "No breaker configuration proposed (not normal traffic); why, written "
+                          "to ") +
+              bulwark::lab::printable(a.toml.value) + "\n";
     }
     if (scenario.used()) {
-      text += "Scenario written to " + bulwark::lab::printable(a.scenario.value) + "\n";
+      text += (proposed ? "Scenario written to "
+                        : "No scenario written (not normal traffic); why, written to ") +
+              bulwark::lab::printable(a.scenario.value) + "\n";
     }
     write_stdout(text);
   }
