@@ -563,5 +563,22 @@ TEST(Calibrate, TheBulkheadCoversTheInFlightTailAtHighConcurrency) {
   EXPECT_LE(k.bulkhead, exact + 50) << "m = " << m;
 }
 
+// The scenario written for a key too busy for ten minutes of it within the lab's run
+// bound is shorter, the same shape: it loads and runs.
+TEST(Calibrate, TheScenarioOfAVeryBusyKeyIsWithinTheRunBound) {
+  Traffic t;
+  t.rate = 1e6;
+  t.seconds = 0.3;
+  t.median_ms = 0.05;
+  const KeyCalibration k = calibrate_text(make_trace({t}, 29), {}).keys[0];
+  ASSERT_TRUE(k.not_normal.empty()) << k.not_normal;
+  const Scenario s = parse_scenario(k.scenario_toml, "s.toml");
+  EXPECT_LE(estimate_work(s, false).seconds, kMaxRunSeconds);
+  EXPECT_LT(s.duration, std::chrono::minutes(10));
+  ASSERT_EQ(s.dependency.phases.size(), 3u);
+  EXPECT_EQ(s.dependency.phases[1].start * 10, s.duration) << "degraded from a tenth";
+  EXPECT_EQ(s.dependency.phases[2].start * 10, s.duration * 7) << "to seven tenths";
+}
+
 }  // namespace
 }  // namespace bulwark::lab

@@ -333,41 +333,12 @@ class Output {
   bool written_ = false;
 };
 
-// --seed and --duration over the scenario's own, held to the bounds its own duration
-// was held to when it was read (and, for a fleet, to its runs and syncs).
+// --seed and --duration over the scenario's own, held to the bound its own duration was
+// held to when it was read: the run's estimated work (check_work).
 void apply_seed_and_duration(const SimulateArgs& a, bulwark::lab::Scenario& scenario) {
   if (a.seed) scenario.seed = *a.seed;
   if (!a.duration_value) return;
-  const double requests =
-      scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
-  if (requests > bulwark::lab::kMaxRequests) {
-    throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
-  }
-  // A fleet's configuration runs four times over (single, and two fleets of instances).
-  double attempts = 0;
-  for (const auto& c : scenario.configurations) {
-    bool fleet = false;
-    if (scenario.fleet) {
-      const auto& names = scenario.fleet->configurations;
-      fleet = std::find(names.begin(), names.end(), c.name) != names.end();
-    }
-    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
-  }
-  if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
-    throw InputError({}, "--duration",
-                     std::string("makes more than 2e9 attempts in the worst case (every attempt "
-                                 "failing and retried) at this scenario's rate and max_attempts") +
-                         (scenario.fleet ? ", over the fleet's runs" : ""));
-  }
   if (scenario.fleet) {
-    const double syncs = static_cast<double>(scenario.fleet->instances) *
-                         (static_cast<double>(a.duration_value->count()) /
-                          static_cast<double>(scenario.fleet->sync_interval.count()));
-    if (syncs > bulwark::lab::kMaxFleetSyncs) {
-      throw InputError({}, "--duration",
-                       "makes more than 1e8 fleet syncs at this scenario's instances and "
-                       "sync_interval");
-    }
     for (const auto& o : scenario.fleet->outages) {
       if (o.start >= *a.duration_value) {
         throw InputError({}, "--duration",
@@ -377,6 +348,8 @@ void apply_seed_and_duration(const SimulateArgs& a, bulwark::lab::Scenario& scen
     }
   }
   scenario.duration = *a.duration_value;
+  // The longer run must still end while the user waits (a fleet's runs, as a fleet).
+  bulwark::lab::check_work(scenario, scenario.fleet.has_value(), "--duration");
 }
 
 // simulate's --json and --svg, opened before the run so that a bad path fails at once.

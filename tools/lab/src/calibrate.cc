@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -605,19 +606,31 @@ std::string scenario_toml(const KeyCalibration& c) {
   }
   const double rate = std::clamp(c.rate_per_s, 0.01, kMaxRate);
   const std::uint64_t workers = std::clamp<std::uint64_t>(10ull * c.bulkhead, 100, kMaxWorkers);
+  // Ten minutes (the degradation from 1 to 7), or less for a key so busy that ten
+  // minutes of it would pass the lab's run bound (check_work): the same shape, shorter.
+  Scenario shape;
+  shape.duration = std::chrono::minutes(10);
+  shape.arrivals.rate = rate;
+  shape.caller.workers = static_cast<std::uint32_t>(workers);
+  shape.configurations.resize(2);
+  const double fits = 0.9 * kMaxRunSeconds / estimate_work(shape, false).seconds;
+  const Ticks minute =
+      fits >= 1 ? 60 * kSecond : std::max<Ticks>(kMs, static_cast<Ticks>(fits * 60.0 * 1e3) * kMs);
   std::string t = "# Written by `bulwark calibrate` for key " + printable(c.key) +
                   ": its traffic, then its latency x10.\n";
   t += "name = " + toml_string(breaker_name("calibrated " + c.key)) + "\n";
-  t += "duration = \"10min\"\n\n[arrivals]\nprocess = \"poisson\"\nrate = " + num(rate, 4) + "\n\n";
+  t += "duration = " + quoted_dur(10 * minute) +
+       "\n\n[arrivals]\nprocess = \"poisson\"\nrate = " + num(rate, 4) + "\n\n";
   t += "[caller]\nworkers = " + std::to_string(workers) + "\n\n";
   t += "[dependency]\nname = " + toml_string(breaker_name(c.key)) + "\n\n";
   const double e = std::clamp(c.error_rate, 0.0, 1.0);
   t += "[[dependency.phases]]\nname = \"normal\"\nstart = \"0s\"\nlatency = " +
        latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
-  t += "[[dependency.phases]]\nname = \"latency x10\"\nstart = \"1min\"\nlatency = " +
-       latency_toml(c.p50, c.p99, 10) + "\nerror_rate = " + num(e, 6) + "\ndegraded = true\n\n";
-  t += "[[dependency.phases]]\nname = \"recovered\"\nstart = \"7min\"\nlatency = " +
-       latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
+  t += "[[dependency.phases]]\nname = \"latency x10\"\nstart = " + quoted_dur(minute) +
+       "\nlatency = " + latency_toml(c.p50, c.p99, 10) + "\nerror_rate = " + num(e, 6) +
+       "\ndegraded = true\n\n";
+  t += "[[dependency.phases]]\nname = \"recovered\"\nstart = " + quoted_dur(7 * minute) +
+       "\nlatency = " + latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
   t += "[config.unprotected]\n\n";
   t += "[config.proposed]\ntimeout = " + quoted_dur(c.timeout) + "\n\n[config.proposed.breaker]\n";
   for (const Proposed& p : c.breaker) t += p.key + " = " + p.value + "\n";
