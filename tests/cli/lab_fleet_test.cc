@@ -9,7 +9,6 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -367,11 +366,16 @@ TEST(FleetToml, TheDocumentedVariantsAreWithinTheRunBound) {
   std::stringstream doc;
   doc << in.rdbuf();
   const std::string text = doc.str();
-  static const std::regex sed("`s/\\^([^/]*)/([^/]*)/`");
   std::string all(builtin_fleet_scenario_toml());
   int variants = 0;
-  for (std::sregex_iterator it(text.begin(), text.end(), sed), end; it != end; ++it) {
-    const std::string from = (*it)[1], to = (*it)[2];
+  // Every `s/^FROM/TO/`.
+  for (std::size_t at_sed = text.find("`s/^"); at_sed != std::string::npos;
+       at_sed = text.find("`s/^", at_sed + 1)) {
+    const std::size_t mid = text.find('/', at_sed + 4);
+    const std::size_t last = text.find("/`", mid + 1);
+    ASSERT_TRUE(mid != std::string::npos && last != std::string::npos);
+    const std::string from = text.substr(at_sed + 4, mid - at_sed - 4);
+    const std::string to = text.substr(mid + 1, last - mid - 1);
     std::string one(builtin_fleet_scenario_toml());
     const std::size_t at = one.find("\n" + from);
     ASSERT_NE(at, std::string::npos) << "docs/lab.md's sed finds nothing: " << from;
