@@ -76,7 +76,7 @@ Expected<Nanos, std::string> parse_duration(std::string_view text) {
     while (i < text.size() && is_letter(text[i])) ++i;
     const std::string_view unit = text.substr(unit_start, i - unit_start);
     if (unit.empty()) {
-      if (text[unit_start] == ' ') {
+      if (unit_start < text.size() && text[unit_start] == ' ') {
         std::size_t word = unit_start;
         while (word < text.size() && text[word] == ' ') ++word;
         std::size_t end = word;
