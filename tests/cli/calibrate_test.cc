@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,7 @@ struct Traffic {
   double sigma = 0.5;     // of the log
   double error_rate = 0.01;
   double seconds = 1200;
+  double ignored_rate = 0;  // of the calls that did not fail
 };
 
 // One key's calls, or several keys' interleaved by time.
@@ -80,8 +82,11 @@ std::string make_trace(const std::vector<Traffic>& keys, std::uint64_t seed) {
     if (next[k] >= tr.seconds) break;
     const double d = tr.median_ms * std::exp(tr.sigma * rng.normal());
     const bool failed = rng.uniform() < tr.error_rate;
+    const bool ignored = !failed && tr.ignored_rate > 0 && rng.uniform() < tr.ignored_rate;
     std::snprintf(line, sizeof line, "%.3f,%s,%.3f,%s\n", next[k] * 1000, tr.key.c_str(), d,
-                  failed ? "failure" : "success");
+                  failed    ? "failure"
+                  : ignored ? "ignored"
+                            : "success");
     csv += line;
     next[k] += rng.exponential(tr.rate);
   }
@@ -362,6 +367,217 @@ TEST(CalibrateCli, BadArgumentsExitTwo) {
   expect_2(run({"calibrate", ""}), "empty string");
   expect_2(run({"calibrate", "/nonexistent/trace.csv"}), "cannot open");
   std::remove(trace.c_str());
+}
+
+// ---- traffic that is not normal --------------------------------------------------------
+
+// A key with nothing normal to sit above gets a statement and no thresholds: no
+// timeout, breaker or bulkhead, no check, files that only say why.
+void expect_not_normal(const KeyCalibration& k, const std::string& says) {
+  EXPECT_NE(k.not_normal.find(says), std::string::npos) << k.not_normal;
+  EXPECT_TRUE(k.breaker.empty()) << k.breaker_toml;
+  EXPECT_TRUE(k.call.empty());
+  EXPECT_EQ(k.timeout, 0);
+  EXPECT_EQ(k.bulkhead, 0u);
+  EXPECT_TRUE(k.checks.empty()) << "nothing proposed, nothing replayed";
+  for (const std::string* file : {&k.breaker_toml, &k.scenario_toml}) {
+    std::istringstream lines(*file);
+    std::string line;
+    while (std::getline(lines, line)) EXPECT_EQ(line.rfind("# ", 0), 0u) << *file;
+    EXPECT_NE(file->find(k.not_normal), std::string::npos) << *file;
+  }
+  try {
+    (void)parse_breaker(k.breaker_toml, "p.toml");
+    ADD_FAILURE() << "a file without a [breaker] table does not load as one";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("missing the [breaker] table"), std::string::npos);
+  }
+}
+
+TEST(NotNormalTraffic, EveryCallIgnoredHasNoLatencyToDrawATimeoutFrom) {
+  Traffic t;
+  t.rate = 100;
+  t.seconds = 600;
+  t.error_rate = 0;
+  t.ignored_rate = 1;  // every call a 4xx, say
+  const Calibration c = calibrate_text(make_trace({t}, 21), {});
+  const KeyCalibration& k = c.keys[0];
+  expect_not_normal(k, "too few successful calls to measure its latency: 0 of");
+  EXPECT_NE(to_text(c).find("not normal traffic: too few successful calls"), std::string::npos)
+      << to_text(c);
+  EXPECT_EQ(to_text(c).find("timeout ="), std::string::npos) << "not timeout = \"1ms\"";
+  const nlohmann::json j = nlohmann::json::parse(to_json(c))["keys"][0];
+  EXPECT_EQ(j["policy"], "none");
+  EXPECT_EQ(j["not_normal_traffic"], k.not_normal);
+  EXPECT_TRUE(j["proposed"].empty());
+  EXPECT_TRUE(j["timeout_ms"].is_null());
+  EXPECT_TRUE(j["bulkhead"].is_null());
+  EXPECT_TRUE(j["checks"].empty());
+}
+
+TEST(NotNormalTraffic, AsManyFailuresAsSuccessesIsNoHealthyBaseline) {
+  for (double error_rate : {1.0, 0.7, 0.5}) {
+    Traffic t;
+    t.rate = 100;
+    t.seconds = 600;
+    t.error_rate = error_rate;
+    const Calibration c = calibrate_text(make_trace({t}, 22), {});
+    const KeyCalibration& k = c.keys[0];
+    if (error_rate == 0.5 && k.failures < k.calls - k.failures) {
+      // The draw left fewer failures than successes: a normal (if poor) baseline.
+      EXPECT_TRUE(k.not_normal.empty()) << k.not_normal;
+      continue;
+    }
+    expect_not_normal(k, "no healthy baseline");
+    EXPECT_EQ(to_text(c).find("65535"), std::string::npos) << to_text(c);
+  }
+}
+
+TEST(NotNormalTraffic, FewSuccessesOrNoTimeSpan) {
+  // 99 successes (and a failure): too few to measure a latency tail.
+  std::string csv = "t_ms,key,duration_ms,outcome\n";
+  for (int i = 0; i < 99; ++i)
+    csv += std::to_string(i * 1000) + ",a," + std::to_string(10 + i % 7) + ",success\n";
+  csv += "99000,a,10,failure\n";
+  expect_not_normal(calibrate_text(csv, {}).keys[0], "too few successful calls");
+  // One more success: the latency can be measured, and the key is calibrated.
+  csv += "100000,a,11,success\n";
+  EXPECT_TRUE(calibrate_text(csv, {}).keys[0].not_normal.empty());
+  // Every call at the same instant: no rate.
+  std::string instant = "t_ms,key,duration_ms,outcome\n";
+  for (int i = 0; i < 200; ++i) instant += "5,a," + std::to_string(10 + i % 7) + ",success\n";
+  expect_not_normal(calibrate_text(instant, {}).keys[0], "no rate");
+}
+
+TEST(NotNormalTraffic, OneKeyNotNormalLeavesTheOthersCalibrated) {
+  Traffic good, down;
+  good.seconds = down.seconds = 300;
+  down.key = "down";
+  down.error_rate = 1;
+  const Calibration c = calibrate_text(make_trace({good, down}, 23), {});
+  ASSERT_EQ(c.keys.size(), 2u);
+  const bool down_first = c.keys[0].key == "down";
+  const KeyCalibration& g = c.keys[down_first ? 1 : 0];
+  EXPECT_EQ(g.key, "svc");
+  EXPECT_TRUE(g.not_normal.empty()) << g.not_normal;
+  ASSERT_EQ(g.checks.size(), 3u);
+  EXPECT_EQ(g.checks[0].opens, 0u);
+  expect_not_normal(c.keys[down_first ? 0 : 1], "no healthy baseline");
+}
+
+TEST(NotNormalTraffic, TheCommandSaysSoAndItsFilesSayWhy) {
+  Traffic t;
+  t.seconds = 60;
+  t.error_rate = 1;
+  const std::string trace = write_temp("trace", make_trace({t}, 24));
+  const std::string toml = temp_path("toml"), scenario = temp_path("scenario");
+  const auto r = run({"calibrate", trace, "--toml", toml, "--scenario", scenario});
+  ASSERT_EQ(r.status, 0) << r.err;
+  EXPECT_NE(r.out.find("not normal traffic: no healthy baseline"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("No breaker configuration proposed (not normal traffic)"), std::string::npos)
+      << r.out;
+  EXPECT_EQ(r.out.find("Breaker configuration written"), std::string::npos) << r.out;
+  EXPECT_EQ(bulwark::testing::read_all(toml).rfind("# ", 0), 0u);
+  const auto rep = run({"replay", "--config", toml, trace});
+  EXPECT_EQ(rep.status, 2) << "the file holds no breaker to replay";
+  EXPECT_NE(rep.err.find("missing the [breaker] table"), std::string::npos) << rep.err;
+  for (const std::string& p : {trace, toml, scenario}) std::remove(p.c_str());
+}
+
+// ---- probing -------------------------------------------------------------------------
+
+// At 30 calls a second a probe fraction would be half the traffic: count mode, with at
+// most the calls normally in flight at once. At 400 a second, a fraction of at most 10 %.
+TEST(HalfOpen, LittleTrafficProbesInCountModeAndMuchTrafficByAFraction) {
+  Traffic slow;
+  slow.rate = 30;
+  slow.seconds = 1200;
+  const Calibration c = calibrate_text(make_trace({slow}, 25), {});
+  const KeyCalibration& k = c.keys[0];
+  ASSERT_TRUE(k.rate_policy) << k.note;
+  EXPECT_EQ(find(k, "half_open_fraction"), nullptr);
+  const Proposed* at_once = find(k, "half_open_max_calls");
+  ASSERT_NE(at_once, nullptr) << k.breaker_toml;
+  EXPECT_NE(at_once->reason.find("count mode"), std::string::npos) << at_once->reason;
+  const double probes = value_of(k, "half_open_successes");
+  EXPECT_LE(std::stod(at_once->value), probes);
+  EXPECT_LE(std::stod(at_once->value), k.bulkhead);
+  // At most as many at once as are normally in flight, and at least their mean: the
+  // round runs at the traffic's pace (rate x mean latency is about 1.7 here).
+  EXPECT_GE(std::stod(at_once->value), k.rate_per_s * ms(k.mean) / 1000);
+  const BreakerSpec spec = parse_breaker(k.breaker_toml, "p.toml");
+  const HalfOpen& h = spec.as<TimeWindowConfig>().half_open;
+  EXPECT_FALSE(h.fraction);
+  ASSERT_TRUE(h.max_in_flight);
+  EXPECT_EQ(*h.max_in_flight, static_cast<std::uint32_t>(std::stod(at_once->value)));
+  EXPECT_EQ(k.checks[0].opens, 0u);
+  ASSERT_TRUE(k.checks[2].time_to_open);
+
+  Traffic busy;
+  busy.rate = 400;
+  busy.seconds = 600;
+  const KeyCalibration b = calibrate_text(make_trace({busy}, 26), {}).keys[0];
+  EXPECT_EQ(find(b, "half_open_max_calls"), nullptr);
+  EXPECT_LE(value_of(b, "half_open_fraction"), 0.1);
+}
+
+// No rule's reason claims what the numbers do not give: a consecutive-failure run's
+// expected count a day is what the reason says, for error rates up to just under half.
+TEST(Calibrate, TheConsecutiveFailureRunIsAsRareAsItsReasonSays) {
+  for (double error_rate : {0.0, 0.1, 0.3, 0.45}) {
+    Traffic t;
+    t.rate = 100;
+    t.seconds = 600;
+    t.error_rate = error_rate;
+    const KeyCalibration k = calibrate_text(make_trace({t}, 27), {}).keys[0];
+    ASSERT_TRUE(k.not_normal.empty()) << k.not_normal;
+    const Proposed* run = find(k, "consecutive_failures");
+    ASSERT_NE(run, nullptr);
+    EXPECT_LT(std::stoi(run->value), 100) << error_rate << ": " << run->reason;
+    EXPECT_NE(run->reason.find("is expected under"), std::string::npos) << run->reason;
+  }
+}
+
+// The bulkhead's Poisson tail above 1,000 calls in flight is m + 5 sqrt(m): at least the
+// exact 1e-6 quantile.
+TEST(Calibrate, TheBulkheadCoversTheInFlightTailAtHighConcurrency) {
+  // 1,000 calls a second lasting about 2 s: about 2,000 in flight.
+  Traffic t;
+  t.rate = 1000;
+  t.median_ms = 2000;
+  t.sigma = 0.01;
+  t.seconds = 120;
+  t.error_rate = 0;
+  const KeyCalibration k = calibrate_text(make_trace({t}, 28), {}).keys[0];
+  const double m = k.rate_per_s * ms(std::min(k.mean, k.timeout)) / 1000;
+  ASSERT_GT(m, 1000);
+  // The exact quantile, summed here in log space.
+  double cdf = 0;
+  std::uint64_t exact = 0;
+  for (;; ++exact) {
+    const double c = static_cast<double>(exact);
+    cdf += std::exp(c * std::log(m) - m - std::lgamma(c + 1));
+    if (1 - cdf <= 1e-6) break;
+  }
+  EXPECT_GE(k.bulkhead, exact) << "m = " << m;
+  EXPECT_LE(k.bulkhead, exact + 50) << "m = " << m;
+}
+
+// The scenario written for a key too busy for ten minutes of it within the lab's run
+// bound is shorter, the same shape: it loads and runs.
+TEST(Calibrate, TheScenarioOfAVeryBusyKeyIsWithinTheRunBound) {
+  Traffic t;
+  t.rate = 1e6;
+  t.seconds = 0.3;
+  t.median_ms = 0.05;
+  const KeyCalibration k = calibrate_text(make_trace({t}, 29), {}).keys[0];
+  ASSERT_TRUE(k.not_normal.empty()) << k.not_normal;
+  const Scenario s = parse_scenario(k.scenario_toml, "s.toml");
+  EXPECT_LE(estimate_work(s, false).seconds, kMaxRunSeconds);
+  EXPECT_LT(s.duration, std::chrono::minutes(10));
+  ASSERT_EQ(s.dependency.phases.size(), 3u);
+  EXPECT_EQ(s.dependency.phases[1].start * 10, s.duration) << "degraded from a tenth";
+  EXPECT_EQ(s.dependency.phases[2].start * 10, s.duration * 7) << "to seven tenths";
 }
 
 }  // namespace

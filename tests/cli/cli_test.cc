@@ -4,6 +4,8 @@
 // error naming the file, line and field, and prints nothing on stdout.
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -373,6 +375,135 @@ TEST(Help, EverySubcommandHasIt) {
   for (const char* option : {"--config", "--decisions", "t_ms,key,duration_ms,outcome"}) {
     EXPECT_NE(rep.out.find(option), std::string::npos) << option;
   }
+}
+
+// --- outputs that cannot be written, outputs that would overwrite an input ---------
+
+bool has_dev_full() { return std::ofstream("/dev/full").good(); }
+
+// Every command that writes checks its writes, flushed: to a full device it exits 1
+// with the reason, never 0 with nothing written.
+TEST(Output, AFullDeviceIsAnErrorForEveryCommandThatWrites) {
+  if (!has_dev_full()) GTEST_SKIP() << "no /dev/full here";
+  const std::string breaker = source_path("tools/examples/breaker.toml");
+  const std::string trace = source_path("tools/examples/trace.csv");
+  struct Case {
+    std::vector<std::string> args;
+    bool to_stdout;  // else the file output is /dev/full and stdout a file
+    std::string says;
+  };
+  const std::string out = "cannot write to standard output: No space left on device";
+  const std::vector<Case> cases = {
+      {{"simulate", "--duration", "10s", "--no-timeline"}, true, out},
+      {{"simulate", "--duration", "10s"}, true, out},
+      {{"simulate", "--print-scenario"}, true, out},
+      {{"simulate", "--fleet", "--print-scenario"}, true, out},
+      {{"simulate", "--duration", "10s", "--json", "-"}, true, out},
+      {{"simulate", "--duration", "10s", "--svg", "-"}, true, out},
+      {{"simulate", "--duration", "10s", "--json", "/dev/full"},
+       false,
+       "--json: cannot write /dev/full: No space left on device"},
+      {{"simulate", "--duration", "10s", "--svg", "/dev/full"},
+       false,
+       "--svg: cannot write /dev/full: No space left on device"},
+      {{"replay", "--config", breaker, trace}, true, "No space left on device"},
+      {{"replay", "--config", breaker, "--decisions", trace}, true, "No space left on device"},
+      {{"calibrate", trace}, true, out},
+      {{"calibrate", trace, "--key", "reviews", "--toml", "-"}, true, out},
+      {{"calibrate", trace, "--json", "/dev/full"},
+       false,
+       "--json: cannot write /dev/full: No space left on device"},
+      {{"calibrate", trace, "--svg", "/dev/full"}, false, "--svg: cannot write /dev/full"},
+      {{"calibrate", trace, "--key", "reviews", "--toml", "/dev/full"},
+       false,
+       "--toml: cannot write /dev/full"},
+      {{"calibrate", trace, "--key", "reviews", "--scenario", "/dev/full"},
+       false,
+       "--scenario: cannot write /dev/full"},
+      {{"--help"}, true, out},
+      {{"--version"}, true, out},
+      {{"calibrate", "--help"}, true, out},
+  };
+  for (const Case& c : cases) {
+    std::string shown;
+    for (const std::string& a : c.args) shown += " " + a;
+    const CliRun r = run(c.args, "", {}, c.to_stdout ? "/dev/full" : "");
+    EXPECT_EQ(r.status, 1) << shown << ": " << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << shown << ": " << r.err;
+    EXPECT_EQ(r.err.find("terminate called"), std::string::npos) << shown;
+  }
+  // A fleet's report, where the build has the fleet.
+  const CliRun fleet = run({"simulate", "--fleet", "--duration", "10s"}, "", {}, "/dev/full");
+  if (fleet.err.find("no fleet support") == std::string::npos) {
+    EXPECT_EQ(fleet.status, 1) << fleet.err;
+    EXPECT_NE(fleet.err.find(out), std::string::npos) << fleet.err;
+  }
+  // `bulwark demo` (where the build has it) stops at its header, before its 30 s run.
+  if (run({"demo", "--help"}).status == 0) {
+    const CliRun demo = run({"demo"}, "", {}, "/dev/full");
+    EXPECT_EQ(demo.status, 1) << demo.err;
+    EXPECT_NE(demo.err.find("No space left on device"), std::string::npos) << demo.err;
+  }
+}
+
+// An output that is one of the command's inputs, under any name (the same path, ./, a
+// symbolic or a hard link, standard input or output), is refused before anything is
+// written: exit 2, naming the flag and the input, and the input is left as it was.
+TEST(Output, AnOutputThatIsAnInputIsRefusedAndTheInputKept) {
+  const std::string dir = temp_path("dir");
+  std::remove(dir.c_str());
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  const std::string scenario = dir + "/s.toml", trace = dir + "/t.csv", breaker = dir + "/b.toml";
+  const std::string scenario_text = read_all(source_path("tools/examples/incident.toml"));
+  const std::string trace_text = read_all(source_path("tools/examples/trace.csv"));
+  const std::string breaker_text = read_all(source_path("tools/examples/breaker.toml"));
+  std::ofstream(scenario, std::ios::binary) << scenario_text;
+  std::ofstream(trace, std::ios::binary) << trace_text;
+  std::ofstream(breaker, std::ios::binary) << breaker_text;
+  ASSERT_EQ(symlink("s.toml", (dir + "/link.toml").c_str()), 0);
+  ASSERT_EQ(link(trace.c_str(), (dir + "/hard.csv").c_str()), 0);
+  const auto refused = [&](const std::vector<std::string>& args, const std::string& says,
+                           const std::string& stdout_to = "", const std::string& stdin_from = "") {
+    std::string shown;
+    for (const std::string& a : args) shown += " " + a;
+    const CliRun r = run(args, "", {}, stdout_to, stdin_from);
+    EXPECT_EQ(r.status, 2) << shown << ": " << r.err;
+    EXPECT_NE(r.err.find(says), std::string::npos) << shown << ": " << r.err;
+    EXPECT_NE(r.err.find("which this command reads"), std::string::npos) << shown << ": " << r.err;
+    EXPECT_EQ(read_all(scenario), scenario_text) << shown;
+    EXPECT_EQ(read_all(trace), trace_text) << shown;
+    EXPECT_EQ(read_all(breaker), breaker_text) << shown;
+  };
+  refused({"simulate", scenario, "--duration", "10s", "--json", scenario},
+          "--json: names the scenario");
+  refused({"simulate", scenario, "--duration", "10s", "--svg", dir + "/./s.toml"},
+          "--svg: names the scenario");
+  refused({"simulate", scenario, "--duration", "10s", "--json", dir + "/link.toml"},
+          "--json: names the scenario");
+  refused({"simulate", dir + "/link.toml", "--duration", "10s", "--json", "-", "--svg", scenario},
+          "--svg: names the scenario");
+  refused({"simulate", "-", "--duration", "10s", "--svg", scenario},
+          "--svg: names the scenario (standard input)", "", scenario);
+  refused({"simulate", scenario, "--duration", "10s"}, "standard output is the scenario", scenario);
+  refused({"calibrate", trace, "--json", trace}, "--json: names the trace");
+  refused({"calibrate", trace, "--svg", dir + "/hard.csv"}, "--svg: names the trace");
+  refused({"calibrate", dir + "/hard.csv", "--key", "reviews", "--toml", trace},
+          "--toml: names the trace");
+  refused({"calibrate", trace, "--key", "reviews", "--scenario", trace},
+          "--scenario: names the trace");
+  refused({"calibrate", "-", "--json", trace}, "--json: names the trace (standard input)", "",
+          trace);
+  refused({"calibrate", trace}, "standard output is the trace", trace);
+  refused({"replay", "--config", breaker, trace}, "standard output is the trace", trace);
+  refused({"replay", "--config", breaker, trace}, "standard output is the configuration", breaker);
+  // Another file is written as before.
+  const CliRun ok = run({"simulate", scenario, "--duration", "10s", "--json", dir + "/r.json"});
+  EXPECT_EQ(ok.status, 0) << ok.err;
+  EXPECT_EQ(read_all(scenario), scenario_text);
+  for (const char* f : {"/s.toml", "/t.csv", "/b.toml", "/link.toml", "/hard.csv", "/r.json"}) {
+    std::remove((dir + f).c_str());
+  }
+  rmdir(dir.c_str());
 }
 
 }  // namespace

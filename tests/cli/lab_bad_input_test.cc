@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "bulwark/lab/config.h"
+#include "bulwark/lab/fleet.h"
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/replay.h"
 #include "bulwark/lab/report.h"
@@ -152,16 +153,66 @@ TEST(Bounds, TheSimulatorBoundsAttemptsPerRequestAndInAll) {
               (void)simulate_configuration(s, c);
             }).find("config.a.retry.max_attempts: must be at most 100"),
             std::string::npos);
-  // 1e6 req/s for 30 min is 1.8e9 requests: allowed alone, but not with 3 attempts each.
-  const std::string busy =
-      "duration = \"30min\"\n[arrivals]\nrate = 1000000\n[caller]\nworkers = 5\n"
-      "[dependency]\n[[dependency.phases]]\nstart = \"0s\"\nlatency = \"1ms\"\n";
-  EXPECT_NO_THROW((void)parse_scenario(busy + "[config.a]\n", "s.toml"));
-  const std::string e =
-      error_of([&] { (void)parse_scenario(busy + "[config.a.retry]\n", "s.toml"); });
-  EXPECT_NE(e.find("config.a.retry.max_attempts: the scenario could make about 5.4e+09 attempts"),
+  // Past the run bound, the simulator refuses a scenario built in code too.
+  Scenario storm = parse_scenario(std::string(kScenario) + "[config.a]\n", "s.toml");
+  storm.arrivals.rate = 1e6;
+  storm.duration = std::chrono::hours(1);
+  EXPECT_NE(error_of([&] { (void)simulate(storm); }).find("would take about"), std::string::npos);
+  EXPECT_NE(error_of([&] {
+              (void)simulate_configuration(storm, storm.configurations.front());
+            }).find("would take about"),
+            std::string::npos);
+}
+
+// A retry storm at the old cap (2e9 attempts: 20,000/s for 1,000 s, 100 attempts 1 ms
+// apart) would have run for most of an hour: refused when read, with its estimate,
+// naming the key most of the work comes from, at its line.
+TEST(Bounds, ARetryStormIsRefusedWithItsEstimate) {
+  const std::string storm =
+      "duration = \"1000s\"\n[arrivals]\nrate = 20000\n[caller]\nworkers = 1000000\n"
+      "[dependency]\n[[dependency.phases]]\nstart = \"0s\"\nlatency = \"1ms\"\n"
+      "error_rate = 1.0\n[config.a.retry]\nmax_attempts = 100\n[config.a.retry.backoff]\n"
+      "kind = \"constant\"\ndelay = \"1ms\"\n";
+  const std::string e = error_of([&] { (void)parse_scenario(storm, "s.toml"); });
+  EXPECT_NE(e.find("s.toml:12:16: config.a.retry.max_attempts: this scenario would take about "),
             std::string::npos)
       << e;
+  EXPECT_NE(e.find(" minutes to simulate on a 2-core machine, and the lab runs at most 60 seconds"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("2e9 attempts (20000 requests/s for 1000s"), std::string::npos) << e;
+  EXPECT_NE(e.find("shorten the duration, lower the rate or max_attempts"), std::string::npos) << e;
+  expect_exit_2(run({"simulate", "-"}, storm), "would take about");
+  // The estimate is the rule: at most the bound runs, past it does not.
+  Scenario s = parse_scenario(std::string(kScenario) + "[config.a]\n", "s.toml");
+  s.arrivals.rate = 1e6;
+  s.caller.workers = 1000;
+  const double per_second = estimate_work(s, false).seconds / 10;  // 10 s of it
+  s.duration = std::chrono::milliseconds(static_cast<long>(kMaxRunSeconds / per_second * 1000));
+  EXPECT_LE(estimate_work(s, false).seconds, kMaxRunSeconds);
+  EXPECT_NO_THROW(check_work(s, false));
+  s.duration += std::chrono::seconds(1);
+  EXPECT_GT(estimate_work(s, false).seconds, kMaxRunSeconds);
+  EXPECT_THROW(check_work(s, false), InputError);
+  // Two configurations run side by side on two cores: twice the work, the same time.
+  s.duration -= std::chrono::seconds(1);
+  s.configurations.push_back(s.configurations.front());
+  s.configurations.back().name = "b";
+  EXPECT_NO_THROW(check_work(s, false));
+  s.configurations.push_back(s.configurations.front());
+  s.configurations.back().name = "c";
+  EXPECT_THROW(check_work(s, false), InputError) << "three on two cores";
+}
+
+// What the lab ships and documents runs: the built-in scenarios, the examples, and the
+// scenarios `bulwark calibrate` writes, however busy the key.
+TEST(Bounds, TheBuiltInAndDocumentedScenariosAreWithinTheBound) {
+  EXPECT_LE(estimate_work(builtin_scenario(), false).seconds, kMaxRunSeconds);
+  for (const char* file : {"tools/examples/incident.toml", "tools/examples/fleet.toml"}) {
+    const Scenario s = load_scenario_file(source_path(file));
+    EXPECT_LE(estimate_work(s, s.fleet.has_value()).seconds, 5) << file;
+  }
+  EXPECT_LE(estimate_work(builtin_fleet_scenario(), true).seconds, 5);
 }
 
 struct Bound {
@@ -300,9 +351,9 @@ TEST(ClearErrors, AKeyEndingInABareCrIsRefused) {
 
 TEST(ClearErrors, DurationBlamesWhatTheUserWrote) {
   // --duration 720h was blamed on --timeline-step, which the user had not given. (On
-  // the built-in scenario 720h is now refused first for its work: 2.07e9 attempts.)
+  // the built-in scenario 720h is refused first for its work: 2.1e9 requests.)
   expect_exit_2(run({"simulate", "--duration", "720h"}),
-                "--duration: makes more than 2e9 attempts");
+                "--duration: this scenario would take about 5 minutes");
   expect_exit_2(
       run({"simulate", "-", "--duration", "720h"}, std::string(kScenario) + "[config.a]\n"),
       "--duration: makes more than 1000000 timeline rows of 1s in 720h: give a "
@@ -354,7 +405,7 @@ TEST(Bounds, CommandLineOverridesAreHeldToTheScenariosBounds) {
   retrying.replace(retrying.find("rate = 10"), 9, "rate = 100000");
   retrying += "[config.a.retry]\nmax_attempts = 100\n";
   expect_exit_2(run({"simulate", "-", "--duration", "1h", "--timeline-step", "1min"}, retrying),
-                "--duration: makes more than 2e9 attempts in the worst case");
+                "--duration: this scenario would take about 3 hours");
 }
 
 TEST(SilentAccepts, TheSameFileUnderTwoNamesIsOneFile) {

@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cmath>
 #include <fstream>
-#include <regex>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +14,7 @@
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
+#include "bulwark/lab/report.h"
 
 namespace bulwark::lab {
 namespace {
@@ -45,7 +45,9 @@ TEST(Duration, RejectsAnythingElseWithAReason) {
   };
   for (const Case& c :
        {Case{"", "empty"}, Case{"30", "no unit"}, Case{"3m", "ambiguous unit \"m\""},
-        Case{"30 s", "unexpected \" \""}, Case{"-1s", "must not be negative"},
+        Case{"30 s", "a space between a number and its unit"}, Case{" 30s", "starts with a space"},
+        Case{"30s ", "ends with a space"}, Case{"2min\t30s", "expected a number at \"\\t30s\""},
+        Case{"2min 30", "no unit"}, Case{"-1s", "must not be negative"},
         Case{"1.s", "'.' without digits"}, Case{"10sec", "unknown unit \"sec\""},
         Case{"s", "expected a number"}, Case{"1e3ms", "unknown unit \"e\""},
         Case{"3000000h", "too large"}, Case{"99999999999999999999s", "too large"}}) {
@@ -53,6 +55,58 @@ TEST(Duration, RejectsAnythingElseWithAReason) {
     ASSERT_FALSE(d) << c.text << " parsed as " << d->count() << "ns";
     EXPECT_NE(d.error().find(c.says), std::string::npos) << c.text << ": " << d.error();
   }
+}
+
+// Reports print a long duration in parts ("6min 9s"), the docs and an error's example
+// show one ("2min 30s"): the parser reads them, with or without the spaces.
+TEST(Duration, PartsMayBeSeparatedBySpacesAsTheReportsPrintThem) {
+  EXPECT_EQ(*parse_duration("2min 30s"), 150s);
+  EXPECT_EQ(*parse_duration("2min30s"), 150s);
+  EXPECT_EQ(*parse_duration("1h 30min 15.5s"), 5415500ms);
+  EXPECT_EQ(*parse_duration("6min  9s"), 369s) << "more than one space between parts";
+  for (Nanos d : {Nanos(809'600us), Nanos(6'040ms), Nanos(119'960ms), Nanos(369s), Nanos(5415s),
+                  Nanos(26h)}) {
+    const auto back = parse_duration(format_readable(d));
+    ASSERT_TRUE(back) << format_readable(d) << ": " << back.error();
+    EXPECT_NEAR(static_cast<double>(back->count()), static_cast<double>(d.count()),
+                0.01 * static_cast<double>(d.count()))
+        << "the report's rounding only: " << format_readable(d);
+  }
+  EXPECT_NE(parse_duration("30 s").error().find("write \"30s\""), std::string::npos)
+      << parse_duration("30 s").error();
+}
+
+// Every example an error gives is one the parser accepts.
+TEST(Duration, TheExamplesErrorsGiveParse) {
+  std::vector<std::string> errors = {parse_duration("").error(), parse_duration("s").error(),
+                                     parse_duration("1x").error()};
+  try {
+    (void)parse_scenario(
+        "duration = \"5min\"\n[arrivals]\nrate = 1\n[caller]\nworkers = 1\n[dependency]\n"
+        "[[dependency.phases]]\nstart = \"0s\"\nlatency = \"1s\"\n[config.a.breaker]\n"
+        "[fleet]\ninstances = 2\noutages = [\"2min\"]\n",
+        "s.toml");
+    ADD_FAILURE() << "an outage that is not a table is an error";
+  } catch (const InputError& e) {
+    errors.push_back(e.message());
+  }
+  int examples = 0;
+  for (const std::string& error : errors) {
+    // Every quoted text that starts with a digit.
+    for (std::size_t open = error.find('"'); open != std::string::npos;
+         open = error.find('"', open + 1)) {
+      const std::size_t close = error.find('"', open + 1);
+      if (close == std::string::npos) break;
+      const std::string example = error.substr(open + 1, close - open - 1);
+      open = close;
+      if (example.empty() || example[0] < '0' || example[0] > '9') continue;
+      if (example == "1x") continue;  // the input echoed back
+      const auto d = parse_duration(example);
+      EXPECT_TRUE(d) << "\"" << example << "\" from: " << error;
+      ++examples;
+    }
+  }
+  EXPECT_GE(examples, 7) << "the errors show examples";
 }
 
 TEST(Duration, FormatsInTheLargestExactUnit) {
@@ -397,6 +451,18 @@ TEST(ScenarioToml, ErrorsNameTheKeyAndLine) {
                "config.a.bulkhead.max_concurrent", "must be at least 1", true);
   expect_error(p + "[config.a.fallback]\non = [\"brekaer_open\"]\n", "s.toml:12:7",
                "config.a.fallback.on", "unknown reason \"brekaer_open\"", true);
+  // `on` is a set: an empty one answers nothing, and an entry twice (or one a group
+  // given with it covers) is a mistake; both name the key.
+  expect_error(p + "[config.a.fallback]\non = []\n", "s.toml:12:6", "config.a.fallback.on",
+               "names no reason", true);
+  expect_error(p + "[config.a.fallback]\non = [\"timeout\", \"timeout\"]\n", "s.toml:12:18",
+               "config.a.fallback.on", "names \"timeout\" twice", true);
+  expect_error(p + "[config.a.fallback]\non = [\"all\", \"timeout\"]\n", "s.toml:12:14",
+               "config.a.fallback.on", "\"all\" (given before it) already covers", true);
+  expect_error(p + "[config.a.fallback]\non = [\"breaker_open\", \"breaker\"]\n", "s.toml:12:23",
+               "config.a.fallback.on", "covers \"breaker_open\" (given before it)", true);
+  expect_error(p + "[config.a.fallback]\non = [\"breaker\", \"breaker\"]\n", "s.toml:12:18",
+               "config.a.fallback.on", "names \"breaker\" twice", true);
   expect_error(p + "[config.a]\nbreaker_scope = \"attempt\"\n", "s.toml:12:17",
                "config.a.breaker_scope", "needs a [config.a.breaker] table", true);
   expect_error(p, "s.toml:1:1", "", "missing required table [config.NAME]", true);

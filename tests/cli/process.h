@@ -55,10 +55,15 @@ inline std::string temp_path(const char* what) {
 }
 
 // Runs BULWARK_CLI_PATH with `args`. `feed`, if given, writes the child's stdin (a
-// pipe) and returns when done; otherwise stdin is `input` (or empty).
+// pipe) and returns when done; otherwise stdin is `input` (or empty). `stdout_to`, if
+// given, is the file standard output goes to (opened for writing, appended to: /dev/full,
+// or a file the command reads), and `out` stays empty; `stdin_from`, if given, is the
+// file standard input is (instead of `input`).
 inline CliRun run(const std::vector<std::string>& args, const std::string& input = "",
-                  const std::function<void(int fd)>& feed = {}) {
-  const std::string out_path = temp_path("out"), err_path = temp_path("err");
+                  const std::function<void(int fd)>& feed = {}, const std::string& stdout_to = "",
+                  const std::string& stdin_from = "") {
+  const std::string out_path = stdout_to.empty() ? temp_path("out") : stdout_to;
+  const std::string err_path = temp_path("err");
   std::string in_path;
   int pipe_fds[2] = {-1, -1};
   posix_spawn_file_actions_t actions;
@@ -68,12 +73,15 @@ inline CliRun run(const std::vector<std::string>& args, const std::string& input
     posix_spawn_file_actions_adddup2(&actions, pipe_fds[0], 0);
     posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
     posix_spawn_file_actions_addclose(&actions, pipe_fds[1]);
+  } else if (!stdin_from.empty()) {
+    posix_spawn_file_actions_addopen(&actions, 0, stdin_from.c_str(), O_RDONLY, 0);
   } else {
     in_path = temp_path("in");
     std::ofstream(in_path, std::ios::binary) << input;
     posix_spawn_file_actions_addopen(&actions, 0, in_path.c_str(), O_RDONLY, 0);
   }
-  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(), O_WRONLY | O_TRUNC, 0);
+  posix_spawn_file_actions_addopen(&actions, 1, out_path.c_str(),
+                                   stdout_to.empty() ? O_WRONLY | O_TRUNC : O_WRONLY | O_APPEND, 0);
   posix_spawn_file_actions_addopen(&actions, 2, err_path.c_str(), O_WRONLY | O_TRUNC, 0);
 
   std::vector<std::string> argv_s{BULWARK_CLI_PATH};
@@ -102,10 +110,10 @@ inline CliRun run(const std::vector<std::string>& args, const std::string& input
   if (wait4(pid, &status, 0, &usage) != pid) throw std::runtime_error("wait4 failed");
   CliRun r;
   r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.out = read_all(out_path);
+  if (stdout_to.empty()) r.out = read_all(out_path);
   r.err = read_all(err_path);
   r.max_rss_kb = usage.ru_maxrss;
-  std::remove(out_path.c_str());
+  if (stdout_to.empty()) std::remove(out_path.c_str());
   std::remove(err_path.c_str());
   if (!in_path.empty()) std::remove(in_path.c_str());
   return r;

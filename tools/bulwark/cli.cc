@@ -67,6 +67,74 @@ void check_output(std::string_view flag, const Given& path) {
   }
 }
 
+// Standard output, flushed and checked: a write that failed (a full disk, /dev/full, a
+// pipe whose reader is gone) is an error with its reason, never a silent exit 0.
+void flush_stdout() {
+  // A write that failed earlier (the stream went bad) left its reason in errno.
+  int err = errno;
+  bool ok = std::cout.good();
+  if (ok) {
+    errno = 0;
+    std::cout.flush();
+    err = errno;
+    ok = std::cout.good();
+  }
+  if (ok) {
+    errno = 0;
+    if (std::fflush(stdout) != 0 || std::ferror(stdout)) ok = false, err = errno;
+  }
+  if (!ok) {
+    throw std::runtime_error(std::string("cannot write to standard output: ") +
+                             std::strerror(err != 0 ? err : EIO));
+  }
+}
+
+void write_stdout(std::string_view text) {
+  errno = 0;
+  std::cout << text;
+  flush_stdout();
+}
+
+// A file the command reads, by identity (device and inode, symbolic links and other
+// names resolved), so that an output naming it under any name is refused before it can
+// overwrite what was read. Only regular files: /dev/null as input and output is fine.
+struct InputFile {
+  std::string what;  // "the scenario", "the trace", "the configuration"
+  std::string path;  // as given ("-": standard input)
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+
+std::optional<InputFile> input_file(std::string what, const std::string& path) {
+  struct stat st {};
+  const int rc = path == "-" ? ::fstat(STDIN_FILENO, &st) : ::stat(path.c_str(), &st);
+  if (rc != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  return InputFile{std::move(what), path, st.st_dev, st.st_ino};
+}
+
+bool is_file(int fd, const InputFile& in) {
+  struct stat st {};
+  return ::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_dev == in.dev && st.st_ino == in.ino;
+}
+
+std::string input_name(const InputFile& in) {
+  return in.what + " " +
+         (in.path == "-" ? std::string("(standard input)")
+                         : bulwark::lab::quote_for_error(in.path));
+}
+
+// Standard output must not be an input either (`bulwark replay ... >> trace.csv`).
+void check_stdout_is_not(const std::vector<std::optional<InputFile>>& inputs) {
+  for (const auto& in : inputs) {
+    if (in && is_file(STDOUT_FILENO, *in)) {
+      throw InputError({}, "",
+                       "standard output is " + input_name(*in) +
+                           ", which this command reads: writing there would overwrite it; "
+                           "redirect the output to another file");
+    }
+  }
+}
+
 void check_simulate(SimulateArgs& a) {
   if (a.print_scenario) {
     // It prints the built-in scenario and nothing else: anything more asked for is a
@@ -218,23 +286,38 @@ class Output {
                                " for writing: " + std::strerror(errno));
     }
   }
+  // Refuses (exit 2) an output that is one of the command's inputs, once open: the
+  // file is opened without truncating it, so nothing has been overwritten yet.
+  void check_not(const std::vector<std::optional<InputFile>>& inputs) const {
+    for (const auto& in : inputs) {
+      if (in && file_ && is_file(::fileno(file_.get()), *in)) {
+        throw InputError({}, flag_,
+                         "names " + input_name(*in) +
+                             ", which this command reads: writing it would overwrite what was "
+                             "read; name another file");
+      }
+    }
+  }
   bool used() const { return !path_.empty(); }
   bool is_stdout() const { return path_ == "-"; }
   const std::string& path() const { return path_; }
 
   void write(const std::string& content) {
-    if (is_stdout()) {
-      std::cout << content << std::flush;
-      if (!std::cout) throw std::runtime_error("cannot write to standard output");
-      return;
-    }
+    if (is_stdout()) return write_stdout(content);
     std::FILE* f = file_.release();
+    int err = 0;
     // A pipe or a terminal (--json /dev/stdout) cannot be truncated, and needs not be.
-    bool ok = ::ftruncate(::fileno(f), 0) == 0 || errno == EINVAL;
-    ok = std::fwrite(content.data(), 1, content.size(), f) == content.size() && ok;
-    ok = std::fclose(f) == 0 && ok;
+    if (::ftruncate(::fileno(f), 0) != 0 && errno != EINVAL) err = errno;
+    if (std::fwrite(content.data(), 1, content.size(), f) != content.size() && err == 0) {
+      err = errno != 0 ? errno : EIO;
+    }
+    // The data reaches the file when it is flushed: a full disk shows here.
+    if (std::fclose(f) != 0 && err == 0) err = errno != 0 ? errno : EIO;
     written_ = true;
-    if (!ok) throw std::runtime_error("cannot write " + bulwark::lab::printable(path_));
+    if (err != 0) {
+      throw std::runtime_error(flag_ + ": cannot write " + bulwark::lab::printable(path_) + ": " +
+                               std::strerror(err));
+    }
   }
 
  private:
@@ -250,41 +333,12 @@ class Output {
   bool written_ = false;
 };
 
-// --seed and --duration over the scenario's own, held to the bounds its own duration
-// was held to when it was read (and, for a fleet, to its runs and syncs).
+// --seed and --duration over the scenario's own, held to the bound its own duration was
+// held to when it was read: the run's estimated work (check_work).
 void apply_seed_and_duration(const SimulateArgs& a, bulwark::lab::Scenario& scenario) {
   if (a.seed) scenario.seed = *a.seed;
   if (!a.duration_value) return;
-  const double requests =
-      scenario.arrivals.rate * std::chrono::duration<double>(*a.duration_value).count();
-  if (requests > bulwark::lab::kMaxRequests) {
-    throw InputError({}, "--duration", "makes more than 2e9 requests at this scenario's rate");
-  }
-  // A fleet's configuration runs four times over (single, and two fleets of instances).
-  double attempts = 0;
-  for (const auto& c : scenario.configurations) {
-    bool fleet = false;
-    if (scenario.fleet) {
-      const auto& names = scenario.fleet->configurations;
-      fleet = std::find(names.begin(), names.end(), c.name) != names.end();
-    }
-    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
-  }
-  if (attempts > bulwark::lab::kMaxSimulatedAttempts) {
-    throw InputError({}, "--duration",
-                     std::string("makes more than 2e9 attempts in the worst case (every attempt "
-                                 "failing and retried) at this scenario's rate and max_attempts") +
-                         (scenario.fleet ? ", over the fleet's runs" : ""));
-  }
   if (scenario.fleet) {
-    const double syncs = static_cast<double>(scenario.fleet->instances) *
-                         (static_cast<double>(a.duration_value->count()) /
-                          static_cast<double>(scenario.fleet->sync_interval.count()));
-    if (syncs > bulwark::lab::kMaxFleetSyncs) {
-      throw InputError({}, "--duration",
-                       "makes more than 1e8 fleet syncs at this scenario's instances and "
-                       "sync_interval");
-    }
     for (const auto& o : scenario.fleet->outages) {
       if (o.start >= *a.duration_value) {
         throw InputError({}, "--duration",
@@ -294,12 +348,20 @@ void apply_seed_and_duration(const SimulateArgs& a, bulwark::lab::Scenario& scen
     }
   }
   scenario.duration = *a.duration_value;
+  // The longer run must still end while the user waits (a fleet's runs, as a fleet).
+  bulwark::lab::check_work(scenario, scenario.fleet.has_value(), "--duration");
 }
 
 // simulate's --json and --svg, opened before the run so that a bad path fails at once.
 void open_outputs(const SimulateArgs& a, Output& json, Output& svg) {
   json.open();
   svg.open();
+  // The scenario read must not be overwritten (`simulate mine.toml --json mine.toml`).
+  const std::vector<std::optional<InputFile>> inputs{
+      a.scenario.given ? input_file("the scenario", a.scenario.value) : std::nullopt};
+  json.check_not(inputs);
+  svg.check_not(inputs);
+  check_stdout_is_not(inputs);
   if (json.same_file_as(svg)) {
     throw InputError(
         {}, "--svg",
@@ -324,8 +386,7 @@ void write_outputs(const SimulateArgs& a, Output& json, Output& svg, Json to_jso
     text << (json.used() ? "" : "\n") << "Chart written to " << bulwark::lab::printable(a.svg.value)
          << "\n";
   }
-  std::cout << text.str() << std::flush;
-  if (!std::cout) throw std::runtime_error("cannot write to standard output");
+  write_stdout(text.str());
 }
 
 // A scenario with a [fleet] table: single, isolated and shared, side by side.
@@ -395,8 +456,8 @@ struct Progress {
 
 int run_simulate(const SimulateArgs& a) {
   if (a.print_scenario) {
-    std::cout << (a.fleet ? bulwark::lab::builtin_fleet_scenario_toml()
-                          : bulwark::lab::builtin_scenario_toml());
+    write_stdout(a.fleet ? bulwark::lab::builtin_fleet_scenario_toml()
+                         : bulwark::lab::builtin_scenario_toml());
     return 0;
   }
   Output json("--json", a.json), svg("--svg", a.svg);
@@ -464,6 +525,8 @@ int run_simulate(const SimulateArgs& a) {
 }
 
 int run_replay(const ReplayArgs& a) {
+  check_stdout_is_not(
+      {input_file("the configuration", a.config), input_file("the trace", a.trace)});
   const bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file(a.config);
   bulwark::lab::ReplayOptions options{.decisions = a.decisions};
   Progress progress;
@@ -495,6 +558,9 @@ int run_calibrate(const CalibrateArgs& a) {
       throw InputError({}, flag, "names the same file as another output");
     }
   }
+  const std::vector<std::optional<InputFile>> inputs{input_file("the trace", a.trace)};
+  for (const Output* out : {&json, &svg, &toml, &scenario}) out->check_not(inputs);
+  check_stdout_is_not(inputs);
   bulwark::lab::CalibrateOptions options;
   options.false_opens_per_day = a.false_opens;
   options.keys = a.keys;
@@ -523,14 +589,20 @@ int run_calibrate(const CalibrateArgs& a) {
     std::string text = bulwark::lab::to_text(c);
     if (json.used()) text += "\nResults written to " + bulwark::lab::printable(a.json.value) + "\n";
     if (svg.used()) text += "Chart written to " + bulwark::lab::printable(a.svg.value) + "\n";
+    // A key whose trace is not normal traffic gets no configuration: its files say why.
+    const bool proposed = c.keys.size() == 1 && c.keys.front().not_normal.empty();
     if (toml.used()) {
-      text += "Breaker configuration written to " + bulwark::lab::printable(a.toml.value) + "\n";
+      text += (proposed ? "Breaker configuration written to "
+                        : "No breaker configuration proposed (not normal traffic); why, written "
+                          "to ") +
+              bulwark::lab::printable(a.toml.value) + "\n";
     }
     if (scenario.used()) {
-      text += "Scenario written to " + bulwark::lab::printable(a.scenario.value) + "\n";
+      text += (proposed ? "Scenario written to "
+                        : "No scenario written (not normal traffic); why, written to ") +
+              bulwark::lab::printable(a.scenario.value) + "\n";
     }
-    std::cout << text << std::flush;
-    if (!std::cout) throw std::runtime_error("cannot write to standard output");
+    write_stdout(text);
   }
   return 0;
 }
@@ -713,10 +785,21 @@ int CommandLine::exit(const CLI::ParseError& e) { return app_->exit(e); }
 int main(int argc, const char* const* argv) {
   CommandLine line;
   Command command;
+  // Everything a command writes to standard output is flushed and checked before it
+  // exits 0: a failed write is exit 1 with the reason.
+  const auto finish = [](int status) {
+    try {
+      flush_stdout();
+    } catch (const std::exception& e) {
+      std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n";
+      return status == 0 ? kFailed : status;
+    }
+    return status;
+  };
   try {
     command = line.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return line.exit(e);  // --help, --version
+    if (e.get_exit_code() == 0) return finish(line.exit(e));  // --help, --version
     std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n"
               << "Run 'bulwark --help' or 'bulwark <subcommand> --help' for usage.\n";
     return kBadInput;
@@ -727,11 +810,11 @@ int main(int argc, const char* const* argv) {
   }
   try {
 #if defined(BULWARK_CLI_DEMO)
-    if (command.demo) return run_demo(DemoOptions{}, std::cout);
+    if (command.demo) return finish(run_demo(DemoOptions{}, std::cout));
 #endif
-    if (command.simulate) return run_simulate(command.sim);
-    if (command.calibrate) return run_calibrate(command.cal);
-    return run_replay(command.rep);
+    if (command.simulate) return finish(run_simulate(command.sim));
+    if (command.calibrate) return finish(run_calibrate(command.cal));
+    return finish(run_replay(command.rep));
   } catch (const InputError& e) {
     std::cout.flush();
     std::cerr << "bulwark: error: " << bulwark::lab::printable(e.what()) << "\n";

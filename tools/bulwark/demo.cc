@@ -5,17 +5,20 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <condition_variable>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <deque>
 #include <iomanip>
 #include <iostream>
 #include <mutex>
 #include <optional>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -329,7 +332,13 @@ int run_demo(const DemoOptions& o, std::ostream& out) {
       << "  after:  timeout 80 ms, breaker (slow > 40 ms or failures, 50 % of 20 calls, open 2 "
          "s),\n"
       << "          bulkhead 8, fallback: the page without reviews\n\n";
-  out.flush();
+  // An output that cannot be written (a full disk, /dev/full) stops the demo before its
+  // 30 seconds, with the reason.
+  errno = 0;
+  if (!out.flush()) {
+    const int err = errno != 0 ? errno : EIO;
+    throw std::runtime_error(std::string("cannot write to the output: ") + std::strerror(err));
+  }
   const Result before = run_phase("before", before_config(), false, up, o);
   const Result after = run_phase("after", after_config(), true, up, o);
   // The same scenario in virtual time (a fraction of a second).
@@ -421,6 +430,11 @@ int run_demo(const DemoOptions& o, std::ostream& out) {
       << (outside == 0 ? std::string("all within the tolerance")
                        : std::to_string(outside) + " outside the tolerance")
       << "\n";
+  errno = 0;
+  if (!out.flush()) {
+    const int err = errno != 0 ? errno : EIO;
+    throw std::runtime_error(std::string("cannot write to the output: ") + std::strerror(err));
+  }
   return 0;
 }
 

@@ -35,7 +35,8 @@ struct DemoOptions {
 };
 
 // Runs both phases and writes the table to `out`. Returns 0, or 1 if the upstream could
-// not be started.
+// not be started. Throws std::runtime_error (with the reason) if `out` cannot be
+// written: checked after the header, before the 30-second run, and after the table.
 int run_demo(const DemoOptions& options, std::ostream& out);
 
 // The demo as a lab scenario: the same constant arrival rate, workers, phases (fast

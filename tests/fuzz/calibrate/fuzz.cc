@@ -1,7 +1,9 @@
 // `bulwark calibrate`: a CSV trace (the input's first byte picks the false-open budget
-// and whether the check runs). Bad input must be a clear InputError; a good trace gives
-// a proposal per key whose breaker file loads back through the lab's loader, and
-// reports (text, JSON, SVG) that hold no raw control byte.
+// and whether the check runs). Bad input must be a clear InputError; a good trace gives,
+// per key, either a proposal whose breaker file loads back through the lab's loader, or
+// — for a trace that is not normal traffic (fewer than 100 successes, as many failures
+// as successes, no time span) — a reason and nothing else; and reports (text, JSON,
+// SVG) that hold no raw control byte.
 
 #include <cstdint>
 #include <string>
@@ -33,6 +35,17 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   }
   fuzz::check(!c.keys.empty(), "a calibration has a key");
   for (const lab::KeyCalibration& k : c.keys) {
+    const std::uint64_t successes = k.calls - k.ignored - k.failures;
+    const bool normal = successes >= 100 && k.failures < successes && k.last_t > k.first_t;
+    fuzz::check(normal == k.not_normal.empty(), "not normal traffic exactly as defined");
+    if (!normal) {
+      fuzz::check(k.breaker.empty() && k.call.empty() && k.timeout == 0 && k.bulkhead == 0 &&
+                      k.checks.empty(),
+                  "nothing proposed for traffic that is not normal");
+      fuzz::check(k.breaker_toml.find("[breaker]") == std::string::npos,
+                  "no breaker table for traffic that is not normal");
+      continue;
+    }
     try {
       const lab::BreakerSpec spec = lab::parse_breaker(k.breaker_toml, "proposal.toml");
       const bool has_rule = std::visit(

@@ -1,7 +1,8 @@
-// Durations as people write them ("800ms", "1h30min"), and the escaping every error
-// applies to the text it echoes. A duration that parses is never negative and prints
-// back to itself; one that does not gets a short, printable reason; escaped text holds
-// no control byte and is cut.
+// Durations as people write them ("800ms", "1h30min", "2min 30s"), and the escaping
+// every error applies to the text it echoes. A duration that parses is never negative
+// and prints back to itself, and the spaces between its parts change nothing (the same
+// text without them parses to the same value); one that does not gets a short,
+// printable reason; escaped text holds no control byte and is cut.
 
 #include <cstdint>
 #include <string>
@@ -21,6 +22,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string shown = lab::format_duration(*d);
     const auto again = lab::parse_duration(shown);
     check(again && *again == *d, "a duration prints back to itself");
+    std::string packed;
+    for (char c : text) {
+      if (c != ' ') packed += c;
+    }
+    const auto without = lab::parse_duration(packed);
+    check(without && *without == *d, "spaces between parts change nothing");
   } else {
     check(!d.error().empty() && d.error().size() < 1024, "a short reason");
     check(!fuzz::has_control_bytes(d.error()), "a printable reason");

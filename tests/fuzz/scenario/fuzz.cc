@@ -1,7 +1,8 @@
 // `bulwark simulate SCENARIO.toml`: a scenario as the CLI reads it and, when it is small
 // enough to run in a few milliseconds, the simulation and its three reports. Bad input
 // must be a clear InputError; a scenario that loads must respect every bound the lab
-// promises (they keep a run finite); a run accounts for every request, and its text
+// promises (they keep a run finite, and the estimated run under a minute); a run
+// accounts for every request, and its text
 // and SVG hold no control byte whatever the names hold. A [fleet] table must respect
 // its bounds too; without bulwark::redis (the fuzz build) its run is the clear "no
 // fleet support" error, and with it a small fleet runs and accounts for every request.
@@ -44,7 +45,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     check(!c.retry || c.retry->config.max_attempts <= lab::kMaxAttempts, "attempts bound");
     attempts += requests * (c.retry ? c.retry->config.max_attempts : 1);
   }
-  check(requests <= lab::kMaxRequests && attempts <= lab::kMaxSimulatedAttempts, "work bound");
+  check(lab::estimate_work(s, s.fleet.has_value()).seconds <= lab::kMaxRunSeconds, "work bound");
   if (s.fleet) {
     const lab::FleetSpec& f = *s.fleet;
     check(f.instances >= 1 && f.instances <= lab::kMaxInstances, "fleet.instances bound");
@@ -59,7 +60,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const double syncs =
         static_cast<double>(f.instances) *
         (static_cast<double>(s.duration.count()) / static_cast<double>(f.sync_interval.count()));
-    check(syncs <= lab::kMaxFleetSyncs, "fleet sync count bound");
     if (!lab::fleet_supported()) {
       try {
         (void)lab::simulate_fleet(s);

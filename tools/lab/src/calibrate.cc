@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -147,10 +148,13 @@ double upper_bound(std::uint64_t x, std::uint64_t n) {
                            1.0 / static_cast<double>(n));
 }
 
-// The smallest c with P(X > c) <= q for X ~ Poisson(m).
+// The smallest c with P(X > c) <= q for X ~ Poisson(m), summed exactly up to m = 1000;
+// above, m + 5 sqrt(m), which is at least the exact 1e-6 quantile from m = 300 on (the
+// sum would cost m terms per key: a trace of keys each with about 1e5 calls in flight
+// took seconds a thousand keys).
 std::uint64_t poisson_quantile(double m, double q) {
   if (m <= 0) return 0;
-  if (m > 1e5) return static_cast<std::uint64_t>(std::ceil(m + 5 * std::sqrt(m)));
+  if (m > 1000) return static_cast<std::uint64_t>(std::ceil(m + 5 * std::sqrt(m)));
   double cdf = 0;
   for (std::uint64_t c = 0;; ++c) {
     const double dc = static_cast<double>(c);
@@ -295,6 +299,15 @@ constexpr double kMinRateThreshold = 0.05;    // rates below this open on noise
 constexpr double kRateRuleLimit = 0.5;        // normal rates above this: no rate rule
 constexpr double kProbeFailureBudget = 0.01;  // a healthy probe round fails at most this
 constexpr double kBulkheadTail = 1e-6;        // a healthy call refused at most this often
+// Not normal traffic (nothing is proposed): fewer successful calls than this (their
+// slowest is then about the p99, the least a timeout can be drawn from), ...
+constexpr std::uint64_t kMinSuccesses = 100;
+// ... or at least as many failures as successes (no healthy baseline), or no time span.
+// Fraction-mode probing when the probes come in 2 s on at most this share of the
+// traffic; past it a "fraction" is most of the traffic, and count mode bounds the
+// probes in flight instead.
+constexpr double kMaxProbeFraction = 0.1;
+constexpr Ticks kProbeRound = 2 * kSecond;
 
 // The degradation a rate rule must catch: the normal rate x10, or 20 points more.
 double degraded_rate(double p) { return std::min(1.0, std::max(10 * p, p + 0.2)); }
@@ -320,6 +333,32 @@ Rule rate_rule(double p, double p_up, std::uint64_t n, double q) {
   return r;
 }
 
+// Why the key's trace is not normal traffic, or empty if it is: thresholds are set
+// above a key's normal behaviour, so a trace without a normal baseline gets none.
+std::string not_normal_traffic(const KeyStats& s) {
+  const std::uint64_t judged = s.rows - s.ignored;
+  const std::uint64_t successes = judged - s.failures;
+  if (judged > 0 && s.failures >= successes) {
+    return "no healthy baseline: " +
+           percent(static_cast<double>(s.failures) / static_cast<double>(judged)) + " of its " +
+           count_text(judged) +
+           " judged calls failed (as many failures as successes or more); thresholds sit "
+           "above normal behaviour, and this is an outage or outcomes recorded wrongly";
+  }
+  if (successes < kMinSuccesses) {
+    return "too few successful calls to measure its latency: " + count_text(successes) + " of " +
+           count_text(s.rows) + " calls (" + count_text(s.ignored) +
+           " ignored, which count nowhere); a timeout and a slow-call threshold need the "
+           "latency of at least " +
+           std::to_string(kMinSuccesses);
+  }
+  if (s.last_t == s.first_t) {
+    return "no rate: every call starts at the same instant, so no window, bulkhead or "
+           "probe rate can be sized";
+  }
+  return "";
+}
+
 void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   const std::uint64_t judged = s.rows - s.ignored;
   const double span_s = static_cast<double>(s.last_t - s.first_t) / 1e9;
@@ -340,6 +379,14 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   c.max = s.latency.max();
   c.peak_in_flight = s.peak_in_flight;
 
+  c.not_normal = not_normal_traffic(s);
+  if (!c.not_normal.empty()) {
+    c.breaker_toml = "# `bulwark calibrate` proposes nothing for key " + printable(s.name) +
+                     ": the trace is not normal traffic for it.\n# " + c.not_normal +
+                     ".\n# Calibrate on a stretch of the key's normal traffic.\n";
+    return;
+  }
+
   auto& br = c.breaker;
   auto& call = c.call;
 
@@ -353,6 +400,18 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
            percent(judged ? static_cast<double>(over_timeout) / static_cast<double>(judged) : 0) +
            " of the trace's calls took longer" +
            (judged < 1000 ? " (under 1,000 calls: p99.9 is about the slowest)" : "")});
+  // The bulkhead: calls in flight are Poisson with mean rate x mean latency (M/G/inf).
+  const double mean_in_flight =
+      c.rate_per_s * static_cast<double>(std::min(c.mean, c.timeout)) / 1e9;
+  const std::uint64_t by_tail = poisson_quantile(mean_in_flight, kBulkheadTail);
+  c.bulkhead = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
+      std::max<std::uint64_t>(by_tail, s.peak_in_flight), 1, kMaxConcurrent));
+  call.push_back({"bulkhead.max_concurrent", std::to_string(c.bulkhead),
+                  "Little's law: " + rate_text(c.rate_per_s) + "/s x " + show(c.mean) +
+                      " mean = " + num(mean_in_flight, 1) +
+                      " in flight; its 1e-6 Poisson tail is " + std::to_string(by_tail) +
+                      ", the trace's peak " + std::to_string(s.peak_in_flight)});
+
   Ticks slow = nice(
       static_cast<Ticks>(std::sqrt(static_cast<double>(c.p99) * static_cast<double>(c.timeout))));
   slow = std::clamp(slow, std::max(kMs, c.p99 + 1), std::max(kMs, c.timeout - 1));
@@ -397,6 +456,15 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   const double run_budget = c.rate_policy ? budget : false_opens_per_day;
   std::uint64_t k_c = 3;
   while (k_c < 65535 && calls_per_day * std::pow(p_c, static_cast<double>(k_c)) > run_budget) ++k_c;
+  // The breaker counts runs up to 65535: a rate so near 1 that even that run is expected
+  // more often than the budget says so, rather than claim what does not hold.
+  const double runs_a_day = calls_per_day * std::pow(p_c, static_cast<double>(k_c));
+  const std::string run_reason =
+      runs_a_day > run_budget
+          ? "the longest run the breaker counts; at " + percent(p_c) + " it is still expected " +
+                num(runs_a_day, 3) + " times a day, over the budget of " + num(run_budget, 3)
+          : "a run this long at " + percent(p_c) + " is expected under " + num(run_budget, 3) +
+                " times a day";
 
   br.push_back({"name", toml_string(breaker_name(s.name)), "the key"});
   if (c.rate_policy) {
@@ -418,7 +486,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
       br.push_back({"failure_rate", num(fr.threshold),
                     "normal " + percent(p_f) + " (timeouts included); " + per_window});
     } else {
-      c.note += "normal failure rate " + percent(p_f) + " is too high for a failure-rate rule; ";
+      c.note = "normal failure rate " + percent(p_f) + " is too high for a failure-rate rule";
     }
     br.push_back(
         {"slow_call_duration", quoted_dur(slow),
@@ -430,9 +498,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                     "a call stuck past slow_call_duration counts before it ends"});
     }
     br.push_back({"consecutive_failures", std::to_string(k_c),
-                  "a run this long at " + percent(p_c) + " is expected under " +
-                      num(run_budget, 3) +
-                      " times a day: trips on an outage before the window fills"});
+                  run_reason + ": trips on an outage before the window fills"});
   } else {
     c.note = judged_rate <= 0 || judged == 0
                  ? "no judged call over a time span: no rate can be measured"
@@ -442,9 +508,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                        "10 min; consecutive failures instead";
     br.push_back({"window", "\"none\"", "consecutive failures only: " + c.note});
     br.push_back({"consecutive_failures", std::to_string(k_c),
-                  "a run this long at " + percent(p_c) + " is expected under " +
-                      num(false_opens_per_day, 3) + " times a day at " + num(calls_per_day, 1) +
-                      " calls a day"});
+                  run_reason + " at " + num(calls_per_day, 1) + " calls a day"});
   }
 
   // Open and half-open.
@@ -472,10 +536,33 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
       probes = cand;
       if (fail <= kProbeFailureBudget) break;
     }
-    const double f =
-        std::clamp(fraction(static_cast<double>(probes) / (2 * judged_rate)), 0.01, 1.0);
-    br.push_back({"half_open_fraction", num(f, 4),
-                  "about " + std::to_string(probes) + " probes in 2s at this traffic"});
+    // The share of the traffic that brings the probes in kProbeRound.
+    const double share =
+        static_cast<double>(probes) / (judged_rate * static_cast<double>(kProbeRound) / 1e9);
+    if (share <= kMaxProbeFraction) {
+      const double f = std::clamp(fraction(share), 0.01, 1.0);
+      br.push_back({"half_open_fraction", num(f, 4),
+                    "about " + std::to_string(probes) + " probes in " + dur(kProbeRound) +
+                        " at this traffic"});
+    } else {
+      // Too little traffic for a fraction: count mode, the probes in flight at once
+      // bounded by the calls normally in flight (the bulkhead's size).
+      const std::uint64_t at_once = std::min<std::uint64_t>(probes, c.bulkhead);
+      const std::string taken =
+          share < 1 ? percent(share) + " of the traffic"
+                    : "more than all of it (" +
+                          num(judged_rate * static_cast<double>(kProbeRound) / 1e9, 1) +
+                          " calls in " + dur(kProbeRound) + ")";
+      br.push_back({"half_open_max_calls", std::to_string(at_once),
+                    "count mode: at " + rate_text(judged_rate) + "/s, " + std::to_string(probes) +
+                        " probes in " + dur(kProbeRound) + " would take " + taken +
+                        ", and a sample is at most " + percent(kMaxProbeFraction) + "; at most " +
+                        std::to_string(at_once) +
+                        " at once (the bulkhead: as many as are normally in flight), a round "
+                        "of about " +
+                        show(static_cast<Ticks>(static_cast<double>(probes) / judged_rate * 1e9)) +
+                        " of traffic"});
+    }
     br.push_back({"half_open_successes", std::to_string(probes),
                   "the fewest probes a healthy dependency passes with 99% probability"});
   } else {
@@ -484,18 +571,6 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   }
   br.push_back({"half_open_max_wait", quoted_dur(nice_up(2 * c.timeout)),
                 "twice the timeout: a probe that never reports frees its slot"});
-
-  // The bulkhead: calls in flight are Poisson with mean rate x mean latency (M/G/inf).
-  const double mean_in_flight =
-      c.rate_per_s * static_cast<double>(std::min(c.mean, c.timeout)) / 1e9;
-  const std::uint64_t by_tail = poisson_quantile(mean_in_flight, kBulkheadTail);
-  c.bulkhead = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
-      std::max<std::uint64_t>(by_tail, s.peak_in_flight), 1, kMaxConcurrent));
-  call.push_back({"bulkhead.max_concurrent", std::to_string(c.bulkhead),
-                  "Little's law: " + rate_text(c.rate_per_s) + "/s x " + show(c.mean) +
-                      " mean = " + num(mean_in_flight, 1) +
-                      " in flight; its 1e-6 Poisson tail is " + std::to_string(by_tail) +
-                      ", the trace's peak " + std::to_string(s.peak_in_flight)});
 
   // The file.
   std::string t = "# Proposed by `bulwark calibrate` for key " + printable(s.name) + " (at most " +
@@ -525,21 +600,37 @@ std::string latency_toml(Ticks p50, Ticks p99, Ticks scale) {
 // A scenario for `bulwark simulate`: the key's traffic for 10 minutes, its latency x10
 // from minute 1 to 7, through no protection and through the proposal.
 std::string scenario_toml(const KeyCalibration& c) {
+  if (!c.not_normal.empty()) {
+    return "# `bulwark calibrate` writes no scenario for key " + printable(c.key) +
+           ": the trace is not normal traffic for it.\n# " + c.not_normal + ".\n";
+  }
   const double rate = std::clamp(c.rate_per_s, 0.01, kMaxRate);
   const std::uint64_t workers = std::clamp<std::uint64_t>(10ull * c.bulkhead, 100, kMaxWorkers);
+  // Ten minutes (the degradation from 1 to 7), or less for a key so busy that ten
+  // minutes of it would pass the lab's run bound (check_work): the same shape, shorter.
+  Scenario shape;
+  shape.duration = std::chrono::minutes(10);
+  shape.arrivals.rate = rate;
+  shape.caller.workers = static_cast<std::uint32_t>(workers);
+  shape.configurations.resize(2);
+  const double fits = 0.9 * kMaxRunSeconds / estimate_work(shape, false).seconds;
+  const Ticks minute =
+      fits >= 1 ? 60 * kSecond : std::max<Ticks>(kMs, static_cast<Ticks>(fits * 60.0 * 1e3) * kMs);
   std::string t = "# Written by `bulwark calibrate` for key " + printable(c.key) +
                   ": its traffic, then its latency x10.\n";
   t += "name = " + toml_string(breaker_name("calibrated " + c.key)) + "\n";
-  t += "duration = \"10min\"\n\n[arrivals]\nprocess = \"poisson\"\nrate = " + num(rate, 4) + "\n\n";
+  t += "duration = " + quoted_dur(10 * minute) +
+       "\n\n[arrivals]\nprocess = \"poisson\"\nrate = " + num(rate, 4) + "\n\n";
   t += "[caller]\nworkers = " + std::to_string(workers) + "\n\n";
   t += "[dependency]\nname = " + toml_string(breaker_name(c.key)) + "\n\n";
   const double e = std::clamp(c.error_rate, 0.0, 1.0);
   t += "[[dependency.phases]]\nname = \"normal\"\nstart = \"0s\"\nlatency = " +
        latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
-  t += "[[dependency.phases]]\nname = \"latency x10\"\nstart = \"1min\"\nlatency = " +
-       latency_toml(c.p50, c.p99, 10) + "\nerror_rate = " + num(e, 6) + "\ndegraded = true\n\n";
-  t += "[[dependency.phases]]\nname = \"recovered\"\nstart = \"7min\"\nlatency = " +
-       latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
+  t += "[[dependency.phases]]\nname = \"latency x10\"\nstart = " + quoted_dur(minute) +
+       "\nlatency = " + latency_toml(c.p50, c.p99, 10) + "\nerror_rate = " + num(e, 6) +
+       "\ndegraded = true\n\n";
+  t += "[[dependency.phases]]\nname = \"recovered\"\nstart = " + quoted_dur(7 * minute) +
+       "\nlatency = " + latency_toml(c.p50, c.p99, 1) + "\nerror_rate = " + num(e, 6) + "\n\n";
   t += "[config.unprotected]\n\n";
   t += "[config.proposed]\ntimeout = " + quoted_dur(c.timeout) + "\n\n[config.proposed.breaker]\n";
   for (const Proposed& p : c.breaker) t += p.key + " = " + p.value + "\n";
@@ -697,6 +788,7 @@ Calibration calibrate(std::FILE* in, const std::string& name, const CalibrateOpt
   std::vector<KeyCheck> checks(out.keys.size());
   for (std::size_t i = 0; i < out.keys.size(); ++i) {
     KeyCalibration& c = out.keys[i];
+    if (!c.not_normal.empty()) continue;  // nothing proposed, nothing to check
     KeyCheck& k = checks[i];
     k.c = &c;
     const BreakerSpec spec = parse_breaker(c.breaker_toml, "proposal for " + printable(c.key));
@@ -740,11 +832,12 @@ Calibration calibrate(std::FILE* in, const std::string& name, const CalibrateOpt
         options.progress(rows, out.rows, options.progress_context);
       }
       const auto it = index.find(row.key);
-      if (it == index.end()) continue;
+      if (it == index.end() || checks[it->second].c == nullptr) continue;
       check_key(checks[it->second], row);
     }
   }
   for (KeyCheck& k : checks) {
+    if (k.c == nullptr) continue;
     for (auto& run : k.runs) {
       run.replay->finish();
       run.replay.reset();
@@ -783,10 +876,19 @@ std::string to_text(const Calibration& c) {
     o << "  baseline  " << count_text(k.calls) << " calls over " << show(k.last_t - k.first_t)
       << " (" << rate_text(k.rate_per_s) << "/s), errors " << percent(k.error_rate) << ", "
       << count_text(k.ignored) << " ignored\n";
-    o << "            latency p50 " << show(k.p50) << "  p90 " << show(k.p90) << "  p99 "
-      << show(k.p99) << "  p99.9 " << show(k.p999) << "  max " << show(k.max) << "  mean "
-      << show(k.mean) << "\n";
+    if (k.calls == k.ignored) {
+      o << "            latency: no judged call (every call ignored)\n";
+    } else {
+      o << "            latency p50 " << show(k.p50) << "  p90 " << show(k.p90) << "  p99 "
+        << show(k.p99) << "  p99.9 " << show(k.p999) << "  max " << show(k.max) << "  mean "
+        << show(k.mean) << "\n";
+    }
     o << "            calls in flight: peak " << k.peak_in_flight << "\n";
+    if (!k.not_normal.empty()) {
+      o << "  not normal traffic: " << k.not_normal << "\n";
+      o << "  proposed  nothing (calibrate on a stretch of the key's normal traffic)\n";
+      continue;
+    }
     if (!k.note.empty()) o << "  note      " << k.note << "\n";
     o << "  proposed (" << (k.rate_policy ? "rate rules" : "consecutive failures") << ")\n";
     const auto line = [&](const Proposed& p) {
@@ -843,7 +945,9 @@ std::string to_json(const Calibration& c) {
                        {"p99.9", ms(k.p999)},
                        {"max", ms(k.max)}}},
                      {"peak_in_flight", k.peak_in_flight}};
-    j["policy"] = k.rate_policy ? "rates" : "consecutive_failures";
+    const bool normal = k.not_normal.empty();
+    j["policy"] = !normal ? "none" : k.rate_policy ? "rates" : "consecutive_failures";
+    j["not_normal_traffic"] = normal ? Json(nullptr) : Json(k.not_normal);
     j["note"] = k.note.empty() ? Json(nullptr) : Json(k.note);
     Json proposed = Json::array();
     for (const auto* list : {&k.call, &k.breaker}) {
@@ -852,8 +956,8 @@ std::string to_json(const Calibration& c) {
       }
     }
     j["proposed"] = proposed;
-    j["timeout_ms"] = ms(k.timeout);
-    j["bulkhead"] = k.bulkhead;
+    j["timeout_ms"] = normal ? Json(ms(k.timeout)) : Json(nullptr);
+    j["bulkhead"] = normal ? Json(k.bulkhead) : Json(nullptr);
     j["breaker_toml"] = k.breaker_toml;
     Json checks = Json::array();
     for (const CheckResult& r : k.checks) {
@@ -930,7 +1034,11 @@ std::string to_svg(const Calibration& c) {
         << "\">" << detail::xml_text(label) << "</text>\n";
     };
     if (slow > 0) vline(slow, "#f0b400", "slow " + dur(slow));
-    vline(k.timeout, "#c62828", "timeout " + dur(k.timeout));
+    if (k.timeout > 0) vline(k.timeout, "#c62828", "timeout " + dur(k.timeout));
+    if (!k.not_normal.empty()) {
+      o << "<text x=\"" << kLeft << "\" y=\"" << num(top + 14, 1)
+        << "\" fill=\"#c62828\">not normal traffic: nothing proposed</text>\n";
+    }
     y0 += kPanel;
   }
   o << "</svg>\n";

@@ -10,6 +10,7 @@
 #include <iostream>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -649,30 +650,55 @@ constexpr Reason kAllReasons[] = {
     Reason::retries_exhausted, Reason::budget_exhausted,       Reason::timeout,
     Reason::call_error};
 
+// `on` is a set written as a list: every entry must add something. An empty list would
+// make a fallback that answers nothing, and an entry given twice (or inside a group given
+// too: "timeout" with "all") is a mistake, not a second vote; both are refused, naming
+// the key.
 Reasons read_fallback(Reader& r) {
   Reasons on = Reasons::all();
   if (const toml::array* list = r.array("on")) {
+    if (list->empty()) {
+      r.fail("on",
+             "names no reason: a fallback that answers nothing is no fallback; name at least "
+             "one, or leave `on` out for every failure (\"all\", the default)");
+    }
     on = Reasons::none();
+    std::vector<std::pair<std::string, Reasons>> given;
     for (std::size_t i = 0; i < list->size(); ++i) {
       const toml::node& n = *list->get(i);
       const auto name = n.value<std::string>();
-      bool found = false;
+      std::optional<Reasons> entry;
       if (name == "all") {
-        on = on | Reasons::all(), found = true;
+        entry = Reasons::all();
       } else if (name == "breaker") {
-        on = on | Reasons::breaker(), found = true;
+        entry = Reasons::breaker();
       } else if (name) {
         for (Reason reason : kAllReasons) {
-          if (*name == to_string(reason)) on = on | reason, found = true;
+          if (*name == to_string(reason)) entry = Reasons::none() | reason;
         }
       }
-      if (!found) {
+      if (!entry) {
         std::string names = "\"all\", \"breaker\"";
         for (Reason reason : kAllReasons) names += ", " + in_quotes(to_string(reason));
         throw InputError(r.where(n), r.key_path("on"),
                          "unknown reason " + (name ? in_quotes(*name) : type_name(n)) +
                              " (reasons are " + names + ")");
       }
+      for (const auto& [other, reasons] : given) {
+        const bool same = other == *name;
+        const bool inside = entry->except(reasons) == Reasons::none();  // already covered
+        const bool covers = reasons.except(*entry) == Reasons::none();  // covers an earlier one
+        if (same || inside || covers) {
+          throw InputError(r.where(n), r.key_path("on"),
+                           same     ? "names " + in_quotes(*name) + " twice"
+                           : inside ? "names " + in_quotes(*name) + ", which " + in_quotes(other) +
+                                          " (given before it) already covers"
+                                    : "names " + in_quotes(*name) + ", which covers " +
+                                          in_quotes(other) + " (given before it): keep one");
+        }
+      }
+      given.emplace_back(*name, *entry);
+      on = on | *entry;
     }
   }
   r.finish();
@@ -914,17 +940,10 @@ FleetSpec read_fleet(Reader& r, const Scenario& s) {
     }
   }
   r.finish();
-  const double syncs =
-      static_cast<double>(f.instances) *
-      (static_cast<double>(s.duration.count()) / static_cast<double>(f.sync_interval.count()));
-  if (syncs > kMaxFleetSyncs) {
-    r.fail("sync_interval", "with " + std::to_string(f.instances) + " instances and duration " +
-                                format_duration(s.duration) + " makes about " + number_text(syncs) +
-                                " syncs; the simulator takes at most " +
-                                number_text(kMaxFleetSyncs));
-  }
   return f;
 }
+
+std::string work_refusal(const Scenario& s, bool as_fleet, const WorkEstimate& w);
 
 Scenario read_scenario(Reader& root) {
   Scenario s;
@@ -947,11 +966,6 @@ Scenario read_scenario(Reader& root) {
     if (s.arrivals.rate <= 0 || s.arrivals.rate > kMaxRate) {
       r->fail("rate", "must be in (0, 1000000] requests per second (got " +
                           number_text(s.arrivals.rate) + ")");
-    }
-    const double expected = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
-    if (expected > kMaxRequests) {
-      r->fail("rate", "with duration " + format_duration(s.duration) + " makes about " +
-                          number_text(expected) + " requests; the simulator takes at most 2e9");
     }
   }
   {
@@ -1030,36 +1044,162 @@ Scenario read_scenario(Reader& root) {
   }
   if (auto r = root.table("fleet")) s.fleet = read_fleet(*r, s);
   root.finish();
-  // The simulator's worst case: every attempt of every request fails and is retried.
-  const double requests = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
-  double attempts = 0;
-  for (const ResilienceConfig& c : s.configurations) {
-    // A fleet runs its configurations three times more: single, isolated, shared.
-    const bool fleet =
-        s.fleet && std::find(s.fleet->configurations.begin(), s.fleet->configurations.end(),
-                             c.name) != s.fleet->configurations.end();
-    attempts += requests * (c.retry ? c.retry->config.max_attempts : 1) * (fleet ? 4 : 1);
-  }
-  if (attempts > kMaxSimulatedAttempts) {
-    std::string where = "config";
-    for (const ResilienceConfig& c : s.configurations) {
-      if (c.retry) {
-        where = "config." + escape_for_error(c.name) + ".retry.max_attempts";
-        break;
-      }
+  // The run it describes must end while a person waits for it: refused naming the key
+  // most of its work comes from, at its line.
+  const WorkEstimate work = estimate_work(s, s.fleet.has_value());
+  if (work.seconds > kMaxRunSeconds) {
+    const toml::node* at = root.get("duration");
+    if (work.heaviest == "fleet.sync_interval") {
+      const toml::node* fleet = root.get("fleet");
+      at = fleet;
+      if (const toml::node* n = fleet->as_table()->get("sync_interval")) at = n;
+    } else if (work.heaviest_configuration) {
+      const std::string& name = s.configurations[*work.heaviest_configuration].name;
+      const toml::node* retry = root.get("config")->as_table()->get(name)->as_table()->get("retry");
+      at = retry;
+      if (const toml::node* n = retry->as_table()->get("max_attempts")) at = n;
     }
-    throw InputError({*root.file()}, where,
-                     "the scenario could make about " + number_text(attempts) +
-                         " attempts in all (about " + number_text(requests) +
-                         " requests per configuration, times each configuration's max_attempts, "
-                         "if every attempt failed); the simulator takes at most " +
-                         number_text(kMaxSimulatedAttempts) +
-                         ": shorten the duration, lower the rate or the attempts");
+    throw InputError(root.where(*at), work.heaviest, work_refusal(s, s.fleet.has_value(), work));
   }
   return s;
 }
 
 }  // namespace
+
+namespace {
+
+// Measured CPU time per unit of work, rounded up (include/bulwark/lab/config.h; measured
+// by tools/lab/bench/work_costs.py, docs/lab.md "How long a run may take").
+double attempt_cost(std::uint64_t workers) {
+  return workers <= 1'000     ? 0.3e-6
+         : workers <= 10'000  ? 0.5e-6
+         : workers <= 100'000 ? 0.75e-6
+                              : 1.3e-6;
+}
+double fleet_attempt_cost(std::uint32_t instances, std::uint32_t workers) {
+  const double by_instances = instances <= 100 ? 0.9e-6 : instances <= 1'000 ? 1.6e-6 : 3.2e-6;
+  // Every instance's calls in flight are in the one event loop.
+  return std::max(by_instances, attempt_cost(std::uint64_t{instances} * workers));
+}
+double sync_cost(std::uint32_t instances) {
+  return instances <= 100 ? 0.5e-6 : instances <= 1'000 ? 0.7e-6 : 2.2e-6;
+}
+
+std::string about(double seconds) {
+  std::ostringstream o;
+  o.precision(2);
+  if (seconds < 120) {
+    o << "about " << std::ceil(seconds) << " seconds";
+  } else if (seconds < 2 * 3600) {
+    o << "about " << std::round(seconds / 60) << " minutes";
+  } else {
+    o << "about " << std::round(seconds / 3600) << " hours";
+  }
+  return o.str();
+}
+
+std::string microseconds(double seconds) { return number_text(seconds * 1e6) + "us"; }
+
+// A large count in two digits: 2e9, 1.2e8; smaller ones whole.
+std::string rounded(double v) {
+  if (v < 1e6) return std::to_string(static_cast<long long>(std::llround(v)));
+  const int e = static_cast<int>(std::floor(std::log10(v)));
+  const double m = std::round(v / std::pow(10.0, e) * 10) / 10;
+  return number_text(m) + "e" + std::to_string(e);
+}
+
+}  // namespace
+
+WorkEstimate estimate_work(const Scenario& s, bool as_fleet) {
+  WorkEstimate w;
+  w.requests = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
+  w.heaviest = "duration";
+  double heaviest_cost = -1;
+  const auto blame = [&](double cost, const ResilienceConfig* c) {
+    if (cost <= heaviest_cost) return;
+    heaviest_cost = cost;
+    w.heaviest_configuration.reset();
+    if (c == nullptr) {
+      w.heaviest = "fleet.sync_interval";
+    } else if (c->retry) {
+      w.heaviest = "config." + escape_for_error(c->name) + ".retry.max_attempts";
+      w.heaviest_configuration = static_cast<std::size_t>(c - s.configurations.data());
+    } else {
+      w.heaviest = "duration";
+    }
+  };
+  if (!as_fleet || !s.fleet) {
+    // Side by side on two cores: the longest configuration, or half of them all.
+    double sum = 0, longest = 0;
+    for (const ResilienceConfig& c : s.configurations) {
+      const double attempts = w.requests * (c.retry ? c.retry->config.max_attempts : 1);
+      const double cost = attempts * attempt_cost(s.caller.workers);
+      w.attempts += attempts;
+      sum += cost;
+      longest = std::max(longest, cost);
+      blame(cost, &c);
+    }
+    w.seconds = std::max(longest, sum / 2);
+    return w;
+  }
+  // A fleet: per configuration, the single instance, then the isolated and the shared
+  // fleets, one after another.
+  const FleetSpec& f = *s.fleet;
+  w.fleet_syncs = static_cast<double>(f.instances) *
+                  (static_cast<double>(s.duration.count()) /
+                   static_cast<double>(std::max<Nanos::rep>(1, f.sync_interval.count())));
+  const double syncs_cost = w.fleet_syncs * sync_cost(f.instances);
+  for (const ResilienceConfig& c : s.configurations) {
+    if (std::find(f.configurations.begin(), f.configurations.end(), c.name) ==
+        f.configurations.end()) {
+      continue;
+    }
+    const double attempts = w.requests * (c.retry ? c.retry->config.max_attempts : 1);
+    const double cost = attempts * attempt_cost(s.caller.workers) +
+                        2 * attempts * fleet_attempt_cost(f.instances, s.caller.workers);
+    w.attempts += 3 * attempts;
+    w.seconds += cost + syncs_cost;
+    blame(cost, &c);
+    blame(syncs_cost, nullptr);
+  }
+  return w;
+}
+
+namespace {
+
+// Why the run is refused: its estimate, where the work comes from, what to lower.
+std::string work_refusal(const Scenario& s, bool as_fleet, const WorkEstimate& w) {
+  const bool fleet = as_fleet && s.fleet;
+  const double per_attempt = fleet ? fleet_attempt_cost(s.fleet->instances, s.caller.workers)
+                                   : attempt_cost(s.caller.workers);
+  std::string why =
+      "would take " + about(w.seconds) +
+      " to simulate on a 2-core machine, and the lab runs at most " + number_text(kMaxRunSeconds) +
+      " seconds: in the worst case (every attempt failing and retried) " + rounded(w.attempts) +
+      " attempts (" +
+      (s.arrivals.rate >= 1e6 ? rounded(s.arrivals.rate) : number_text(s.arrivals.rate)) +
+      " requests/s for " + format_duration(s.duration) + ", times max_attempts, " +
+      (fleet ? "three runs per fleet configuration" : "over the configurations") + ") at " +
+      microseconds(per_attempt) + " each";
+  if (fleet) {
+    why += ", and " + rounded(w.fleet_syncs) + " fleet syncs (" +
+           std::to_string(s.fleet->instances) + " instances, each every " +
+           format_duration(s.fleet->sync_interval) + ") at " +
+           microseconds(sync_cost(s.fleet->instances)) + " each";
+  }
+  why += "; shorten the duration, lower the rate or max_attempts";
+  if (fleet) why += ", or use fewer instances or a longer sync_interval";
+  return "this scenario " + why;
+}
+
+}  // namespace
+
+void check_work(const Scenario& s, bool as_fleet, const std::string& field) {
+  const WorkEstimate w = estimate_work(s, as_fleet);
+  if (w.seconds <= kMaxRunSeconds) return;
+  throw InputError({field.empty() ? s.source : std::string()}, field.empty() ? w.heaviest : field,
+                   work_refusal(s, as_fleet, w));
+}
 
 std::optional<Nanos> Scenario::degraded_from() const {
   for (const Phase& p : dependency.phases) {

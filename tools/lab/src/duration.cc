@@ -19,7 +19,7 @@ constexpr Unit kUnits[] = {{"h", 3'600'000'000'000}, {"min", 60'000'000'000}, {"
                            {"ms", 1'000'000},        {"us", 1'000},           {"ns", 1}};
 
 constexpr std::string_view kExamples =
-    "write a duration such as \"800ms\", \"30s\", \"1.5s\" or \"2min\"";
+    "write a duration such as \"800ms\", \"30s\", \"1.5s\", \"2min\" or \"2min 30s\"";
 
 // The user's text, quoted, escaped and cut: a duration's error never echoes a raw
 // control byte or a megabyte of digits.
@@ -36,6 +36,10 @@ Expected<Nanos, std::string> parse_duration(std::string_view text) {
   };
   if (text.empty()) return fail("is empty; " + std::string(kExamples));
   if (text.front() == '-') return fail("must not be negative (got " + quoted(text) + ")");
+  if (text.front() == ' ' || text.back() == ' ') {
+    return fail(std::string(text.front() == ' ' ? "starts" : "ends") + " with a space (got " +
+                quoted(text) + "); " + std::string(kExamples));
+  }
   const i128 kMax = static_cast<i128>(INT64_MAX);
   i128 total = 0;
   std::size_t i = 0;
@@ -72,6 +76,18 @@ Expected<Nanos, std::string> parse_duration(std::string_view text) {
     while (i < text.size() && is_letter(text[i])) ++i;
     const std::string_view unit = text.substr(unit_start, i - unit_start);
     if (unit.empty()) {
+      if (unit_start < text.size() && text[unit_start] == ' ') {
+        std::size_t word = unit_start;
+        while (word < text.size() && text[word] == ' ') ++word;
+        std::size_t end = word;
+        while (end < text.size() && is_letter(text[end])) ++end;
+        if (end > word) {
+          return fail("has a space between a number and its unit (got " + quoted(text) +
+                      "); write " +
+                      quoted(std::string(text.substr(start, unit_start - start)) +
+                             std::string(text.substr(word, end - word))));
+        }
+      }
       if (unit_start == text.size()) {
         return fail("has no unit (got " + quoted(text) + "); write e.g. " +
                     quoted(std::string(text.substr(0, kMaxEchoed)) + "s") + " or " +
@@ -95,6 +111,8 @@ Expected<Nanos, std::string> parse_duration(std::string_view text) {
     const i128 part = whole * unit_ns + (frac * unit_ns + scale / 2) / scale;
     total += part;
     if (total > kMax) return fail("is too large (got " + quoted(text) + ")");
+    // Parts may be separated by spaces, as the lab's reports print them ("6min 9s").
+    while (i < text.size() && text[i] == ' ') ++i;
   }
   return Nanos(static_cast<std::int64_t>(total));
 }

@@ -219,12 +219,8 @@ FleetSimulationResult simulate_fleet(const Scenario& scenario) {
                            format_duration(scenario.duration) + ")");
     }
   }
-  if (static_cast<double>(spec.instances) * (static_cast<double>(scenario.duration.count()) /
-                                             static_cast<double>(spec.sync_interval.count())) >
-      kMaxFleetSyncs) {
-    throw InputError({scenario.source}, "fleet.sync_interval",
-                     "makes more than 1e8 syncs over the instances and the duration");
-  }
+  // A fleet built in code is held to the bound a file is.
+  check_work(scenario, true);
   FleetSimulationResult result;
   result.scenario = scenario;
   Scenario plain = scenario;

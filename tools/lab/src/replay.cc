@@ -120,16 +120,18 @@ class Writer {
     }
     write(buf_.data(), buf_.size());
     buf_.clear();
-    if (std::fflush(out_) != 0) throw std::runtime_error("cannot write the output");
+    if (std::fflush(out_) != 0) fail(errno);
   }
 
  private:
   static constexpr std::size_t kSpillAt = 1 << 20;
 
   void write(const char* data, std::size_t n) {
-    if (n > 0 && std::fwrite(data, 1, n, out_) != n) {
-      throw std::runtime_error("cannot write the output");
-    }
+    if (n > 0 && std::fwrite(data, 1, n, out_) != n) fail(errno);
+  }
+  [[noreturn]] static void fail(int err) {
+    throw std::runtime_error(std::string("cannot write the output: ") +
+                             std::strerror(err != 0 ? err : EIO));
   }
   void spill() {
     if (!spill_) {

@@ -38,6 +38,14 @@ ConfigurationResult simulate_configuration(const Scenario& scenario,
                      "must be at most " + std::to_string(kMaxAttempts) + " (got " +
                          std::to_string(configuration.retry->config.max_attempts) + ")");
   }
+  // The run must end while a person waits; a scenario read from a file was held to
+  // this already (with every configuration), one built in code is here.
+  {
+    Scenario one = scenario;
+    one.configurations = {configuration};
+    one.fleet.reset();
+    check_work(one, false);
+  }
   try {
     if (!configuration.breaker) {
       return detail::Simulation<detail::NoBreaker>(scenario, configuration, options).run();
@@ -111,6 +119,7 @@ std::vector<ConfigurationResult> simulate_side_by_side(const Scenario& scenario,
 
 SimulationResult simulate(const Scenario& scenario, const SimulateOptions& options) {
   if (options.threads == 0) throw InputError({}, "threads", "must be at least 1");
+  check_work(scenario, false);
   SimulationResult result;
   result.scenario = scenario;
   result.timeline_step = options.timeline_step;

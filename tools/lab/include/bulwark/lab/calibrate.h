@@ -18,7 +18,15 @@
 //   are Poisson with mean rate x mean latency; its 1e-6 tail, or the peak seen).
 //
 // Keys with too little traffic for any rate threshold to be trusted are told so and get
-// the consecutive-failures policy instead.
+// the consecutive-failures policy instead; keys whose traffic is too thin for a probe
+// fraction (the probes of a round would take more than 10 % of 2 s of traffic) probe in
+// count mode, at most the bulkhead's size at once.
+//
+// A key whose trace is not normal traffic gets a statement and no thresholds
+// (KeyCalibration::not_normal): fewer than 100 successful calls (too few to measure the
+// latency a timeout is drawn from: a trace of ignored calls has none), at least as many
+// failures as successes (no healthy baseline to sit above), or every call at one instant
+// (no rate).
 //
 // The proposal is emitted as breaker-file TOML (docs/configuration.md), loaded back
 // through the lab's own loader, and checked with the replay machinery: false opens on
@@ -88,6 +96,10 @@ struct KeyCalibration {
   double error_rate = 0;  // failures / (successes + failures)
   Ticks mean = 0, p50 = 0, p90 = 0, p99 = 0, p999 = 0, max = 0;  // latency, judged calls
   std::uint64_t peak_in_flight = 0;
+  // Not normal traffic: why (one sentence), and then nothing is proposed — no breaker,
+  // timeout or bulkhead (0), no checks; breaker_toml and scenario_toml are comments
+  // saying so. Empty for a normal trace.
+  std::string not_normal;
   // Policy.
   bool rate_policy = false;       // false: consecutive failures only (too little traffic)
   std::string note;               // why, for a key with little traffic; else empty

@@ -78,16 +78,10 @@ inline constexpr std::uint32_t kMaxMinimumCalls = 1'000'000;
 inline constexpr std::uint32_t kMaxConcurrent = 1'000'000;  // bulkhead.max_concurrent
 inline constexpr std::uint32_t kMaxWorkers = 1'000'000;     // caller.workers
 inline constexpr double kMaxRate = 1e6;                     // arrivals.rate, per second
-inline constexpr double kMaxRequests = 2e9;                 // rate x duration
-// Over every configuration of a scenario: requests x max_attempts, the simulator's
-// worst case (every attempt fails and is retried). Each attempt is a few events.
-inline constexpr double kMaxSimulatedAttempts = 2e9;
 inline constexpr std::size_t kMaxPhases = 1000;
 inline constexpr std::size_t kMaxConfigurations = 16;
 inline constexpr std::uint32_t kMaxInstances = 10000;  // fleet.instances
 inline constexpr std::size_t kMaxOutages = 1000;       // fleet.outages
-// fleet.instances x duration / fleet.sync_interval: every sync is one exchange.
-inline constexpr double kMaxFleetSyncs = 1e8;
 
 // A breaker configuration of one of the three breaker types; the alternative held
 // says which (window()).
@@ -220,7 +214,50 @@ struct Scenario {
   Nanos degraded_until() const;
 };
 
-// Reads a scenario ("-": standard input). Throws InputError.
+// ---- the work a run costs ------------------------------------------------------------
+//
+// A run is bounded by what a person waits for at a prompt: a scenario whose estimated
+// run time exceeds kMaxRunSeconds is refused, with the estimate, before anything runs.
+// The estimate is the worst case, from the scenario alone (the same verdict on every
+// machine): every attempt of every request failing and retried (requests = rate x
+// duration, times max_attempts), each at the slowest cost per attempt measured for its
+// shape, and for a fleet every instance's syncs. Costs are CPU time per unit on the
+// 2-core machine the lab was measured on (docs/lab.md, "How long a run may take"):
+//
+//   an attempt, by caller.workers (the calls in flight)  <= 1e3: 0.3 us, <= 1e4: 0.5,
+//                                                          <= 1e5: 0.75, more: 1.3
+//   an attempt in a fleet run, by fleet.instances         <= 100: 0.9 us, <= 1000: 1.6,
+//     (at least the above for instances x workers)        more: 3.2
+//   a fleet sync (one Fleet::sync()), by fleet.instances  <= 100: 0.5 us, <= 1000: 0.7,
+//                                                          more: 2.2
+//
+// simulate() runs the configurations side by side, so a plain scenario's time is that
+// of two cores sharing them (the longest configuration, or half the sum if more); a
+// fleet's runs (single, isolated, shared per configuration) run one after another.
+inline constexpr double kMaxRunSeconds = 60;
+
+struct WorkEstimate {
+  double requests = 0;     // per configuration: rate x duration
+  double attempts = 0;     // over every run, in the worst case
+  double fleet_syncs = 0;  // over the shared fleet runs
+  double seconds = 0;      // the run's estimated time (see above)
+  // The key most of the work comes from, to name in a refusal:
+  // "config.NAME.retry.max_attempts", "fleet.sync_interval" or "duration"; with the
+  // first, the configuration's index.
+  std::string heaviest;
+  std::optional<std::size_t> heaviest_configuration;
+};
+
+// The estimate for simulate() (as_fleet false: every configuration, side by side) or
+// simulate_fleet() (as_fleet true: the [fleet] table's configurations, three runs each).
+WorkEstimate estimate_work(const Scenario& scenario, bool as_fleet);
+// Throws InputError naming `field` (default: the estimate's heaviest key, in the
+// scenario's file) when the estimate exceeds kMaxRunSeconds: "would take about N
+// minutes ...; lower ...".
+void check_work(const Scenario& scenario, bool as_fleet, const std::string& field = "");
+
+// Reads a scenario ("-": standard input). Checks the work of the run it describes
+// (check_work, as a fleet if it has a [fleet] table). Throws InputError.
 Scenario load_scenario_file(const std::string& path);
 Scenario parse_scenario(std::string_view toml, const std::string& source_name);
 

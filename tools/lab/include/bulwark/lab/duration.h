@@ -2,12 +2,15 @@
 //
 //   parse_duration("800ms")    -> 800 ms        parse_duration("1.5s")   -> 1500 ms
 //   parse_duration("2min")     -> 120 s         parse_duration("1h30min") -> 5400 s
+//   parse_duration("2min 30s") -> 150 s         (the reports' "6min 9s" reads back)
 //   parse_duration("30")       -> error: no unit ("30s"? "30ms"?)
 //   format_duration(1500ms)    -> "1.5s"
 //
 // Units: ns, us, ms, s, min, h. A duration is one or more <number><unit> parts (the
-// number may have a decimal fraction), never negative, and at most ~292 years (the
-// range of 64-bit nanoseconds). "m" is refused as ambiguous: write "min" or "ms".
+// number may have a decimal fraction), added up, written together ("1h30min") or
+// separated by spaces ("1h 30min"); never a space inside a part ("30 s"), before the
+// first or after the last. Never negative, and at most ~292 years (the range of 64-bit
+// nanoseconds). "m" is refused as ambiguous: write "min" or "ms".
 // Pure functions; no allocation except for the strings returned.
 
 #ifndef BULWARK_LAB_DURATION_H_
