@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <array>
 #include <chrono>
 #include <limits>
 #include <optional>
@@ -11,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "bulwark/metrics.h"
 #include "bulwark/pipeline.h"
 
 namespace bulwark {
@@ -165,6 +168,38 @@ TEST_F(RetryLoop, ExhaustsAttempts) {
   EXPECT_EQ(calls, 3);
   EXPECT_EQ(waits.size(), 2u);
   EXPECT_EQ(retry.snapshot().exhausted, 1u);
+}
+
+// Every call through the retry stage is counted once, by how it ended (Resilience4j's
+// four kinds, as bulwark_retry_calls_total{kind} exposes them through the registry); a
+// call stopped before its first attempt is not a call.
+TEST_F(RetryLoop, CallsAreCountedByHowTheyEnded) {
+  VirtualRetry retry(no_jitter(3, Backoff::constant(10ms)), clock, sleeper);
+  auto run = [&](std::vector<int> statuses, const Ctx& ctx) {
+    std::size_t i = 0;
+    return pipeline(bulwark::retry(retry)).execute(ctx, [&]() -> Result {
+      const int s = statuses[std::min(i++, statuses.size() - 1)];
+      if (s == 200) return 200;
+      return Unexpected(HttpError{s});
+    });
+  };
+  EXPECT_TRUE(run({200}, Ctx(clock)));             // successful without retry
+  EXPECT_TRUE(run({200}, Ctx(clock)));             // successful without retry
+  EXPECT_TRUE(run({503, 200}, Ctx(clock)));        // successful with retry
+  EXPECT_FALSE(run({503, 503, 503}, Ctx(clock)));  // failed with retry (exhausted)
+  EXPECT_FALSE(run({404}, Ctx(clock)));            // failed without retry (not retryable)
+  std::stop_source stopped;
+  stopped.request_stop();
+  EXPECT_FALSE(run({200}, Ctx(clock, stopped.get_token())));  // never attempted: not counted
+  const RetrySnapshot s = retry.snapshot();
+  EXPECT_EQ(s.successful_without_retry, 2u);
+  EXPECT_EQ(s.successful_with_retry, 1u);
+  EXPECT_EQ(s.failed_with_retry, 1u);
+  EXPECT_EQ(s.failed_without_retry, 1u);
+  EXPECT_EQ(s.retries, 3u);
+  ComponentReading r;
+  r.add_retry(retry);
+  EXPECT_EQ(r.retry_calls, (std::array<std::uint64_t, 4>{2, 1, 1, 1}));
 }
 
 TEST_F(RetryLoop, IgnoredErrorsAreNeverRetried) {

@@ -279,6 +279,13 @@ struct ComponentReading {
     const auto s = r.snapshot();
     has_retry = true;
     retries += static_cast<std::uint64_t>(s.retries);
+    // A retry that counts its calls by kind (retry.h's RetrySnapshot does).
+    if constexpr (requires { s.successful_without_retry; }) {
+      retry_calls[0] += static_cast<std::uint64_t>(s.successful_without_retry);
+      retry_calls[1] += static_cast<std::uint64_t>(s.successful_with_retry);
+      retry_calls[2] += static_cast<std::uint64_t>(s.failed_with_retry);
+      retry_calls[3] += static_cast<std::uint64_t>(s.failed_without_retry);
+    }
   }
 
   // Sums another reading into this one (registry totals).

@@ -402,10 +402,32 @@ class Pipeline {
     }
   }
 
+  // The attempts, and with a retry stage the call counted by how it ended.
+  template <class Out, class E, class Ctx, class F, class Hook>
+  Out run_attempts(const Ctx& ctx, F& call, detail::Trace& trace, Hook& hook) const {
+    if constexpr (kRetry < 0) {
+      return attempt_loop<Out, E>(ctx, call, trace, hook);
+    } else {
+      auto* retry = std::get<kRetry>(stages_).retry;
+#if defined(__cpp_exceptions)
+      try {
+#endif
+        Out out = attempt_loop<Out, E>(ctx, call, trace, hook);
+        retry->note_call(out.has_value(), trace.attempts);
+        return out;
+#if defined(__cpp_exceptions)
+      } catch (...) {
+        retry->note_call(false, trace.attempts);
+        throw;
+      }
+#endif
+    }
+  }
+
   // The retry loop (a single attempt without a retry stage). See retry.h for the
   // order of the rules it applies.
   template <class Out, class E, class Ctx, class F, class Hook>
-  Out run_attempts(const Ctx& ctx, F& call, detail::Trace& trace, Hook& hook) const {
+  Out attempt_loop(const Ctx& ctx, F& call, detail::Trace& trace, Hook& hook) const {
     constexpr bool kHasRetry = kRetry >= 0;
     constexpr bool kHasTimeout = kTimeout >= 0;
     using T = typename Out::value_type;

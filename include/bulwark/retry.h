@@ -46,6 +46,7 @@
 #ifndef BULWARK_RETRY_H_
 #define BULWARK_RETRY_H_
 
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -144,14 +145,20 @@ class RetryPolicy {
   RetryConfig config_;
 };
 
-// Totals since the retry was built. Only the retry path writes them: a call that
-// succeeds first time costs nothing here.
+// Totals since the retry was built. A call through a retry stage that reached its
+// first attempt is counted once, by how it ended (Resilience4j's four kinds; a call the
+// breaker, the bulkhead, a cancellation or the deadline stopped before any attempt is
+// not): one relaxed atomic add per call. The other counters move only on the retry path.
 struct RetrySnapshot {
   std::uint64_t retries;         // retries started
   std::uint64_t exhausted;       // calls that ran out of attempts
   std::uint64_t deadline_stops;  // calls ended because the next retry would miss the deadline
   std::uint64_t budget_stops;    // calls ended because the budget refused a retry
   std::uint64_t cancelled;       // calls cancelled between attempts
+  std::uint64_t successful_without_retry = 0;
+  std::uint64_t successful_with_retry = 0;
+  std::uint64_t failed_with_retry = 0;
+  std::uint64_t failed_without_retry = 0;
 };
 
 template <Clock C = SteadyClock, Sleeper S = ThreadSleeper>
@@ -184,10 +191,15 @@ class BasicRetry {
   const RetryConfig& config() const noexcept { return policy_.config(); }
 
   RetrySnapshot snapshot() const noexcept {
-    return {retries_.load(std::memory_order_relaxed), exhausted_.load(std::memory_order_relaxed),
+    return {retries_.load(std::memory_order_relaxed),
+            exhausted_.load(std::memory_order_relaxed),
             deadline_stops_.load(std::memory_order_relaxed),
             budget_stops_.load(std::memory_order_relaxed),
-            cancelled_.load(std::memory_order_relaxed)};
+            cancelled_.load(std::memory_order_relaxed),
+            calls_[0].load(std::memory_order_relaxed),
+            calls_[1].load(std::memory_order_relaxed),
+            calls_[2].load(std::memory_order_relaxed),
+            calls_[3].load(std::memory_order_relaxed)};
   }
 
   // Counters the retry stage bumps as it goes (public so a simulator driving the
@@ -197,6 +209,13 @@ class BasicRetry {
   void note_deadline_stop() noexcept { deadline_stops_.fetch_add(1, std::memory_order_relaxed); }
   void note_budget_stop() noexcept { budget_stops_.fetch_add(1, std::memory_order_relaxed); }
   void note_cancelled() noexcept { cancelled_.fetch_add(1, std::memory_order_relaxed); }
+  // One call ended after `attempts` attempts (0: it never reached the dependency, and
+  // is not counted), successfully or not.
+  void note_call(bool succeeded, std::uint32_t attempts) noexcept {
+    if (attempts == 0) return;
+    const std::size_t kind = succeeded ? (attempts > 1 ? 1 : 0) : (attempts > 1 ? 2 : 3);
+    calls_[kind].fetch_add(1, std::memory_order_relaxed);
+  }
 
  private:
   RetryPolicy policy_;
@@ -208,6 +227,8 @@ class BasicRetry {
   std::atomic<std::uint64_t> deadline_stops_{0};
   std::atomic<std::uint64_t> budget_stops_{0};
   std::atomic<std::uint64_t> cancelled_{0};
+  // successful without / with retry, failed with / without retry (RetrySnapshot's order).
+  std::array<std::atomic<std::uint64_t>, 4> calls_{};
 };
 
 using Retry = BasicRetry<SteadyClock, ThreadSleeper>;

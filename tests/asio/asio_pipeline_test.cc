@@ -106,6 +106,11 @@ TEST_F(AsyncPipelineTest, BackoffWaitsOnAVirtualTimerBetweenRetries) {
   EXPECT_EQ(retry.snapshot().retries, 2u);
   EXPECT_EQ(breaker.snapshot().successes, 1u);  // one outcome for the whole call
   EXPECT_EQ(breaker.snapshot().failures, 0u);
+  // The call is counted once, by how it ended; a first-time success too.
+  EXPECT_EQ(retry.snapshot().successful_with_retry, 1u);
+  ASSERT_TRUE(run(p, Ctx(clock), call()).value());
+  EXPECT_EQ(retry.snapshot().successful_without_retry, 1u);
+  EXPECT_EQ(retry.snapshot().failed_with_retry + retry.snapshot().failed_without_retry, 0u);
 }
 
 TEST_F(AsyncPipelineTest, ATimeoutCancelsTheAttemptAndItsSocket) {

@@ -264,18 +264,6 @@ Expected<void, ConfigError> validate_config(const Config& c) {
   return {};
 }
 
-// How a call through a host's retry ended, for bulwark_retry_calls_total{kind}. A call
-// the breaker or the bulkhead turned away never reached the retry: not counted.
-void count_retry_call(detail::HostState& state, bool ok, const Failure<Error>* f,
-                      std::uint32_t calls) {
-  if (!ok && calls == 0 && (f->stage == Stage::breaker || f->stage == Stage::bulkhead)) return;
-  const bool retried = calls > 1;
-  state.calls->record_retry_call(
-      ok ? (retried ? RetryCallKind::successful_with_retry
-                    : RetryCallKind::successful_without_retry)
-         : (retried ? RetryCallKind::failed_with_retry : RetryCallKind::failed_without_retry));
-}
-
 }  // namespace
 
 std::optional<std::string_view> find_header(const Headers& headers, std::string_view name) {
@@ -894,8 +882,6 @@ std::optional<Expected<Response, Error>> Client::Impl::after_hop(
     Hops& hops, Expected<Prepared, Error>& prepared, Expected<Response, Failure<Error>>&& result,
     std::uint32_t calls) {
   Prepared& p = *prepared;
-  count_retry_call(p.host.state(), static_cast<bool>(result), result ? nullptr : &result.error(),
-                   calls);
   using Answer = Expected<Response, Error>;
   if (!result) {
     Error e = convert(std::move(result).error(), p.key);

@@ -20,10 +20,7 @@ namespace bulwark::http::detail {
 struct HostState {
   std::unique_ptr<Bulkhead> bulkhead;
   std::unique_ptr<RetryBudget> budget;
-  std::unique_ptr<Retry> retry;
-  // How each call through the retry ended (bulwark_retry_calls_total{kind}): the Retry
-  // counts retries, not calls, so the client counts those itself.
-  std::unique_ptr<ComponentCounters> calls;
+  std::unique_ptr<Retry> retry;  // counts its calls by kind too (retry.h)
 
   // The registry hands its observer on, so bulkhead rejections reach its events.
   void observe_rejections(BulkheadObserver o) noexcept { bulkhead->observe_rejections(o); }
@@ -32,7 +29,6 @@ struct HostState {
     r.add_bulkhead(*bulkhead);
     r.add_budget(*budget);
     r.add_retry(*retry);
-    calls->read_into(r);
   }
 };
 
@@ -58,7 +54,6 @@ class Hosts {
                   r.name = retry.name + " " + key;
                   r.idempotency_key = {};  // the client sends its own key
                   s.retry = std::make_unique<Retry>(std::move(r), s.budget.get());
-                  s.calls = std::make_unique<ComponentCounters>();
                   return s;
                 },
         }) {}

@@ -326,6 +326,7 @@ class Pipeline {
       if constexpr (kBreaker >= 0) {
         if (!per_attempt && outcome && attempts > 0) permit->record(*outcome, Nanos::zero());
       }
+      if constexpr (kHasRetry) retry->note_call(o.has_value(), attempts);
       return fall(std::move(o));
     };
     for (std::uint32_t n = 1;; ++n) {
@@ -342,8 +343,10 @@ class Pipeline {
         if (per_attempt && n > 1) {
           auto p = std::get<kBreaker>(stages_).breaker->try_acquire();
           if (!p) {
-            co_return fall(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker,
-                                   n - 1, std::move(last_error), p.error().retry_after));
+            // The permit of the call's last attempt is already recorded: none to record.
+            co_return finish(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker,
+                                     n - 1, std::move(last_error), p.error().retry_after),
+                             std::nullopt);
           }
           permit.emplace(std::move(*p));
         }
