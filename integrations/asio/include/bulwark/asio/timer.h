@@ -33,6 +33,7 @@
 #ifndef BULWARK_ASIO_TIMER_H_
 #define BULWARK_ASIO_TIMER_H_
 
+#include <algorithm>
 #include <asio/any_io_executor.hpp>
 #include <asio/basic_waitable_timer.hpp>
 #include <asio/wait_traits.hpp>
@@ -75,11 +76,19 @@ class ManualTimerClock {
     ~Binding() { bound_.store(nullptr, std::memory_order_release); }
   };
 
-  // Asio's wait traits for this clock: the reactor never blocks on a virtual timer,
-  // so each of its passes compares the timers with the bound clock's time.
+  // Asio's wait traits for this clock: how long (in real time) the reactor may block
+  // for a virtual timer due in `d`. None if it is due; otherwise `d`, at most kMaxWait,
+  // so the reactor sleeps while nothing is due (no busy loop) and compares the timers
+  // with the bound clock's time again at least every kMaxWait.
   struct WaitTraits {
-    static duration to_wait_duration(const duration&) { return duration::zero(); }
-    static duration to_wait_duration(const time_point&) { return duration::zero(); }
+    static constexpr duration kMaxWait = std::chrono::milliseconds(1);
+    static duration to_wait_duration(const duration& d) noexcept {
+      return d <= duration::zero() ? duration::zero() : std::min(d, kMaxWait);
+    }
+    static duration to_wait_duration(const time_point& t) noexcept {
+      const time_point n = now();
+      return t <= n ? duration::zero() : std::min(t - n, kMaxWait);
+    }
   };
 
  private:
