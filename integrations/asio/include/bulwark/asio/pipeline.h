@@ -34,12 +34,15 @@
 //
 // Timeouts and deadlines. An attempt runs with a child context whose deadline is the
 // earlier of the request's and `timeout` after the attempt started. When that passes
-// the pipeline emits a terminal cancellation to the attempt and waits for it to end;
-// a failure (an error, or an exception from an aborted operation) is then a timeout
-// — a failure for the breaker, retried within the deadline — and a success that made
-// it anyway is a success. When the request's deadline ended it, the call ends with
-// deadline_exceeded. Without a timeout stage, a deadline or hedging, the attempt is
-// awaited directly: no timer, no extra coroutine.
+// the pipeline emits a terminal cancellation to the attempt and waits for it to end.
+// An attempt timed out only if the pipeline cancelled it: a failure after the
+// cancellation (an error, or an exception from an aborted operation) is a timeout —
+// a failure for the breaker, retried within the deadline — and a success that made
+// it anyway is a success. An answer the pipeline saw before it emitted the
+// cancellation is the attempt's own, judged as such (success, ignored error,
+// failure) even if it arrived after the deadline. When the request's deadline cut
+// the attempt, the call ends with deadline_exceeded. Without a timeout stage, a
+// deadline or hedging, the attempt is awaited directly: no timer, no extra coroutine.
 //
 // Cancellation by the caller (the awaiting coroutine's cancellation slot: a parent
 // operation cancelled, a connection closed, asio's || operator) cancels the attempt,
@@ -722,8 +725,10 @@ class Pipeline {
       co_return end;
     }
     end.result = std::move(c.result);  // an error, or nothing if the aborted call threw
-    end.timed_out = c.own < ctx.deadline() && c.own.passed(c.ended);
-    end.deadline_cut = ctx.deadline().passed(c.ended);
+    // Its own answer unless the pipeline cancelled it: an answer that arrived after the
+    // attempt's deadline but before the cancellation was emitted is judged as it is.
+    end.timed_out = c.cut == Cut::timeout;
+    end.deadline_cut = c.cut == Cut::deadline;
     co_return end;
   }
 
