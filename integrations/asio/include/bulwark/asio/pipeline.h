@@ -57,8 +57,22 @@
 // multi-threaded io_context, give each coroutine a strand (co_spawn(make_strand(io),
 // ...)), as Asio's own awaitable operators require; the breaker, bulkhead, retry,
 // budget and latency tracker are shared by every call on every thread, and all are
-// thread-safe. The pipeline holds references to them (they must outlive it) and
-// copies of the fallback, timeout and hedge stages.
+// thread-safe. The pipeline holds references to them and copies of the fallback,
+// timeout and hedge stages.
+//
+// Lifetimes. The breaker, bulkhead, retry (and its budget), a hedge's budget and
+// latency tracker, and the pipeline itself must outlive every call made through it.
+// The io_context may be destroyed while calls are pending: each one's coroutines
+// (the pipeline's, its attempts', the call's own) are destroyed without completing,
+// and what they hold goes back as for a cancelled call — the breaker permit
+// unrecorded (counted cancelled), the bulkhead slot freed, a retry ticket refunded;
+// a started hedge's token stays spent, nothing is recorded in the tracker or the
+// retry's statistics (tests/asio/asio_pipeline_lifetime_test.cc).
+//
+// Hedging (hedge.h). The first success of a group to end wins as soon as it ends,
+// however it ends (a call that answers without suspending included); the others are
+// cancelled, and the latency recorded is the winner's own. An attempt's own answer
+// stands unless the pipeline cancelled it.
 //
 // Cost of a call that succeeds first time. Without a timeout, a deadline or hedging:
 // the synchronous pipeline's atomics and two coroutine frames (the pipeline's and the

@@ -14,8 +14,12 @@
 // a time is bound to it, for the scope of a ManualTimerClock::Binding, and its
 // static now() reads that clock. Its wait traits cap every reactor wait at 1 ms of
 // real time, so an io_context running on another thread notices within 1 ms that a
-// test moved the time; a test that drives the io_context itself (poll(), then
-// advance the clock, as tests/asio does) never waits at all.
+// test moved the time, and run() does not spin while a virtual timer is pending. A
+// test that drives the io_context itself (poll(), then advance the clock) must make
+// the reactor look at its timers after each move: on Linux it does only when its
+// timerfd fires. Scheduling a timer due before every other re-arms it at once, and
+// once that timer's handler has run every due timer is queued (tests/asio's
+// notice_time()).
 //
 //   bulwark::ManualClock clock;
 //   bulwark::asio::ManualTimerClock::Binding bind(clock);   // one at a time, process-wide
