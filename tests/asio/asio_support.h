@@ -155,6 +155,23 @@ template <class C>
   co_return bulwark::Unexpected(NetError{{}, line == "REJECT\n"});
 }
 
+// Makes `io`'s reactor look at its timers after the virtual clock moved, and queues
+// every timer due at the new time. On Linux the reactor looks at its timers only when
+// its timerfd fires, and that is armed for up to 1 ms of real time while a virtual
+// timer is pending (ManualTimerClock's cap): a poll() right after a move may not see
+// it. A timer due before any other re-arms the timerfd to fire at once; when its
+// handler has run, the same look has queued every other due timer behind it.
+inline void notice_time(::asio::io_context& io) {
+  bulwark::asio::Timer<ManualClock> nudge(io.get_executor());
+  nudge.expires_at(bulwark::asio::ManualTimerClock::time_point::min());
+  bool seen = false;
+  nudge.async_wait([&](std::error_code) { seen = true; });
+  while (!seen) {
+    if (io.stopped()) io.restart();
+    io.run_one();
+  }
+}
+
 // Runs `io` in virtual time until `done()` or `limit` of virtual time has passed:
 // poll until nothing is ready, then move the clock by `step`. Returns whether done.
 template <class Done>
@@ -171,6 +188,7 @@ bool drive(::asio::io_context& io, ManualClock& clock, Done&& done,
     if (done()) return true;
     if (now_ticks(clock) >= until) return false;
     clock.advance(step);
+    notice_time(io);
   }
 }
 

@@ -5,7 +5,9 @@
 // strategy, failsafe-go's HedgePolicy, Finagle's backup requests) starts another
 // attempt when the first has not answered after a delay — a fixed one, or a chosen
 // percentile of the dependency's recent latencies, so only the slowest few percent of
-// calls are hedged. The first success wins and the other attempts are cancelled.
+// calls are hedged. The first success to end wins as soon as it ends (however it
+// ends: a call that answers without suspending too) and the other attempts are
+// cancelled.
 //
 //   bulwark::asio::LatencyTracker reviews_latency;          // one per dependency
 //   auto call = bulwark::asio::pipeline(
@@ -109,8 +111,9 @@ struct HedgeConfig {
   std::uint32_t max_hedges = 1;
   // When the next hedge starts (after the previous attempt of the group started).
   HedgeDelay delay = HedgeDelay::fixed(std::chrono::milliseconds(50));
-  // The tracker the pipeline records every successful attempt's latency in (usually
-  // the one `delay` reads); none: nothing is recorded.
+  // The tracker the pipeline records each group's winning latency in — the winner's
+  // own, from its start to its end, not the caller's wait (usually the one `delay`
+  // reads); none: nothing is recorded.
   LatencyTracker* record_to = nullptr;
 };
 

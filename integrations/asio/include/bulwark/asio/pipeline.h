@@ -34,12 +34,15 @@
 //
 // Timeouts and deadlines. An attempt runs with a child context whose deadline is the
 // earlier of the request's and `timeout` after the attempt started. When that passes
-// the pipeline emits a terminal cancellation to the attempt and waits for it to end;
-// a failure (an error, or an exception from an aborted operation) is then a timeout
-// — a failure for the breaker, retried within the deadline — and a success that made
-// it anyway is a success. When the request's deadline ended it, the call ends with
-// deadline_exceeded. Without a timeout stage, a deadline or hedging, the attempt is
-// awaited directly: no timer, no extra coroutine.
+// the pipeline emits a terminal cancellation to the attempt and waits for it to end.
+// An attempt timed out only if the pipeline cancelled it: a failure after the
+// cancellation (an error, or an exception from an aborted operation) is a timeout —
+// a failure for the breaker, retried within the deadline — and a success that made
+// it anyway is a success. An answer the pipeline saw before it emitted the
+// cancellation is the attempt's own, judged as such (success, ignored error,
+// failure) even if it arrived after the deadline. When the request's deadline cut
+// the attempt, the call ends with deadline_exceeded. Without a timeout stage, a
+// deadline or hedging, the attempt is awaited directly: no timer, no extra coroutine.
 //
 // Cancellation by the caller (the awaiting coroutine's cancellation slot: a parent
 // operation cancelled, a connection closed, asio's || operator) cancels the attempt,
@@ -54,8 +57,22 @@
 // multi-threaded io_context, give each coroutine a strand (co_spawn(make_strand(io),
 // ...)), as Asio's own awaitable operators require; the breaker, bulkhead, retry,
 // budget and latency tracker are shared by every call on every thread, and all are
-// thread-safe. The pipeline holds references to them (they must outlive it) and
-// copies of the fallback, timeout and hedge stages.
+// thread-safe. The pipeline holds references to them and copies of the fallback,
+// timeout and hedge stages.
+//
+// Lifetimes. The breaker, bulkhead, retry (and its budget), a hedge's budget and
+// latency tracker, and the pipeline itself must outlive every call made through it.
+// The io_context may be destroyed while calls are pending: each one's coroutines
+// (the pipeline's, its attempts', the call's own) are destroyed without completing,
+// and what they hold goes back as for a cancelled call — the breaker permit
+// unrecorded (counted cancelled), the bulkhead slot freed, a retry ticket refunded;
+// a started hedge's token stays spent, nothing is recorded in the tracker or the
+// retry's statistics (tests/asio/asio_pipeline_lifetime_test.cc).
+//
+// Hedging (hedge.h). The first success of a group to end wins as soon as it ends,
+// however it ends (a call that answers without suspending included); the others are
+// cancelled, and the latency recorded is the winner's own. An attempt's own answer
+// stands unless the pipeline cancelled it.
 //
 // Cost of a call that succeeds first time. Without a timeout, a deadline or hedging:
 // the synchronous pipeline's atomics and two coroutine frames (the pipeline's and the
@@ -69,6 +86,7 @@
 #ifndef BULWARK_ASIO_PIPELINE_H_
 #define BULWARK_ASIO_PIPELINE_H_
 
+#include <algorithm>
 #include <array>
 #include <asio/awaitable.hpp>
 #include <asio/bind_cancellation_slot.hpp>
@@ -181,13 +199,22 @@ inline bool cancelled(const ::asio::cancellation_state& s) noexcept {
   return s.cancelled() != ::asio::cancellation_type::none;
 }
 
+// Why the pipeline cancelled one attempt of a group.
+enum class Cut : unsigned char {
+  none,      // it did not: whatever the attempt answered is its own answer
+  timeout,   // its per-attempt deadline passed
+  deadline,  // the request's deadline passed
+  lost,      // another attempt of the group won (or threw)
+  caller,    // the caller cancelled the call
+};
+
 // How one attempt (a group of hedged attempts, or one) ended.
 template <class R>
 struct AttemptEnd {
   std::optional<R> result;    // the call's own answer, if it gave one
   std::exception_ptr error;   // an exception the call threw on its own
-  bool timed_out = false;     // it ran past its per-attempt deadline
-  bool deadline_cut = false;  // the request's deadline passed before it answered
+  bool timed_out = false;     // the pipeline cancelled it at its per-attempt deadline
+  bool deadline_cut = false;  // the pipeline cancelled it at the request's deadline
   bool caller_cancelled = false;
   Nanos elapsed = Nanos::zero();  // of the winning (or last) attempt
 };
@@ -550,12 +577,15 @@ class Pipeline {
 
   // One attempt and its hedges, each a coroutine of its own on this executor, so that
   // each can be cancelled alone; a timer wakes this one for timeouts and hedges, and
-  // each attempt's end cancels the timer.
+  // each attempt's end cancels the timer. An attempt may end while it is started (its
+  // call answered without suspending): every pass looks at the attempts that ended, in
+  // the order they ended, before it waits again.
   template <class Ex, class R, class C, class F>
   ::asio::awaitable<detail::AttemptEnd<R>, Ex> run_group(const BasicContext<C>& ctx, F& call,
                                                          const AttemptInfo& info,
                                                          BasicRetryBudget<C>* budget) const {
     using Ctx = BasicContext<C>;
+    using detail::Cut;
     struct Child {
       std::optional<Ctx> ctx;
       ::asio::cancellation_signal signal;
@@ -564,9 +594,10 @@ class Pipeline {
       Ticks started = 0;
       Ticks ended = 0;
       Deadline own;
+      std::uint32_t order = 0;  // 1 for the group's first attempt to end, 2 for the next
       bool running = false;
       bool seen = false;
-      bool cancel_sent = false;
+      Cut cut = Cut::none;  // why the pipeline cancelled it, if it did
     };
     const Ex ex = co_await ::asio::this_coro::executor;
     const auto cs = co_await ::asio::this_coro::cancellation_state;
@@ -578,6 +609,7 @@ class Pipeline {
     Timer<C> wake(ex);
     std::size_t launched = 0;
     std::size_t running = 0;
+    std::uint32_t ends = 0;
 
     auto start = [&](std::size_t i) {
       Child& c = kids[i];
@@ -591,18 +623,21 @@ class Pipeline {
       c.running = true;
       ++running;
       ++launched;
-      // The attempt tells its own end (run_child): when it ends at once, nothing is
-      // scheduled to say so. The completion handler itself refers to nothing here.
-      ::asio::co_spawn(ex, run_child<Ex, R>(c, running, wake, ctx, call),
+      // co_spawn dispatches: an attempt whose call does not suspend has ended when this
+      // returns. The completion handler itself refers to nothing here.
+      ::asio::co_spawn(ex, run_child<Ex, R>(c, running, ends, wake, ctx, call),
                        ::asio::bind_cancellation_slot(c.signal.slot(), ::asio::detached));
     };
-    auto cancel_all = [&] {
+    auto cancel = [&](Child& c, Cut why) {
+      if (!c.running || c.cut != Cut::none) return;
+      c.cut = why;
+      c.signal.emit(::asio::cancellation_type::terminal);
+    };
+    auto unseen_end = [&] {
       for (std::size_t i = 0; i < launched; ++i) {
-        if (kids[i].running && !kids[i].cancel_sent) {
-          kids[i].cancel_sent = true;
-          kids[i].signal.emit(::asio::cancellation_type::terminal);
-        }
+        if (!kids[i].running && !kids[i].seen) return true;
       }
+      return false;
     };
 
     start(0);
@@ -618,29 +653,41 @@ class Pipeline {
     bool thrown = false;  // an attempt threw on its own: the group ends, the exception goes on
     bool caller_cancelled = false;
     for (;;) {
-      for (std::size_t i = 0; i < launched; ++i) {
-        Child& c = kids[i];
-        if (c.running || c.seen) continue;
-        c.seen = true;
-        if (c.result && *c.result) {
-          if (!winner) winner = i;
-        } else if (c.error && !c.cancel_sent && !thrown && !winner) {
-          thrown = true;
-          last_failed = i;
+      // The attempts that ended, in the order they ended. The first success wins; an
+      // exception an attempt threw on its own ends the group; after either, what the
+      // others answer does not matter. Otherwise the last failure is the group's.
+      for (;;) {
+        Child* next = nullptr;
+        std::size_t at = 0;
+        for (std::size_t i = 0; i < launched; ++i) {
+          Child& c = kids[i];
+          if (c.running || c.seen || (next != nullptr && next->order < c.order)) continue;
+          next = &c;
+          at = i;
+        }
+        if (next == nullptr) break;
+        next->seen = true;
+        if (winner || thrown) continue;
+        if (next->result && *next->result) {
+          winner = at;
         } else {
-          last_failed = i;
+          last_failed = at;
+          if (next->error && next->cut == Cut::none) thrown = true;
         }
       }
-      if (winner || thrown || caller_cancelled) cancel_all();
+      for (std::size_t i = 0; i < launched; ++i) {
+        if (winner || thrown) cancel(kids[i], Cut::lost);
+        if (caller_cancelled) cancel(kids[i], Cut::caller);
+      }
       if (running == 0) break;  // every attempt started so far has ended
       const Ticks now = ctx.now();
       Ticks wake_at = kTicksMax;
       for (std::size_t i = 0; i < launched; ++i) {
         Child& c = kids[i];
-        if (!c.running || c.cancel_sent) continue;
+        if (!c.running || c.cut != Cut::none) continue;
         if (c.own.passed(now)) {
-          c.cancel_sent = true;
-          c.signal.emit(::asio::cancellation_type::terminal);
+          // Timed out: the pipeline cancels it, and only that makes it a timeout.
+          cancel(c, c.own < ctx.deadline() ? Cut::timeout : Cut::deadline);
         } else if (!c.own.is_never()) {
           wake_at = std::min(wake_at, c.own.ticks());
         }
@@ -668,7 +715,9 @@ class Pipeline {
           if (launched < max_children) wake_at = std::min(wake_at, next_hedge);
         }
       }
-      if (running == 0) continue;  // a hedge that ended at once is looked at first
+      // An attempt that ended since the look above (a hedge whose call answered at
+      // once, a call that ended as it was cancelled) is looked at before any wait.
+      if (unseen_end()) continue;
       expire_at<C>(wake, Deadline::at(wake_at));
       auto [ec] =
           co_await wake.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
@@ -683,7 +732,7 @@ class Pipeline {
     }
     const std::size_t pick = winner ? *winner : *last_failed;
     Child& c = kids[pick];
-    end.elapsed = Nanos(std::max<Ticks>(0, c.ended - c.started));
+    end.elapsed = Nanos(std::max<Ticks>(0, c.ended - c.started));  // the winner's own
     if (winner) {
       end.result = std::move(c.result);
       co_return end;
@@ -693,8 +742,10 @@ class Pipeline {
       co_return end;
     }
     end.result = std::move(c.result);  // an error, or nothing if the aborted call threw
-    end.timed_out = c.own < ctx.deadline() && c.own.passed(c.ended);
-    end.deadline_cut = ctx.deadline().passed(c.ended);
+    // Its own answer unless the pipeline cancelled it: an answer that arrived after the
+    // attempt's deadline but before the cancellation was emitted is judged as it is.
+    end.timed_out = c.cut == Cut::timeout;
+    end.deadline_cut = c.cut == Cut::deadline;
     co_return end;
   }
 
@@ -702,7 +753,7 @@ class Pipeline {
   // and its end told to the group (the last thing it does: what is left of the
   // coroutine after this touches nothing of the group's).
   template <class Ex, class R, class Child, class Ctx, class F>
-  static ::asio::awaitable<void, Ex> run_child(Child& c, std::size_t& running,
+  static ::asio::awaitable<void, Ex> run_child(Child& c, std::size_t& running, std::uint32_t& ends,
                                                Timer<typename Ctx::clock_type>& wake,
                                                const Ctx& group_ctx, F& call) {
     try {
@@ -712,6 +763,7 @@ class Pipeline {
     }
     c.running = false;
     c.ended = group_ctx.now();
+    c.order = ++ends;
     --running;
     wake.cancel();
   }

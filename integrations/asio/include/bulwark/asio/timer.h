@@ -14,8 +14,12 @@
 // a time is bound to it, for the scope of a ManualTimerClock::Binding, and its
 // static now() reads that clock. Its wait traits cap every reactor wait at 1 ms of
 // real time, so an io_context running on another thread notices within 1 ms that a
-// test moved the time; a test that drives the io_context itself (poll(), then
-// advance the clock, as tests/asio does) never waits at all.
+// test moved the time, and run() does not spin while a virtual timer is pending. A
+// test that drives the io_context itself (poll(), then advance the clock) must make
+// the reactor look at its timers after each move: on Linux it does only when its
+// timerfd fires. Scheduling a timer due before every other re-arms it at once, and
+// once that timer's handler has run every due timer is queued (tests/asio's
+// notice_time()).
 //
 //   bulwark::ManualClock clock;
 //   bulwark::asio::ManualTimerClock::Binding bind(clock);   // one at a time, process-wide
@@ -33,6 +37,7 @@
 #ifndef BULWARK_ASIO_TIMER_H_
 #define BULWARK_ASIO_TIMER_H_
 
+#include <algorithm>
 #include <asio/any_io_executor.hpp>
 #include <asio/basic_waitable_timer.hpp>
 #include <asio/wait_traits.hpp>
@@ -75,11 +80,19 @@ class ManualTimerClock {
     ~Binding() { bound_.store(nullptr, std::memory_order_release); }
   };
 
-  // Asio's wait traits for this clock: the reactor never blocks on a virtual timer,
-  // so each of its passes compares the timers with the bound clock's time.
+  // Asio's wait traits for this clock: how long (in real time) the reactor may block
+  // for a virtual timer due in `d`. None if it is due; otherwise `d`, at most kMaxWait,
+  // so the reactor sleeps while nothing is due (no busy loop) and compares the timers
+  // with the bound clock's time again at least every kMaxWait.
   struct WaitTraits {
-    static duration to_wait_duration(const duration&) { return duration::zero(); }
-    static duration to_wait_duration(const time_point&) { return duration::zero(); }
+    static constexpr duration kMaxWait = std::chrono::milliseconds(1);
+    static duration to_wait_duration(const duration& d) noexcept {
+      return d <= duration::zero() ? duration::zero() : std::min(d, kMaxWait);
+    }
+    static duration to_wait_duration(const time_point& t) noexcept {
+      const time_point n = now();
+      return t <= n ? duration::zero() : std::min(t - n, kMaxWait);
+    }
   };
 
  private:
