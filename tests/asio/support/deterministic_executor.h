@@ -281,6 +281,17 @@ class World {
     return false;
   }
 
+  // Runs the oldest ready handler of lane i only; false if it has none.
+  bool step_lane(std::size_t i) {
+    Lane& l = *lanes_.at(i);
+    l.harvest();
+    if (l.ready().size() == 0) return false;
+    running_ = l.index();
+    l.ready().take(0)->run();
+    running_ = -1;
+    return true;
+  }
+
   // The lane whose handler is running, or -1 between steps.
   int running() const { return running_; }
 
