@@ -160,8 +160,8 @@ class WaiterRegistry final : public ::asio::execution_context::service {
   bool post_unless_shut(RegisteredWaiter* w, Post&& post) {
     std::lock_guard lock(mu_);
     if (shut_) return false;
+    remove(w);  // first: once posted, `w` may run and be freed on another thread
     std::forward<Post>(post)();
-    remove(w);
     return true;
   }
 
