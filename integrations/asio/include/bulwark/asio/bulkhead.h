@@ -353,18 +353,19 @@ class BasicAsyncBulkhead {
     using Executor = ::asio::associated_executor_t<Handler, ::asio::any_io_executor>;
     WaiterFor(BasicAsyncBulkhead* b, Handler&& h)
         : handler(std::move(h)),
-          executor(::asio::get_associated_executor(*handler, ::asio::any_io_executor())),
-          timer(executor) {
+          executor(std::in_place,
+                   ::asio::get_associated_executor(*handler, ::asio::any_io_executor())),
+          timer(std::in_place, *executor) {
       this->owner = b;
       // After the timer: the timer's services exist first, so the registry shuts down
       // before them (Asio shuts services down newest first).
-      this->registry = &::asio::use_service<detail::WaiterRegistry>(detail::context_of(executor));
+      this->registry = &::asio::use_service<detail::WaiterRegistry>(detail::context_of(*executor));
     }
     ~WaiterFor() override { drop_handler(); }
 
     void complete(Result r) override {
       auto post = [&] {
-        ::asio::post(executor, [ref = Ref(this), r = std::move(r)]() mutable {
+        ::asio::post(*executor, [ref = Ref(this), r = std::move(r)]() mutable {
           // On the waiter's executor, where its cancellation is emitted.
           auto* self = static_cast<WaiterFor*>(ref.get());
           auto slot = ::asio::get_associated_cancellation_slot(*self->handler);
@@ -384,10 +385,12 @@ class BasicAsyncBulkhead {
     }
     void abandon() noexcept override {
       drop_handler();
+      timer.reset();  // its pending wait (cancelled when it left the queue) holds a reference
+      executor.reset();
       this->registry->finished(this);
       this->unref();  // the completion's reference
     }
-    void cancel_timer() override { timer.cancel(); }
+    void cancel_timer() override { timer->cancel(); }
 
     // Destroys the handler unrun (if it still is here), its cancellation handler first.
     void drop_handler() noexcept {
@@ -398,8 +401,10 @@ class BasicAsyncBulkhead {
     }
 
     std::optional<Handler> handler;
-    Executor executor;
-    Timer<C> timer;
+    // Both go, with the handler, before the registry hears the waiter is finished: the
+    // last reference may be dropped later on another thread, after the context is gone.
+    std::optional<Executor> executor;
+    std::optional<Timer<C>> timer;
   };
 
   static AsyncBulkheadConfig checked(AsyncBulkheadConfig config) {
@@ -510,8 +515,8 @@ class BasicAsyncBulkhead {
           unlink(w);
           granted = true;
         } else {
-          expire_at<C>(w->timer, until);
-          w->timer.async_wait([this, ref = Ref(w)](const std::error_code& ec) {
+          expire_at<C>(*w->timer, until);
+          w->timer->async_wait([this, ref = Ref(w)](const std::error_code& ec) {
             Waiter* self = ref.get();
             if (!ec && leave(self)) self->complete(reject(self->on_timeout));
           });
