@@ -195,12 +195,6 @@ class PipelineLifetimeTest : public ::testing::TestWithParam<std::tuple<Point, E
 
 TEST_P(PipelineLifetimeTest, EverythingHeldIsGivenBack) {
   const auto [point, how] = GetParam();
-  if (point == Point::bulkhead_wait && how == End::destroy_context) {
-    // An AsyncBulkhead waiter whose io_context is destroyed stays in the bulkhead's
-    // queue, holding the call's coroutine; the next slot given back touches its freed
-    // timer. Enabled once the bulkhead lets such a waiter leave its queue.
-    GTEST_SKIP() << "the AsyncBulkhead keeps a waiter whose io_context was destroyed";
-  }
   const VCtx ctx(clock);
   const Ticks t0 = now_ticks(clock);
   auto hedged = bulwark::asio::pipeline(

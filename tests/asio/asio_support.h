@@ -21,6 +21,7 @@
 #include <string>
 #include <system_error>
 
+#include "asio/support/notice_time.h"
 #include "bulwark/asio/timer.h"
 #include "bulwark/context.h"
 #include "bulwark/expected.h"
@@ -153,23 +154,6 @@ template <class C>
   if (rec) co_return bulwark::Unexpected(NetError{rec});
   if (line.rfind("OK ", 0) == 0) co_return line.substr(3, line.size() - 4);
   co_return bulwark::Unexpected(NetError{{}, line == "REJECT\n"});
-}
-
-// Makes `io`'s reactor look at its timers after the virtual clock moved, and queues
-// every timer due at the new time. On Linux the reactor looks at its timers only when
-// its timerfd fires, and that is armed for up to 1 ms of real time while a virtual
-// timer is pending (ManualTimerClock's cap): a poll() right after a move may not see
-// it. A timer due before any other re-arms the timerfd to fire at once; when its
-// handler has run, the same look has queued every other due timer behind it.
-inline void notice_time(::asio::io_context& io) {
-  bulwark::asio::Timer<ManualClock> nudge(io.get_executor());
-  nudge.expires_at(bulwark::asio::ManualTimerClock::time_point::min());
-  bool seen = false;
-  nudge.async_wait([&](std::error_code) { seen = true; });
-  while (!seen) {
-    if (io.stopped()) io.restart();
-    io.run_one();
-  }
 }
 
 // Runs `io` in virtual time until `done()` or `limit` of virtual time has passed:
