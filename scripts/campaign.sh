@@ -1,17 +1,19 @@
 #!/usr/bin/env bash
-# A long random campaign over the core, with fresh seeds: what CI runs with fixed seeds
-# and fixed counts, run for longer and from seeds nobody ran before. Prints every seed it
-# uses, and for a failure the command that replays it (for a property, rapidcheck's
-# RC_PARAMS="reproduce=..." string).
+# A long random campaign over the core and the async bulkhead, with fresh seeds: what CI
+# runs with fixed seeds and fixed counts, run for longer and from seeds nobody ran
+# before. Prints every seed it uses, and for a failure the command that replays it (for
+# a property, rapidcheck's RC_PARAMS="reproduce=..." string).
 #
 # Usage: bash scripts/campaign.sh [rounds]        (default 1; each round takes new seeds)
 #
 # Stages, each on or off by its count (0 skips it):
 #   MODEL_ITERATIONS=20000  cases per property of model_differential_test and
 #                           model_metamorphic_test, all under one fresh seed per binary
-#   SCHEDULES=100000        random schedules of window_schedule_test, from a fresh seed
-#   STRESS_REPEAT=20        runs of each core stress test (tests/*_stress_test.cc and
-#                           model_history_test), stopping at the first failure
+#   SCHEDULES=100000        random schedules of window_schedule_test and of
+#                           asio_bulkhead_schedule_test (per scenario), from a fresh seed
+#   STRESS_REPEAT=20        runs of each stress test (tests/*_stress_test.cc,
+#                           tests/asio/*_stress_test.cc, model_history_test),
+#                           stopping at the first failure
 #   STRESS_LOAD=1           run the stress tests beside two CPU-burning processes
 #   FUZZ_SECONDS=0          > 0: the fuzz stage of scripts/test.sh for that long per harness
 #   PRESET=release          the CMake preset to build and run (release, asan, tsan)
@@ -32,13 +34,15 @@ log_dir=$(mktemp -d "${TMPDIR:-/tmp}/bulwark-campaign.XXXXXX")
 fresh_seed() { od -An -N8 -tu8 /dev/urandom | tr -d ' '; }
 
 stress_tests=()
-for f in tests/*_stress_test.cc; do stress_tests+=("$(basename "$f" .cc)"); done
+for f in tests/*_stress_test.cc tests/asio/*_stress_test.cc; do
+  stress_tests+=("$(basename "$f" .cc)")
+done
 stress_tests+=(model_history_test)
 
 echo "=== campaign: ${rounds} round(s), preset ${preset}, logs in ${log_dir}"
 cmake --preset "$preset" >/dev/null || exit 1
 cmake --build --preset "$preset" -j2 --target model_differential_test model_metamorphic_test \
-  window_schedule_test "${stress_tests[@]}" || exit 1
+  window_schedule_test asio_bulkhead_schedule_test "${stress_tests[@]}" || exit 1
 
 failures=()
 burners=()
@@ -70,19 +74,21 @@ for ((round = 1; round <= rounds; round++)); do
   fi
 
   if ((schedules > 0)); then
-    seed=$(fresh_seed | cut -c1-15)
-    log=$log_dir/window_schedule_test.$round.log
-    echo "--- window_schedule_test: ${schedules} random schedules from seed ${seed}"
-    if BULWARK_SCHEDULE_SEED=$seed BULWARK_SCHEDULES=$schedules \
-      "$build/tests/window_schedule_test" >"$log" 2>&1; then
-      echo "    passed"
-    else
-      echo "    FAILED (log: ${log})"
-      grep -E '^seed [0-9]+: ' "$log" | sed 's/^/    /'
-      echo "    replay one: BULWARK_SCHEDULE_SEED=<that seed> BULWARK_SCHEDULES=1" \
-        "${build}/tests/window_schedule_test; the log shows the schedule as a test::Script"
-      failures+=("window_schedule_test seed ${seed}")
-    fi
+    for bin in tests/window_schedule_test tests/asio/asio_bulkhead_schedule_test; do
+      name=$(basename "$bin")
+      seed=$(fresh_seed | cut -c1-15)
+      log=$log_dir/$name.$round.log
+      echo "--- ${name}: ${schedules} random schedules from seed ${seed}"
+      if BULWARK_SCHEDULE_SEED=$seed BULWARK_SCHEDULES=$schedules "$build/$bin" >"$log" 2>&1; then
+        echo "    passed"
+      else
+        echo "    FAILED (log: ${log})"
+        grep -E '^seed [0-9]+: |BULWARK_SCHEDULE_SEED=' "$log" | sed 's/^/    /'
+        echo "    replay one: BULWARK_SCHEDULE_SEED=<that seed> BULWARK_SCHEDULES=1" \
+          "${build}/${bin}; the log shows the schedule"
+        failures+=("${name} seed ${seed}")
+      fi
+    done
   fi
 
   if ((stress_repeat > 0)); then
