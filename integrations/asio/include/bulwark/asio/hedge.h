@@ -31,6 +31,11 @@
 // percentiles (no allocation: a stack buffer); reading a percentile is one load.
 // Thread-safety: every member may be called concurrently (samples are relaxed: a
 // percentile reflects recent calls, not an exact instant).
+//
+// Lifetimes: a hedge stage holds pointers to its tracker(s) and budget; they must
+// outlive every call made through a pipeline holding the stage. A call ended early (its
+// io_context destroyed, its caller's cancellation) records nothing in the tracker, and
+// the tokens of hedges it started stay spent (pipeline.h, Lifetimes).
 
 #ifndef BULWARK_ASIO_HEDGE_H_
 #define BULWARK_ASIO_HEDGE_H_
