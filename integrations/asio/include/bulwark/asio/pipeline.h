@@ -72,7 +72,9 @@
 // Hedging (hedge.h). The first success of a group to end wins as soon as it ends,
 // however it ends (a call that answers without suspending included); the others are
 // cancelled, and the latency recorded is the winner's own. An attempt's own answer
-// stands unless the pipeline cancelled it.
+// stands unless the pipeline cancelled it. An attempt cut before its coroutine first
+// ran (an executor whose dispatch defers it) ends without calling; a hedge so cut
+// keeps its token.
 //
 // Cost of a call that succeeds first time. Without a timeout, a deadline or hedging:
 // the synchronous pipeline's atomics and two coroutine frames (the pipeline's and the
