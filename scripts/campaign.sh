@@ -9,8 +9,9 @@
 # Stages, each on or off by its count (0 skips it):
 #   MODEL_ITERATIONS=20000  cases per property of model_differential_test and
 #                           model_metamorphic_test, all under one fresh seed per binary
-#   SCHEDULES=100000        random schedules of window_schedule_test and of
-#                           asio_bulkhead_schedule_test (per scenario), from a fresh seed
+#   SCHEDULES=100000        random schedules of window_schedule_test,
+#                           asio_bulkhead_schedule_test and asio_hedge_schedule_test
+#                           (per scenario), from a fresh seed
 #   STRESS_REPEAT=20        runs of each stress test (tests/*_stress_test.cc,
 #                           tests/asio/*_stress_test.cc, model_history_test),
 #                           stopping at the first failure
@@ -42,7 +43,7 @@ stress_tests+=(model_history_test)
 echo "=== campaign: ${rounds} round(s), preset ${preset}, logs in ${log_dir}"
 cmake --preset "$preset" >/dev/null || exit 1
 cmake --build --preset "$preset" -j2 --target model_differential_test model_metamorphic_test \
-  window_schedule_test asio_bulkhead_schedule_test "${stress_tests[@]}" || exit 1
+  window_schedule_test asio_bulkhead_schedule_test asio_hedge_schedule_test "${stress_tests[@]}" || exit 1
 
 failures=()
 burners=()
@@ -74,7 +75,8 @@ for ((round = 1; round <= rounds; round++)); do
   fi
 
   if ((schedules > 0)); then
-    for bin in tests/window_schedule_test tests/asio/asio_bulkhead_schedule_test; do
+    for bin in tests/window_schedule_test tests/asio/asio_bulkhead_schedule_test \
+      tests/asio/asio_hedge_schedule_test; do
       name=$(basename "$bin")
       seed=$(fresh_seed | cut -c1-15)
       log=$log_dir/$name.$round.log

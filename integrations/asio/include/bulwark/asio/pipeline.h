@@ -72,7 +72,9 @@
 // Hedging (hedge.h). The first success of a group to end wins as soon as it ends,
 // however it ends (a call that answers without suspending included); the others are
 // cancelled, and the latency recorded is the winner's own. An attempt's own answer
-// stands unless the pipeline cancelled it.
+// stands unless the pipeline cancelled it. An attempt cut before its coroutine first
+// ran (an executor whose dispatch defers it) ends without calling; a hedge so cut
+// keeps its token.
 //
 // Cost of a call that succeeds first time. Without a timeout, a deadline or hedging:
 // the synchronous pipeline's atomics and two coroutine frames (the pipeline's and the
@@ -596,6 +598,7 @@ class Pipeline {
       Deadline own;
       std::uint32_t order = 0;  // 1 for the group's first attempt to end, 2 for the next
       bool running = false;
+      bool began = false;  // its coroutine has run (run_child started)
       bool seen = false;
       Cut cut = Cut::none;  // why the pipeline cancelled it, if it did
     };
@@ -631,7 +634,10 @@ class Pipeline {
     auto cancel = [&](Child& c, Cut why) {
       if (!c.running || c.cut != Cut::none) return;
       c.cut = why;
-      c.signal.emit(::asio::cancellation_type::terminal);
+      // An attempt whose coroutine has not run yet (an executor whose dispatch defers
+      // it) is not signalled: Asio would throw at its first step, before run_child
+      // could tell the group it ended. It sees its cut when it runs, and ends there.
+      if (c.began) c.signal.emit(::asio::cancellation_type::terminal);
     };
     auto unseen_end = [&] {
       for (std::size_t i = 0; i < launched; ++i) {
@@ -719,9 +725,10 @@ class Pipeline {
       // once, a call that ended as it was cancelled) is looked at before any wait.
       if (unseen_end()) continue;
       expire_at<C>(wake, Deadline::at(wake_at));
-      auto [ec] =
-          co_await wake.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
-      if (ec && detail::cancelled(cs)) caller_cancelled = true;
+      (void)co_await wake.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
+      // The caller's cancellation, whatever woke the group (not only an aborted wait): it
+      // may have come while the timer's own expiry was already on its way.
+      if (detail::cancelled(cs)) caller_cancelled = true;
     }
 
     co_await ::asio::this_coro::throw_if_cancelled(throws);
@@ -749,17 +756,20 @@ class Pipeline {
     co_return end;
   }
 
-  // The body of one attempt's coroutine: the call, its answer or its exception kept,
-  // and its end told to the group (the last thing it does: what is left of the
-  // coroutine after this touches nothing of the group's).
+  // The body of one attempt's coroutine: the call (unless the group cut the attempt
+  // before this ran), its answer or its exception kept, and its end told to the group (the last
+  // thing it does: what is left of the coroutine after this touches nothing of the group's).
   template <class Ex, class R, class Child, class Ctx, class F>
   static ::asio::awaitable<void, Ex> run_child(Child& c, std::size_t& running, std::uint32_t& ends,
                                                Timer<typename Ctx::clock_type>& wake,
                                                const Ctx& group_ctx, F& call) {
-    try {
-      c.result.emplace(co_await invoke_call(call, *c.ctx));
-    } catch (...) {
-      c.error = std::current_exception();
+    c.began = true;
+    if (c.cut == detail::Cut::none) {  // else cancelled before it ran: never called
+      try {
+        c.result.emplace(co_await invoke_call(call, *c.ctx));
+      } catch (...) {
+        c.error = std::current_exception();
+      }
     }
     c.running = false;
     c.ended = group_ctx.now();
