@@ -53,7 +53,8 @@
 //
 // Cost of a call that succeeds first time, with every stage: the breaker's admission
 // load and its outcome report, one CAS and one subtract for the bulkhead, one CAS for
-// the budget deposit (a load once the budget is full), and one precise clock read for
+// the budget deposit (a load once the budget is full), one relaxed add counting the
+// call in the retry (RetrySnapshot's kinds), and one precise clock read for
 // a per-attempt timeout (plus one for a request deadline). See bench/pipeline_bench.cc.
 //
 // Thread-safety: execute() may be called concurrently; it is as thread-safe as its
