@@ -5,7 +5,9 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <chrono>
+#include <cstring>
 
 #include "bulwark/circuit_breaker.h"
 #include "support/counting.h"
@@ -58,6 +60,32 @@ TEST_F(HotPath, ClosedCallsNeitherLockNorAllocate) {
               "the closed path");
   EXPECT_EQ(result, 7);
   EXPECT_EQ(b.state(), State::closed);
+}
+
+// A call that succeeds in CLOSED (with no failure run to end) and a rejection while
+// OPEN write nothing to the breaker: its cache line stays shared by every core that
+// reads it. Their totals live in the calling thread's ledger, and still add up.
+TEST_F(HotPath, ClosedSuccessesAndOpenRejectionsWriteNothingToTheBreaker) {
+  using Breaker = BasicCircuitBreaker<ManualClock>;
+  Breaker b({.consecutive_failures = 1, .open_duration = 1h}, clock);
+  auto bytes = [&b] {
+    std::array<unsigned char, sizeof(Breaker)> out;
+    std::memcpy(out.data(), static_cast<const void*>(&b), sizeof(Breaker));
+    return out;
+  };
+  b.try_acquire()->record_success();  // the breaker takes its cell of this thread's ledger
+  const auto closed = bytes();
+  for (int i = 0; i < 1000; ++i) b.try_acquire()->record_success();
+  EXPECT_TRUE(bytes() == closed) << "a closed success wrote to the breaker";
+  b.try_acquire()->record_failure();
+  ASSERT_EQ(b.state(), State::open);
+  const auto open = bytes();
+  for (int i = 0; i < 1000; ++i) EXPECT_FALSE(b.try_acquire());
+  EXPECT_TRUE(bytes() == open) << "a rejection wrote to the breaker";
+  const BreakerSnapshot s = b.snapshot();
+  EXPECT_EQ(s.successes, 1001u);
+  EXPECT_EQ(s.failures, 1u);
+  EXPECT_EQ(s.rejected, 1000u);
 }
 
 // Closed calls of a windowed breaker that judges slowness and counts calls in flight.

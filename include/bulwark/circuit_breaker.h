@@ -25,10 +25,14 @@
 // Every breaker type names them: Breaker::Config, Breaker::Policy.
 //
 // Cost. A call admitted while CLOSED reads one atomic word to be admitted and adds
-// one to a counter when it reports: no lock, no allocation, no clock read, no virtual
-// call. A windowed call adds one atomic update (its bucket), plus a coarse clock read
-// for a time window or when slowness is judged. A rejection while OPEN reads the
-// clock once. Transitions are single CAS races with exactly one winner.
+// one to a per-thread counter when it reports: no lock, no allocation, no clock read,
+// no virtual call, no atomic read-modify-write. A windowed call adds one atomic update (its
+// bucket), plus a coarse clock read for a time window or when slowness is judged. A rejection while
+// OPEN reads the coarse clock once (SteadyClock: CLOCK_MONOTONIC_COARSE); the open period's end is
+// confirmed by the precise clock, so a probe is never admitted early and at most one
+// coarse tick (1-4 ms) late. Totals are counted in the calling thread's ledger
+// (detail/ledger.h): a call that succeeds in CLOSED and a rejection write nothing
+// another core reads. Transitions are single CAS races with exactly one winner.
 // sizeof(CircuitBreaker) is 64 bytes; the configuration, clock and listeners live in
 // a BreakerPolicy that any number of breakers can share.
 //
@@ -57,6 +61,7 @@
 #include "bulwark/breaker_events.h"
 #include "bulwark/clock.h"
 #include "bulwark/detail/breaker_word.h"
+#include "bulwark/detail/ledger.h"
 #include "bulwark/detail/permit_base.h"
 #include "bulwark/expected.h"
 #include "bulwark/outcome.h"
@@ -360,7 +365,10 @@ class alignas(64) BasicCircuitBreaker {
 
   BasicCircuitBreaker(const BasicCircuitBreaker&) = delete;
   BasicCircuitBreaker& operator=(const BasicCircuitBreaker&) = delete;
-  ~BasicCircuitBreaker() { Policy::release(policy_); }
+  ~BasicCircuitBreaker() {
+    if (Cold::Ledgered::get(cold_.load(std::memory_order_relaxed))) detail::ledger_forget(totals_);
+    Policy::release(policy_);
+  }
 
   // Asks to make one call. Never blocks, never throws, never allocates.
   // CLOSED / METRICS_ONLY / DISABLED: admitted (one atomic load; a breaker that judges
@@ -370,7 +378,7 @@ class alignas(64) BasicCircuitBreaker {
   // HALF_OPEN: admitted while fewer than half_open.max_in_flight probes are in flight
   //   (and, with half_open.fraction, if this request is drawn).
   // FORCED_OPEN: rejected.
-  Expected<Permit, Rejection> try_acquire() noexcept {
+  [[gnu::always_inline]] Expected<Permit, Rejection> try_acquire() noexcept {
     const Word w(word_.load(std::memory_order_acquire));
     // The common case stays small enough to inline into the caller; everything else
     // (rejections, probes, transitions) is out of line.
@@ -545,10 +553,11 @@ class alignas(64) BasicCircuitBreaker {
     snap.half_open_in_flight = s == State::half_open ? w.probes_in_flight() : 0;
     snap.half_open_successes = s == State::half_open ? w.probe_successes() : 0;
     snap.generation = w.gen();
-    snap.successes = successes_.load(std::memory_order_relaxed);
-    snap.failures = failures_.load(std::memory_order_relaxed);
-    snap.ignored = ignored_.load(std::memory_order_relaxed);
-    snap.rejected = rejected_.load(std::memory_order_relaxed);
+    const auto totals = detail::ledger_fold(totals_);
+    snap.successes = totals[static_cast<std::size_t>(detail::Total::successes)];
+    snap.failures = totals[static_cast<std::size_t>(detail::Total::failures)];
+    snap.ignored = totals[static_cast<std::size_t>(detail::Total::ignored)];
+    snap.rejected = totals[static_cast<std::size_t>(detail::Total::rejected)];
     const std::uint64_t cold = cold_.load(std::memory_order_relaxed);
     snap.cancelled = Cold::Cancelled::get(cold);
     snap.opens = Cold::Opens::get(cold);
@@ -595,12 +604,14 @@ class alignas(64) BasicCircuitBreaker {
   static_assert(static_cast<int>(Resolution::failure) == static_cast<int>(Outcome::failure));
   static_assert(static_cast<int>(Resolution::ignored) == static_cast<int>(Outcome::ignored));
 
-  // The word of rare totals and the flapping flag. Both totals saturate.
+  // The word of rare totals and flags. Both totals saturate. Ledgered: some thread's
+  // ledger has held a cell of this breaker's totals.
   struct Cold {
     using Cancelled = detail::Field<0, 38>;
     using Flapping = detail::Field<38, 1, bool>;
+    using Ledgered = detail::Field<39, 1, bool>;
     using Opens = detail::Field<40, 24>;
-    using View = detail::Layout<Cancelled, Flapping, Opens>;
+    using View = detail::Layout<Cancelled, Flapping, Ledgered, Opens>;
   };
 
   // What the window says: its counts, the rates the rules compare, and the decision.
@@ -665,7 +676,7 @@ class alignas(64) BasicCircuitBreaker {
   static Decision admit(Word w, Ticks start) noexcept { return {w.raw(), start}; }
   // Counts a rejection and tells the rejection listeners.
   Decision refuse(RejectReason reason, Ticks retry_after) noexcept {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
+    count(detail::Total::rejected);
     if (!policy_->rejection_listeners.empty()) [[unlikely]] {
       policy_->rejection_listeners.emit(
           RejectionEvent{name(), this, reason, Nanos(retry_after), now()});
@@ -693,12 +704,15 @@ class alignas(64) BasicCircuitBreaker {
           // The winner of the last transition is still publishing it: its time is
           // not known yet, so it certainly has not elapsed.
           if (w.pending()) return refuse(RejectReason::open, period);
-          const Ticks t = now();
           const Ticks since = since_.load(std::memory_order_relaxed);
           const Ticks until = saturating_add(since, period);
           // An end that saturates (an infinite open period) never comes by itself. A
           // clock that stepped back before the opening is no time passing: the rest of
-          // the period is then the whole period, never more.
+          // the period is then the whole period, never more. The coarse clock (never
+          // ahead of the precise one) answers the common case; the precise one confirms
+          // an end, so no probe is admitted early and none later than one coarse tick.
+          Ticks t = coarse_now();
+          if (t >= until && until != kTicksMax) t = now();
           if (t < until || until == kTicksMax)
             return refuse(RejectReason::open, until - std::clamp(t, since, until));
           const Word next = w.next_phase(static_cast<std::uint8_t>(State::half_open), w.reopens())
@@ -759,13 +773,13 @@ class alignas(64) BasicCircuitBreaker {
   void release(Word admitted, Resolution r, Nanos reported, Ticks start) noexcept {
     switch (r) {
       case Resolution::success:
-        successes_.fetch_add(1, std::memory_order_relaxed);
+        count(detail::Total::successes);
         break;
       case Resolution::failure:
-        failures_.fetch_add(1, std::memory_order_relaxed);
+        count(detail::Total::failures);
         break;
       case Resolution::ignored:
-        ignored_.fetch_add(1, std::memory_order_relaxed);
+        count(detail::Total::ignored);
         break;
       case Resolution::cancelled:
         add_cold(1, 0);
@@ -1213,6 +1227,15 @@ class alignas(64) BasicCircuitBreaker {
     }
   }
 
+  // Adds one to a total in this thread's ledger, marking the breaker as having cells
+  // to take back when it is destroyed.
+  [[gnu::always_inline]] void count(detail::Total which) noexcept {
+    if (detail::ledger_add(totals_, which)) [[unlikely]] {
+      if (!Cold::Ledgered::get(cold_.load(std::memory_order_relaxed)))
+        cold_.fetch_or(Cold::Ledgered::set(0, true), std::memory_order_relaxed);
+    }
+  }
+
   // Saturating adds to the rare totals; `flapping`, if given, replaces the flag (only
   // the publisher of a transition gives it). Rare events only.
   void add_cold(std::uint64_t cancelled, std::uint64_t opens,
@@ -1272,11 +1295,8 @@ class alignas(64) BasicCircuitBreaker {
       Word().with_state(static_cast<std::uint8_t>(State::closed)).raw()};
   std::atomic<Ticks> since_{0};  // when the current state began; written only while pending
   detail::PolicyData<C, Config>* policy_;
-  std::atomic<std::uint64_t> successes_{0};
-  std::atomic<std::uint64_t> failures_{0};
-  std::atomic<std::uint64_t> ignored_{0};
-  std::atomic<std::uint64_t> rejected_{0};
-  std::atomic<std::uint64_t> cold_{0};  // see kCancelledBits
+  detail::Totals totals_;               // counted per thread: see detail/ledger.h
+  std::atomic<std::uint64_t> cold_{0};  // see Cold
   [[no_unique_address]] Window window_;
 };
 

@@ -54,8 +54,9 @@ constexpr Ticks saturating_sub(Ticks a, Ticks b) noexcept {
 // A steady clock bulwark can read. `now()` must be callable on a const object and
 // return a std::chrono::time_point whose duration converts to nanoseconds; the clock
 // must never go backwards (`is_steady`, checked as folly does). A clock may also offer
-// `coarse_now()`: a cheaper reading that may lag `now()` by a few milliseconds, used
-// where second-sized time buckets don't need nanosecond time.
+// `coarse_now()`: a cheaper reading that may lag `now()` by a few milliseconds but is
+// never ahead of it, used where second-sized time buckets don't need nanosecond time
+// and to reject while OPEN.
 template <class C>
 concept Clock = requires(const C& c) {
   typename C::time_point;

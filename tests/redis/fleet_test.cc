@@ -313,7 +313,8 @@ TEST(FleetTest, QueueOverflowIsCountedAndRecoveredByARescan) {
   Fleet fleet(FleetConfig{.instance = "a", .queue_capacity = 2, .wall_ms = [&w] { return w.wall; }},
               w.store);
   for (int i = 0; i < 4; ++i) {
-    breakers.push_back(std::make_unique<Breaker>(breaker_config("k" + std::to_string(i)), w.clock));
+    breakers.push_back(std::make_unique<Breaker>(
+        breaker_config(std::string("k").append(std::to_string(i))), w.clock));
     fleet.attach(*breakers.back());
   }
   for (auto& b : breakers) {

@@ -27,6 +27,8 @@
 #include <mutex>
 #include <new>
 
+#include "bulwark/detail/ledger.h"
+
 #if defined(__SANITIZE_THREAD__)
 #define BULWARK_COUNT_LOCKS 0
 #elif defined(__has_feature)
@@ -70,9 +72,12 @@ inline void* counted_aligned(std::size_t n, std::align_val_t a) {
 }
 }  // namespace detail
 
-// Runs `f` and returns the allocations and locks it made on this thread.
+// Runs `f` and returns the allocations and locks it made on this thread. The thread's
+// ledger (bulwark/detail/ledger.h: one allocation, once per thread, at its first
+// counted call) is registered first: what is counted is a warm thread's path.
 template <class F>
 Counts count(F&& f) {
+  bulwark::detail::ledger_join();
   detail::counts = {};
   detail::counting = true;
   f();

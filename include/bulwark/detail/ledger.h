@@ -1,0 +1,96 @@
+// Per-thread ledgers: the breakers' totals counted without a shared write.
+//
+// A breaker's totals (successes, failures, ignored, rejected) are counted where the
+// calling thread owns the cache line: each thread has a small direct-mapped table of
+// cells, and the cell a breaker's totals map to (by address) holds what this thread
+// added to them since it took the cell. Adding one is a load, a compare and a plain
+// store (no read-modify-write, no lock); a breaker's totals are read by folding its
+// shared base counters with its cell of every thread's table.
+//
+// A cell changes hands when another breaker of the same thread keeps missing it: the
+// thread moves the old owner's counts into that owner's base counters and takes the
+// cell. Until then the missing breaker adds to its own base counters (one fetch_add, as
+// if there were no ledger). A thread's first count registers its table: it takes the
+// table an exited thread left, or allocates one (once per thread, never freed, so the
+// tables are as many as the most threads that ever counted at once). Its exit folds
+// the table into the base counters. Folding and a breaker's destruction (which takes
+// its cells back) look at one cell per table, without a lock; the destruction waits
+// for a thread that is moving one of its cells in that instant (a few stores).
+//
+// Exactness: read at rest (no call counting and no cell changing hands), a total is
+// exact. While calls are in flight a fold may miss, or count twice, what one thread is
+// moving from its cell to the base counters in that instant.
+
+#ifndef BULWARK_DETAIL_LEDGER_H_
+#define BULWARK_DETAIL_LEDGER_H_
+
+#include <array>
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace bulwark::detail {
+
+// The totals a ledger counts, in this order.
+enum class Total : std::uint8_t { successes, failures, ignored, rejected };
+inline constexpr std::size_t kTotals = 4;
+
+// A breaker's shared base counters: what threads moved out of their cells, and what
+// was counted without a cell.
+struct Totals {
+  std::array<std::atomic<std::uint64_t>, kTotals> base{};
+};
+
+struct LedgerCell {
+  std::atomic<Totals*> owner{nullptr};  // kLedgerBusy while the thread moves the counts
+  std::uint32_t misses = 0;             // other breakers' counts since the last move
+  std::array<std::atomic<std::uint64_t>, kTotals> n{};
+};
+
+inline constexpr std::size_t kLedgerCells = 128;  // per thread: 6 KiB
+
+// The calling thread's table, or null before its first count.
+extern constinit thread_local LedgerCell* tls_ledger;
+
+// The cell `t` maps to in every thread's table: breakers are line-aligned, and those
+// side by side (a registry's) take cells side by side.
+[[gnu::always_inline]] inline std::size_t ledger_slot(const Totals* t) noexcept {
+  const auto a = reinterpret_cast<std::uintptr_t>(t);
+  return static_cast<std::size_t>(((a >> 6) ^ (a >> 13)) & (kLedgerCells - 1));
+}
+static_assert((kLedgerCells & (kLedgerCells - 1)) == 0, "ledger_slot() masks");
+
+// The slow path of ledger_add(): registers the thread, takes a free or long-missed
+// cell, or adds to the base counter. True if it gave `t` a cell.
+bool ledger_add_slow(Totals& t, Total which) noexcept;
+
+// Adds one to total `which` of `t` for the calling thread. True if `t` took a cell of
+// this thread's table (its destruction must then call ledger_forget()).
+[[gnu::always_inline]] inline bool ledger_add(Totals& t, Total which) noexcept {
+  if (LedgerCell* cells = tls_ledger) [[likely]] {
+    LedgerCell& c = cells[ledger_slot(&t)];
+    if (c.owner.load(std::memory_order_relaxed) == &t) [[likely]] {
+      auto& n = c.n[static_cast<std::size_t>(which)];
+      n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  return ledger_add_slow(t, which);
+}
+
+// The totals of `t`: its base counters plus its cell of every thread's table.
+std::array<std::uint64_t, kTotals> ledger_fold(const Totals& t) noexcept;
+
+// Takes `t`'s cells back from every table (its counts there are dropped). Call before
+// `t` is destroyed, once no call on it is in progress.
+void ledger_forget(const Totals& t) noexcept;
+
+// Registers the calling thread's table now, if it has none (its first count would).
+void ledger_join() noexcept;
+
+// How many tables exist (for tests: exited threads' tables are reused, not added to).
+std::size_t ledger_tables() noexcept;
+
+}  // namespace bulwark::detail
+
+#endif  // BULWARK_DETAIL_LEDGER_H_
