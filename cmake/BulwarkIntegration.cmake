@@ -3,8 +3,10 @@
 # An integration beside the core: the library bulwark::<name> (built as bulwark_<name>,
 # installed as libbulwark_<name>), from the given sources of integrations/<name>/, its
 # public headers in that directory's include/, linked PUBLIC to bulwark::core, with the
-# project's warnings, and installed into the bulwark-targets export. The caller adds
-# the integration's own dependencies with target_link_libraries (keyword form).
+# project's warnings. Installed as the install and find_package component <name>: its own
+# export set (bulwark-<name>-targets) and pkg-config file (bulwark_install_component,
+# cmake/BulwarkInstall.cmake). The caller adds the integration's own dependencies with
+# target_link_libraries (keyword form).
 function(bulwark_add_integration name)
   set(target bulwark_${name})
   list(TRANSFORM ARGN PREPEND ${CMAKE_CURRENT_SOURCE_DIR}/)
@@ -22,10 +24,7 @@ function(bulwark_add_integration name)
   target_link_libraries(${target} PUBLIC bulwark::core)
   bulwark_set_warnings(${target})
   if(BULWARK_INSTALL)
-    install(TARGETS ${target} EXPORT bulwark-targets
-      ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR}
-      LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
-      RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
-    install(DIRECTORY include/bulwark DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+    bulwark_install_component(${name} TARGET ${target}
+                              HEADERS ${CMAKE_CURRENT_SOURCE_DIR}/include/bulwark)
   endif()
 endfunction()

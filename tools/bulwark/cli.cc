@@ -36,6 +36,7 @@
 #include "bulwark/lab/replay.h"
 #include "bulwark/lab/report.h"
 #include "bulwark/lab/simulate.h"
+#include "bulwark/version.h"
 
 namespace bulwark::cli {
 namespace {
@@ -618,7 +619,7 @@ CommandLine::CommandLine() {
       "bulwark");
   CLI::App& app = *app_;
   app.require_subcommand(1);
-  app.set_version_flag("--version", "bulwark lab 0.1.0");
+  app.set_version_flag("--version", std::string("bulwark lab ") + bulwark::version());
 
   SimulateArgs& sim = command_.sim;
   simulate_ = app.add_subcommand(

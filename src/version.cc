@@ -1,0 +1,7 @@
+#include "bulwark/version.h"
+
+namespace bulwark {
+
+const char* version() noexcept { return BULWARK_VERSION_STRING; }
+
+}  // namespace bulwark
