@@ -79,11 +79,14 @@
 // Cost of a call that succeeds first time. Without a timeout, a deadline or hedging:
 // the synchronous pipeline's atomics and two coroutine frames (the pipeline's and the
 // call's), which Asio's per-thread frame cache serves — no allocation, no lock once
-// warm (tests/asio/asio_hot_path_test.cc). With a deadline or a timeout, also a
-// spawned attempt coroutine: six frames in all, more than the cache holds (two; a
-// program may raise ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE), so some are allocated, and
-// the attempt's empty completion is posted; a timer is armed only if the attempt
-// does not end at once. bench/asio/async_pipeline_bench.cc counts both.
+// warm (tests/asio/asio_hot_path_test.cc) — and no clock read unless the breaker is
+// per attempt (a per-call permit is recorded with a zero duration: a breaker that
+// judges slowness measures the call itself, as in the synchronous pipeline). With a
+// deadline or a timeout, also a spawned attempt coroutine: six frames in all, more
+// than the cache holds (two; a program may raise ASIO_RECYCLING_ALLOCATOR_CACHE_SIZE),
+// so some are allocated, and the attempt's empty completion is posted; the group's
+// timer is made and armed only if the attempt does not end at once.
+// bench/asio/async_pipeline_bench.cc counts both.
 
 #ifndef BULWARK_ASIO_PIPELINE_H_
 #define BULWARK_ASIO_PIPELINE_H_
@@ -388,18 +391,20 @@ class Pipeline {
 
       detail::AttemptEnd<R> end;
       if (kHasTimeout || kHasHedge || ctx.has_deadline()) {
-        end = co_await run_group<Ex, R>(ctx, call, info, budget);
+        end = co_await run_group<Ex, R>(ctx, call, info, budget, per_attempt);
       } else {
         // Awaited in place: the caller's cancellation reaches the call directly.
         const BasicContext<C> actx = ctx.with_attempt(&info);
-        constexpr bool kTimed = kBreaker >= 0;
-        [[maybe_unused]] const Ticks started = kTimed ? coarse_now_ticks(ctx.clock()) : 0;
+        // Timed only for a per-attempt breaker: a per-call permit is recorded with zero
+        // ("measure it yourself"), so a breaker that does not judge slowness costs no
+        // clock read, as in the synchronous pipeline.
+        const Ticks started = per_attempt ? coarse_now_ticks(ctx.clock()) : 0;
         try {
           end.result.emplace(co_await invoke_call(call, actx));
         } catch (...) {
           end.error = std::current_exception();
         }
-        if constexpr (kTimed) {
+        if (per_attempt) {
           end.elapsed = Nanos(std::max<Ticks>(0, coarse_now_ticks(ctx.clock()) - started));
         }
         if (detail::cancelled(cs) && !(end.result && *end.result)) {
@@ -416,7 +421,9 @@ class Pipeline {
                          std::nullopt);
       }
       if (end.error) {
-        if constexpr (kBreaker >= 0) permit->record(Outcome::failure, end.elapsed);
+        if constexpr (kBreaker >= 0) {
+          permit->record(Outcome::failure, per_attempt ? end.elapsed : Nanos::zero());
+        }
         std::rethrow_exception(end.error);
       }
       if (end.result && *end.result) {
@@ -585,7 +592,8 @@ class Pipeline {
   template <class Ex, class R, class C, class F>
   ::asio::awaitable<detail::AttemptEnd<R>, Ex> run_group(const BasicContext<C>& ctx, F& call,
                                                          const AttemptInfo& info,
-                                                         BasicRetryBudget<C>* budget) const {
+                                                         BasicRetryBudget<C>* budget,
+                                                         bool per_attempt) const {
     using Ctx = BasicContext<C>;
     using detail::Cut;
     struct Child {
@@ -600,6 +608,7 @@ class Pipeline {
       bool running = false;
       bool began = false;  // its coroutine has run (run_child started)
       bool seen = false;
+      bool timed = false;   // its end time is read (its elapsed time is recorded)
       Cut cut = Cut::none;  // why the pipeline cancelled it, if it did
     };
     const Ex ex = co_await ::asio::this_coro::executor;
@@ -609,14 +618,19 @@ class Pipeline {
     const bool throws = co_await ::asio::this_coro::throw_if_cancelled();
     co_await ::asio::this_coro::throw_if_cancelled(false);
     std::array<Child, kChildren> kids;
-    Timer<C> wake(ex);
+    // Made only when the group has to wait: an attempt that ends at once costs no timer.
+    std::optional<Timer<C>> wake;
+    // The attempt's elapsed time is recorded only by a per-attempt breaker or a hedge's
+    // latency tracker; otherwise its end reads no clock.
+    const bool timed = per_attempt || kHasHedge;
     std::size_t launched = 0;
     std::size_t running = 0;
     std::uint32_t ends = 0;
 
     auto start = [&](std::size_t i) {
       Child& c = kids[i];
-      c.started = ctx.now();
+      c.timed = timed;
+      c.started = kHasTimeout || timed ? ctx.now() : 0;
       c.own = ctx.deadline();
       if constexpr (kHasTimeout) {
         const Nanos t = std::get<kTimeout>(stages_).timeout;
@@ -724,8 +738,10 @@ class Pipeline {
       // An attempt that ended since the look above (a hedge whose call answered at
       // once, a call that ended as it was cancelled) is looked at before any wait.
       if (unseen_end()) continue;
-      expire_at<C>(wake, Deadline::at(wake_at));
-      (void)co_await wake.async_wait(::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
+      if (!wake) wake.emplace(ex);
+      expire_at<C>(*wake, Deadline::at(wake_at));
+      (void)co_await wake->async_wait(
+          ::asio::experimental::as_tuple(::asio::use_awaitable_t<Ex>()));
       // The caller's cancellation, whatever woke the group (not only an aborted wait): it
       // may have come while the timer's own expiry was already on its way.
       if (detail::cancelled(cs)) caller_cancelled = true;
@@ -761,7 +777,7 @@ class Pipeline {
   // thing it does: what is left of the coroutine after this touches nothing of the group's).
   template <class Ex, class R, class Child, class Ctx, class F>
   static ::asio::awaitable<void, Ex> run_child(Child& c, std::size_t& running, std::uint32_t& ends,
-                                               Timer<typename Ctx::clock_type>& wake,
+                                               std::optional<Timer<typename Ctx::clock_type>>& wake,
                                                const Ctx& group_ctx, F& call) {
     c.began = true;
     if (c.cut == detail::Cut::none) {  // else cancelled before it ran: never called
@@ -772,10 +788,10 @@ class Pipeline {
       }
     }
     c.running = false;
-    c.ended = group_ctx.now();
+    if (c.timed) c.ended = group_ctx.now();
     c.order = ++ends;
     --running;
-    wake.cancel();
+    if (wake) wake->cancel();
   }
 
   std::tuple<S...> stages_;
