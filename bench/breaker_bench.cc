@@ -5,10 +5,12 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <thread>
 #include <vector>
 
 #include "bulwark/circuit_breaker.h"
@@ -91,6 +93,15 @@ void BM_Closed_AcquireRecordSuccess(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Closed_AcquireRecordSuccess)->Threads(1)->Threads(2);
+
+// One breaker shared by 1, 2, ... as many threads as the machine has cores: the
+// scaling curve (wall time per call at n threads / at 1; ideal 1/n).
+void BM_Closed_SharedByEveryCore(benchmark::State& state) {
+  static bulwark::CircuitBreaker breaker({.name = "every core"});
+  for (auto _ : state) breaker.try_acquire()->record_success();
+}
+BENCHMARK(BM_Closed_SharedByEveryCore)
+    ->DenseThreadRange(1, static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
 
 bulwark::CircuitBreaker& open_breaker() {
   static bulwark::CircuitBreaker breaker(

@@ -70,6 +70,20 @@ void BM_Pipeline_NoOp(benchmark::State& state) {
 }
 BENCHMARK(BM_Pipeline_NoOp)->Threads(1)->Threads(2);
 
+// The same stages but the bulkhead: a bulkhead is a count of calls in flight shared by
+// every thread by definition (its admission is a CAS on it), so this is what scales.
+void BM_Pipeline_NoOp_NoBulkhead(benchmark::State& state) {
+  static Stack stack;
+  const auto p = bulwark::pipeline(bulwark::fallback(0), bulwark::breaker(stack.breaker),
+                                   bulwark::retry(stack.retry));
+  const bulwark::Context ctx;
+  for (auto _ : state) {
+    auto r = p(ctx, noop_call);
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_Pipeline_NoOp_NoBulkhead)->Threads(1)->Threads(2);
+
 // The same with a per-attempt timeout and a request deadline (two precise clock reads).
 void BM_Pipeline_NoOpWithDeadline(benchmark::State& state) {
   static Stack stack;

@@ -107,10 +107,11 @@ struct BreakerSnapshot {
 
   // Monotonic totals since the breaker was built, counting every call in every state
   // (DISABLED's calls too: "records nothing" means nothing reaches the trip rules).
-  // A call admitted while CLOSED writes nothing shared until it resolves (that is what
-  // keeps the closed path at one atomic add), so `permitted` counts permits once they
-  // resolve: successes + failures + ignored + cancelled. Calls still in flight are
-  // not in it yet; that keeps it monotonic.
+  // A call admitted while CLOSED writes nothing when admitted, so `permitted` counts
+  // permits once they resolve: successes + failures + ignored + cancelled. Calls still
+  // in flight are not in it yet; that keeps it monotonic. The totals are counted in
+  // per-thread ledgers (detail/ledger.h) and folded here: exact at rest, never lower
+  // than a previous snapshot's. A snapshot costs one cell read per thread that counted.
   std::uint64_t permitted;
   std::uint64_t rejected;
   std::uint64_t successes;

@@ -60,6 +60,7 @@
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
 #include "bulwark/context.h"
+#include "bulwark/detail/ledger.h"
 #include "bulwark/expected.h"
 #include "bulwark/retry_budget.h"
 #include "bulwark/sleeper.h"
@@ -148,7 +149,8 @@ class RetryPolicy {
 // Totals since the retry was built. A call through a retry stage that reached its
 // first attempt is counted once, by how it ended (Resilience4j's four kinds; a call the
 // breaker, the bulkhead, a cancellation or the deadline stopped before any attempt is
-// not): one relaxed atomic add per call. The other counters move only on the retry path.
+// not): one add to a per-thread counter per call (no write other cores read). The other
+// counters move only on the retry path.
 struct RetrySnapshot {
   std::uint64_t retries;         // retries started
   std::uint64_t exhausted;       // calls that ran out of attempts
@@ -191,15 +193,16 @@ class BasicRetry {
   const RetryConfig& config() const noexcept { return policy_.config(); }
 
   RetrySnapshot snapshot() const noexcept {
+    const auto calls = calls_.read();
     return {retries_.load(std::memory_order_relaxed),
             exhausted_.load(std::memory_order_relaxed),
             deadline_stops_.load(std::memory_order_relaxed),
             budget_stops_.load(std::memory_order_relaxed),
             cancelled_.load(std::memory_order_relaxed),
-            calls_[0].load(std::memory_order_relaxed),
-            calls_[1].load(std::memory_order_relaxed),
-            calls_[2].load(std::memory_order_relaxed),
-            calls_[3].load(std::memory_order_relaxed)};
+            calls[0],
+            calls[1],
+            calls[2],
+            calls[3]};
   }
 
   // Counters the retry stage bumps as it goes (public so a simulator driving the
@@ -214,7 +217,7 @@ class BasicRetry {
   void note_call(bool succeeded, std::uint32_t attempts) noexcept {
     if (attempts == 0) return;
     const std::size_t kind = succeeded ? (attempts > 1 ? 1 : 0) : (attempts > 1 ? 2 : 3);
-    calls_[kind].fetch_add(1, std::memory_order_relaxed);
+    calls_.add(kind);
   }
 
  private:
@@ -227,8 +230,9 @@ class BasicRetry {
   std::atomic<std::uint64_t> deadline_stops_{0};
   std::atomic<std::uint64_t> budget_stops_{0};
   std::atomic<std::uint64_t> cancelled_{0};
-  // successful without / with retry, failed with / without retry (RetrySnapshot's order).
-  std::array<std::atomic<std::uint64_t>, 4> calls_{};
+  // successful without / with retry, failed with / without retry (RetrySnapshot's order),
+  // counted per thread (detail/ledger.h): a call writes nothing other cores read.
+  alignas(64) detail::PerThreadTotals calls_;
 };
 
 using Retry = BasicRetry<SteadyClock, ThreadSleeper>;

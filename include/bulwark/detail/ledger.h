@@ -31,7 +31,7 @@
 
 namespace bulwark::detail {
 
-// The totals a ledger counts, in this order.
+// A ledger counts up to four totals per object; a breaker's are these.
 enum class Total : std::uint8_t { successes, failures, ignored, rejected };
 inline constexpr std::size_t kTotals = 4;
 
@@ -87,6 +87,31 @@ void ledger_forget(const Totals& t) noexcept;
 
 // Registers the calling thread's table now, if it has none (its first count would).
 void ledger_join() noexcept;
+
+// Four totals of an object that has no spare bit to remember whether it holds cells
+// (a breaker keeps that bit in its own word): the totals and that bit, forgotten on
+// destruction. Not copyable or movable (its address keys the cells).
+class PerThreadTotals {
+ public:
+  PerThreadTotals() = default;
+  PerThreadTotals(const PerThreadTotals&) = delete;
+  PerThreadTotals& operator=(const PerThreadTotals&) = delete;
+  ~PerThreadTotals() {
+    if (ledgered_.load(std::memory_order_relaxed)) ledger_forget(totals_);
+  }
+  // Adds one to total `i` (< kTotals): as ledger_add().
+  [[gnu::always_inline]] void add(std::size_t i) noexcept {
+    if (ledger_add(totals_, static_cast<Total>(i))) [[unlikely]] {
+      if (!ledgered_.load(std::memory_order_relaxed))
+        ledgered_.store(true, std::memory_order_relaxed);
+    }
+  }
+  std::array<std::uint64_t, kTotals> read() const noexcept { return ledger_fold(totals_); }
+
+ private:
+  Totals totals_;
+  std::atomic<bool> ledgered_{false};
+};
 
 // How many tables exist (for tests: exited threads' tables are reused, not added to).
 std::size_t ledger_tables() noexcept;
