@@ -9,14 +9,6 @@
 // the deadline and opens the gate (cancel() posts the call's completion) before the
 // io_context runs again, so the call's answer is handled before the deadline's timer.
 
-// GCC 12 (at -O1, as in the sanitizer builds) reports Asio's coroutine frames, which
-// awaitable_frame_base allocates and frees with its own operator new/delete pair, as a
-// mismatched new/delete: a false positive on the inlined frame allocator. (Before
-// Asio's headers: the diagnostic is judged where the templates are defined.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 #include <gtest/gtest.h>
 
 #include <chrono>

@@ -32,13 +32,6 @@
 // BULWARK_DFS_DEPTH=<d> enumerates more decisions depth-first. A long campaign is
 // BULWARK_SCHEDULE_SEED=$RANDOM BULWARK_SCHEDULES=100000 asio_hedge_schedule_test.
 
-// GCC 12 (at -O1, as in the sanitizer builds) reports Asio's coroutine frames, which
-// awaitable_frame_base allocates and frees with its own operator new/delete pair, as a
-// mismatched new/delete: a false positive on the inlined frame allocator.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 #include <gtest/gtest.h>
 
 #include <algorithm>

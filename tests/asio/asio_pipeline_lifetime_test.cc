@@ -9,14 +9,6 @@
 // free, a retry ticket taken for a backoff refunded, a hedge's token spent, nothing
 // recorded in the latency tracker.
 
-// GCC 12 (at -O1, as in the sanitizer builds) reports Asio's coroutine frames, which
-// awaitable_frame_base allocates and frees with its own operator new/delete pair, as a
-// mismatched new/delete: a false positive on the inlined frame allocator. (Before
-// Asio's headers: the diagnostic is judged where the templates are defined.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 #include <gtest/gtest.h>
 
 #include <chrono>

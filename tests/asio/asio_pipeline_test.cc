@@ -2,14 +2,6 @@
 // time: every timer (backoff, timeout, deadline, the upstream's own delay) runs on a
 // ManualClock bound to ManualTimerClock, and the test moves the time.
 
-// GCC 12 (at -O1, as in the sanitizer builds) reports Asio's coroutine frames, which
-// awaitable_frame_base allocates and frees with its own operator new/delete pair, as a
-// mismatched new/delete: a false positive on the inlined frame allocator. (Before
-// Asio's headers: the diagnostic is judged where the templates are defined.)
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-#endif
-
 #include <gtest/gtest.h>
 
 #include <chrono>
