@@ -305,8 +305,10 @@ class Client {
   void write_metrics(std::ostream& out) const;
   void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
 
-  // The breaker of `url`'s host (created if needed), for inspection and tests. Null
-  // for a URL that does not parse. Valid while the client lives.
+  // The breaker of `url`'s host (or route: Config::key_by), created if needed, for
+  // inspection (state(), snapshot()) and tests. Null for a URL that does not parse.
+  // Valid while the client lives. Cost: a registry lookup (allocates only to create
+  // the key). Thread-safe: any thread; the breaker's readers are too.
   const Breaker* breaker_for(const std::string& url, const std::string& route = {});
 
   class Impl;
