@@ -266,5 +266,34 @@ TEST(HttpAsyncClient, BreakerForReportsTheOriginsBreakerOpen) {
   EXPECT_EQ(client.breaker_for("not a url"), nullptr);
 }
 
+// on_transition: the listener hears CLOSED -> OPEN of the failing origin, with the
+// origin as the key, on the executor's thread (here the test's, which runs io).
+TEST(HttpAsyncClient, OnTransitionHearsTheOriginsBreakerOpen) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) { res.status = 503; });
+  ::asio::io_context io;
+  Config c = quick(1);
+  c.breaker.consecutive_failures = 2;
+  AsyncClient client(io.get_executor(), c);
+  std::vector<std::pair<std::string, TransitionInfo>> heard;
+  std::vector<std::thread::id> threads;
+  Subscription sub = client.on_transition([&](const Event& e) {
+    heard.emplace_back(std::string(e.key), std::get<TransitionInfo>(e.info));
+    threads.push_back(std::this_thread::get_id());
+  });
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        for (int i = 0; i < 2; ++i) (void)co_await client.async_get(up.url("/x"));
+      },
+      ::asio::detached);
+  io.run();
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].first, up.url(""));
+  EXPECT_EQ(heard[0].second.from, State::closed);
+  EXPECT_EQ(heard[0].second.to, State::open);
+  EXPECT_EQ(heard[0].second.reason, TransitionReason::consecutive_failures);
+  EXPECT_EQ(threads[0], std::this_thread::get_id());
+}
+
 }  // namespace
 }  // namespace bulwark::http

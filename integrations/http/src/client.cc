@@ -993,6 +993,14 @@ void Client::write_metrics(std::ostream& out, const prometheus::ExpositionOption
   write_client_metrics(*impl_, out, options, {});
 }
 
+Subscription Client::on_transition(EventListener listener) {
+  return subscribe(EventKind::transition, std::move(listener));
+}
+
+Subscription Client::subscribe(EventMask kinds, EventListener listener) {
+  return impl_->hosts.events().subscribe(kinds, std::move(listener));
+}
+
 const Breaker* Client::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);
   if (!u) return nullptr;
@@ -1403,6 +1411,14 @@ const Breaker* AsyncClient::breaker_for(const std::string& url, const std::strin
   auto u = parse_url(url);
   if (!u) return nullptr;
   return &impl_->core.hosts.get(impl_->core.key_of(*u, route)).breaker();
+}
+
+Subscription AsyncClient::on_transition(EventListener listener) {
+  return subscribe(EventKind::transition, std::move(listener));
+}
+
+Subscription AsyncClient::subscribe(EventMask kinds, EventListener listener) {
+  return impl_->core.hosts.events().subscribe(kinds, std::move(listener));
 }
 
 ClientStats AsyncClient::stats() const noexcept { return read_stats(impl_->core); }

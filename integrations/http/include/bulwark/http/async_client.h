@@ -113,6 +113,16 @@ class AsyncClient {
   // the key). Thread-safe: any thread; the breaker's readers are too.
   const Breaker* breaker_for(const std::string& url, const std::string& route = {});
 
+  // As Client::on_transition and Client::subscribe (client.h): every breaker's
+  // transitions (or the events of `kinds`), with the origin as Event::key. A listener
+  // runs on the executor's thread, inside the request whose outcome caused the
+  // transition; it must not block (it would stall every request of the executor).
+  // The client-wide bulkhead emits no events; its rejections are counted by
+  // write_metrics. Subscribing is thread-safe (any thread); the Subscription must not
+  // outlive the client.
+  Subscription on_transition(EventListener listener);
+  Subscription subscribe(EventMask kinds, EventListener listener);
+
   class Impl;
 
  private:
