@@ -12,11 +12,14 @@
 #include <asio/post.hpp>
 #include <chrono>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bulwark/config_error.h"
 #include "bulwark/http/async_client.h"
+#include "bulwark/prometheus.h"
 #include "upstream.h"
 
 namespace bulwark::http {
@@ -167,6 +170,129 @@ TEST(HttpAsyncClient, DeadlineCutsASlowUpstream) {
   ASSERT_FALSE(*r);
   EXPECT_TRUE(r->error().kind == ErrorKind::timeout) << to_string(r->error().kind);
   EXPECT_EQ(up.requests(), 1);
+}
+
+// write_metrics: the host's breaker and retry series count what the requests did, the
+// client's own counters count requests and attempts, and the bulkhead — one for the
+// whole async client — is reported as the client's, with its rejection counted.
+TEST(HttpAsyncClient, WriteMetricsReportsTheOriginAndTheClientBulkhead) {
+  Upstream* self = nullptr;
+  Upstream up([&](int n, const httplib::Request& req, httplib::Response& res) {
+    if (req.path == "/held") self->hold();
+    if (n == 1)
+      res.status = 503;  // the first request is retried once
+    else
+      res.set_content("ok", "text/plain");
+  });
+  self = &up;
+  ::asio::io_context io;
+  Config c = quick();
+  c.name = "svc";
+  c.bulkhead.max_concurrent = 1;  // no max_wait: a request finding it full is rejected
+  AsyncClient client(io.get_executor(), c);
+  std::optional<Result> a, b, held, rejected;
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        a.emplace(co_await client.async_get(up.url("/a")));  // 503, then 200
+        b.emplace(co_await client.async_get(up.url("/b")));  // 200
+        // One request holds the only slot while a second finds it taken.
+        spawn(io, client, {.url = up.url("/held")}, held);
+        rejected.emplace(co_await client.async_get(up.url("/b")));
+        up.release();
+      },
+      ::asio::detached);
+  io.run();
+  ASSERT_TRUE(a && b && held && rejected);
+  ASSERT_TRUE(*a) << a->error().message;
+  ASSERT_TRUE(*b) << b->error().message;
+  ASSERT_TRUE(*held) << held->error().message;
+  ASSERT_FALSE(*rejected);
+  EXPECT_EQ(rejected->error().kind, ErrorKind::bulkhead_full);
+
+  std::ostringstream out;
+  client.write_metrics(out);
+  const std::string text = out.str();
+  const std::string key = "name=\"async-test\",key=\"" + up.url("");
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("bulwark_circuitbreaker_calls_total{" + key + "\",kind=\"successful\"} 3"))
+      << text;
+  EXPECT_TRUE(has("bulwark_retry_retries_total{" + key + "\"} 1")) << text;
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"successful_with_retry\"} 1"))
+      << text;
+  EXPECT_TRUE(has("bulwark_retry_calls_total{" + key + "\",kind=\"successful_without_retry\"} 2"))
+      << text;
+  EXPECT_TRUE(has("bulwark_http_client_requests_total{client=\"svc\"} 4")) << text;
+  EXPECT_TRUE(has("bulwark_http_client_attempts_total{client=\"svc\"} 4")) << text;
+  EXPECT_TRUE(has("bulwark_http_client_requests_in_flight{client=\"svc\"} 0")) << text;
+  EXPECT_TRUE(has("bulwark_http_client_bulkhead_max_allowed_concurrent_calls{client=\"svc\"} 1"))
+      << text;
+  EXPECT_TRUE(has("bulwark_http_client_bulkhead_concurrent_calls{client=\"svc\"} 0")) << text;
+  EXPECT_TRUE(has("bulwark_http_client_bulkhead_rejected_calls_total{client=\"svc\"} 1")) << text;
+  // The per-host bulkheads are not the ones that gate requests: not reported.
+  EXPECT_EQ(text.find("bulwark_bulkhead_max_allowed_concurrent_calls{"), std::string::npos) << text;
+
+  std::ostringstream prefixed;
+  client.write_metrics(prefixed, prometheus::ExpositionOptions{.prefix = "x"});
+  EXPECT_NE(prefixed.str().find("\nx_http_client_requests_total{client=\"svc\"} 4\n"),
+            std::string::npos);
+  EXPECT_THROW(client.write_metrics(prefixed, prometheus::ExpositionOptions{.prefix = "1 bad"}),
+               InvalidConfig);
+}
+
+// breaker_for: the origin's breaker, the one the requests went through: OPEN once the
+// server has failed consecutive_failures times; another origin's stays CLOSED.
+TEST(HttpAsyncClient, BreakerForReportsTheOriginsBreakerOpen) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) { res.status = 503; });
+  ::asio::io_context io;
+  Config c = quick(1);
+  c.breaker.consecutive_failures = 3;
+  AsyncClient client(io.get_executor(), c);
+  std::vector<std::optional<Result>> results(4);
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        for (auto& r : results) r.emplace(co_await client.async_get(up.url("/x")));
+      },
+      ::asio::detached);
+  io.run();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(results[i]->error().kind, ErrorKind::status);
+  EXPECT_EQ(results[3]->error().kind, ErrorKind::rejected_by_breaker);
+  EXPECT_EQ(up.requests(), 3);
+  const Breaker* breaker = client.breaker_for(up.url("/anything"));
+  ASSERT_NE(breaker, nullptr);
+  EXPECT_EQ(breaker->state(), State::open);
+  EXPECT_EQ(client.breaker_for("http://127.0.0.1:1/")->state(), State::closed);
+  EXPECT_EQ(client.breaker_for("not a url"), nullptr);
+}
+
+// on_transition: the listener hears CLOSED -> OPEN of the failing origin, with the
+// origin as the key, on the executor's thread (here the test's, which runs io).
+TEST(HttpAsyncClient, OnTransitionHearsTheOriginsBreakerOpen) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) { res.status = 503; });
+  ::asio::io_context io;
+  Config c = quick(1);
+  c.breaker.consecutive_failures = 2;
+  AsyncClient client(io.get_executor(), c);
+  std::vector<std::pair<std::string, TransitionInfo>> heard;
+  std::vector<std::thread::id> threads;
+  Subscription sub = client.on_transition([&](const Event& e) {
+    heard.emplace_back(std::string(e.key), std::get<TransitionInfo>(e.info));
+    threads.push_back(std::this_thread::get_id());
+  });
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        for (int i = 0; i < 2; ++i) (void)co_await client.async_get(up.url("/x"));
+      },
+      ::asio::detached);
+  io.run();
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].first, up.url(""));
+  EXPECT_EQ(heard[0].second.from, State::closed);
+  EXPECT_EQ(heard[0].second.to, State::open);
+  EXPECT_EQ(heard[0].second.reason, TransitionReason::consecutive_failures);
+  EXPECT_EQ(threads[0], std::this_thread::get_id());
 }
 
 }  // namespace

@@ -544,5 +544,44 @@ TEST(HttpClient, ConcurrentRequestsShareOneClient) {
       << "handles are reused, not made per request";
 }
 
+// on_transition: a listener hears the failing origin's breaker open — with the origin
+// as the key, on the thread whose request opened it — and nothing of a healthy origin.
+// Once the subscription is reset it hears nothing more.
+TEST(HttpClient, OnTransitionHearsTheOriginsBreakerOpen) {
+  Upstream down([](int, const httplib::Request&, httplib::Response& res) { res.status = 503; });
+  Upstream fine([](int, const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok", "text/plain");
+  });
+  Config c = quick(1);
+  c.breaker.consecutive_failures = 2;
+  Client client(c);
+  struct Heard {
+    std::string name, key;
+    TransitionInfo info;
+    std::thread::id thread;
+  };
+  std::vector<Heard> heard;  // written on this thread only (the requests run here)
+  Subscription sub = client.on_transition([&](const Event& e) {
+    heard.push_back({std::string(e.name), std::string(e.key), std::get<TransitionInfo>(e.info),
+                     std::this_thread::get_id()});
+  });
+  EXPECT_TRUE(client.get(fine.url("/")));
+  EXPECT_FALSE(client.get(down.url("/")));
+  EXPECT_TRUE(heard.empty());
+  EXPECT_FALSE(client.get(down.url("/")));  // the second failure opens the breaker
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_EQ(heard[0].name, "test");
+  EXPECT_EQ(heard[0].key, down.url(""));  // scheme://host:port
+  EXPECT_EQ(heard[0].info.from, State::closed);
+  EXPECT_EQ(heard[0].info.to, State::open);
+  EXPECT_EQ(heard[0].info.reason, TransitionReason::consecutive_failures);
+  EXPECT_EQ(heard[0].thread, std::this_thread::get_id());
+  EXPECT_EQ(client.breaker_for(down.url("/"))->state(), State::open);
+
+  sub.reset();
+  const_cast<Breaker*>(client.breaker_for(down.url("/")))->reset();  // OPEN -> CLOSED
+  EXPECT_EQ(heard.size(), 1u);
+}
+
 }  // namespace
 }  // namespace bulwark::http

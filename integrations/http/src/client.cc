@@ -343,7 +343,9 @@ struct Handle {
 
 class Client::Impl {
  public:
-  explicit Impl(Config c) : config(checked(std::move(c))), hosts(config) {
+  // `own_bulkheads`: as detail::Hosts (false for AsyncClient, which has one for all keys).
+  explicit Impl(Config c, bool own_bulkheads = true)
+      : config(checked(std::move(c))), hosts(config, own_bulkheads) {
     if (!config.classify) config.classify = default_classify;
     if (!config.key_generator) config.key_generator = random_key;
   }
@@ -920,42 +922,38 @@ std::optional<Expected<Response, Error>> Client::Impl::after_hop(
   return std::nullopt;
 }
 
-Client::Client(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
-Client::~Client() {
-  if (impl_) impl_->close_and_wait();
+namespace {
+
+ClientStats read_stats(const Client::Impl& c) noexcept {
+  return {c.requests.load(std::memory_order_relaxed),
+          c.attempts.load(std::memory_order_relaxed),
+          c.hostile_retry_after.load(std::memory_order_relaxed),
+          c.handles_created.load(std::memory_order_relaxed),
+          c.in_flight.load(std::memory_order_relaxed),
+          c.transfers_in_flight.load(std::memory_order_relaxed)};
 }
 
-Expected<Response, Error> Client::request(const Request& request, const Context& ctx) {
-  return impl_->request(request, ctx);
-}
+// Writes one series of the client's own (label client=Config::name).
+using ClientMetric = std::function<void(std::string_view what, std::string_view type,
+                                        std::string_view help, std::uint64_t value)>;
 
-ClientStats Client::stats() const noexcept {
-  return {impl_->requests.load(std::memory_order_relaxed),
-          impl_->attempts.load(std::memory_order_relaxed),
-          impl_->hostile_retry_after.load(std::memory_order_relaxed),
-          impl_->handles_created.load(std::memory_order_relaxed),
-          impl_->in_flight.load(std::memory_order_relaxed),
-          impl_->transfers_in_flight.load(std::memory_order_relaxed)};
-}
-
-const Config& Client::config() const noexcept { return impl_->config; }
-
-void Client::write_metrics(std::ostream& out) const {
-  write_metrics(out, prometheus::ExpositionOptions{});
-}
-
-void Client::write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const {
+// The exposition of either client (client.h's write_metrics): the host registry, then
+// the client's counters and gauges, then what `extra` writes through the same helper
+// (the async client's bulkhead).
+void write_client_metrics(const Client::Impl& c, std::ostream& out,
+                          const prometheus::ExpositionOptions& options,
+                          const std::function<void(const ClientMetric&)>& extra) {
   prometheus::Exposition scrape(options);  // validates the options
-  scrape.add(impl_->hosts.registry());
+  scrape.add(c.hosts.registry());
   scrape.write(out);
 
-  const ClientStats s = stats();
+  const ClientStats s = read_stats(c);
   std::string labels = "client=\"";
-  prometheus::append_label_value(labels, impl_->config.name);
+  prometheus::append_label_value(labels, c.config.name);
   labels += '"';
   prometheus::Writer w(out);
-  auto metric = [&](std::string_view what, std::string_view type, std::string_view help,
-                    std::uint64_t v) {
+  const ClientMetric metric = [&](std::string_view what, std::string_view type,
+                                  std::string_view help, std::uint64_t v) {
     const std::string name = options.prefix + "_http_client_" + std::string(what);
     w.family(name, type, help);
     w.sample(name, "", labels, "", v);
@@ -969,6 +967,38 @@ void Client::write_metrics(std::ostream& out, const prometheus::ExpositionOption
          s.handles_created);
   metric("requests_in_flight", "gauge", "Requests started and not yet returned.", s.in_flight);
   metric("transfers_in_flight", "gauge", "Transfers in progress.", s.transfers_in_flight);
+  if (extra) extra(metric);
+}
+
+}  // namespace
+
+Client::Client(Config config) : impl_(std::make_unique<Impl>(std::move(config))) {}
+Client::~Client() {
+  if (impl_) impl_->close_and_wait();
+}
+
+Expected<Response, Error> Client::request(const Request& request, const Context& ctx) {
+  return impl_->request(request, ctx);
+}
+
+ClientStats Client::stats() const noexcept { return read_stats(*impl_); }
+
+const Config& Client::config() const noexcept { return impl_->config; }
+
+void Client::write_metrics(std::ostream& out) const {
+  write_metrics(out, prometheus::ExpositionOptions{});
+}
+
+void Client::write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const {
+  write_client_metrics(*impl_, out, options, {});
+}
+
+Subscription Client::on_transition(EventListener listener) {
+  return subscribe(EventKind::transition, std::move(listener));
+}
+
+Subscription Client::subscribe(EventMask kinds, EventListener listener) {
+  return impl_->hosts.events().subscribe(kinds, std::move(listener));
 }
 
 const Breaker* Client::breaker_for(const std::string& url, const std::string& route) {
@@ -1037,7 +1067,7 @@ struct MultiOpFor final : MultiOp {
 class AsyncClient::Impl {
  public:
   Impl(::asio::any_io_executor ex, Config c)
-      : core(std::move(c)),
+      : core(std::move(c), false),
         executor(ex),
         timer(ex),
         bulkhead(bulwark::asio::AsyncBulkheadConfig{
@@ -1383,14 +1413,33 @@ const Breaker* AsyncClient::breaker_for(const std::string& url, const std::strin
   return &impl_->core.hosts.get(impl_->core.key_of(*u, route)).breaker();
 }
 
-ClientStats AsyncClient::stats() const noexcept {
-  const Client::Impl& c = impl_->core;
-  return {c.requests.load(std::memory_order_relaxed),
-          c.attempts.load(std::memory_order_relaxed),
-          c.hostile_retry_after.load(std::memory_order_relaxed),
-          c.handles_created.load(std::memory_order_relaxed),
-          c.in_flight.load(std::memory_order_relaxed),
-          c.transfers_in_flight.load(std::memory_order_relaxed)};
+Subscription AsyncClient::on_transition(EventListener listener) {
+  return subscribe(EventKind::transition, std::move(listener));
+}
+
+Subscription AsyncClient::subscribe(EventMask kinds, EventListener listener) {
+  return impl_->core.hosts.events().subscribe(kinds, std::move(listener));
+}
+
+ClientStats AsyncClient::stats() const noexcept { return read_stats(impl_->core); }
+
+void AsyncClient::write_metrics(std::ostream& out) const {
+  write_metrics(out, prometheus::ExpositionOptions{});
+}
+
+void AsyncClient::write_metrics(std::ostream& out,
+                                const prometheus::ExpositionOptions& options) const {
+  const auto b = impl_->bulkhead.snapshot();
+  write_client_metrics(impl_->core, out, options, [&](const ClientMetric& metric) {
+    metric("bulkhead_concurrent_calls", "gauge",
+           "Requests holding a slot of the client's bulkhead.", b.in_use);
+    metric("bulkhead_max_allowed_concurrent_calls", "gauge",
+           "The client's bulkhead's limit on concurrent requests.", b.max_concurrent);
+    metric("bulkhead_queued_calls", "gauge",
+           "Requests waiting for a slot of the client's bulkhead.", b.waiting);
+    metric("bulkhead_rejected_calls_total", "counter",
+           "Requests refused by the client's bulkhead (full queue or wait ended).", b.rejected);
+  });
 }
 
 }  // namespace bulwark::http

@@ -21,12 +21,15 @@ struct HostState {
   std::unique_ptr<Bulkhead> bulkhead;
   std::unique_ptr<RetryBudget> budget;
   std::unique_ptr<Retry> retry;  // counts its calls by kind too (retry.h)
+  // False when the client gates requests with a bulkhead of its own (AsyncClient's
+  // AsyncBulkhead) and this one is unused: its series would only say "idle".
+  bool report_bulkhead = true;
 
   // The registry hands its observer on, so bulkhead rejections reach its events.
   void observe_rejections(BulkheadObserver o) noexcept { bulkhead->observe_rejections(o); }
   // What the registry's exposition reports beside the breaker.
   void read_metrics(ComponentReading& r) {
-    r.add_bulkhead(*bulkhead);
+    if (report_bulkhead) r.add_bulkhead(*bulkhead);
     r.add_budget(*budget);
     r.add_retry(*retry);
   }
@@ -36,14 +39,17 @@ class Hosts {
  public:
   using Registry = BasicRegistry<std::string, Breaker, HostState>;
 
-  explicit Hosts(const Config& c)
+  // `own_bulkheads`: each key's bulkhead gates its requests (Client); false when the
+  // client has one bulkhead for all keys (AsyncClient), which it reports itself.
+  explicit Hosts(const Config& c, bool own_bulkheads = true)
       : registry_(Registry::Options{
             .name = c.name,
             .breaker = c.breaker,
             .extra_for =
-                [bulkhead = c.bulkhead, budget = c.budget,
-                 retry = c.retry](const std::string& key) {
+                [bulkhead = c.bulkhead, budget = c.budget, retry = c.retry,
+                 own_bulkheads](const std::string& key) {
                   HostState s;
+                  s.report_bulkhead = own_bulkheads;
                   BulkheadConfig b = bulkhead;
                   b.name = bulkhead.name + " " + key;
                   s.bulkhead = std::make_unique<Bulkhead>(std::move(b));
@@ -66,6 +72,8 @@ class Hosts {
   };
   Entry get(const std::string& key) { return Entry{registry_.get(key)}; }
   const Registry& registry() const noexcept { return registry_; }
+  // Every key's breaker transitions (and rejections, key creation...), with the key.
+  EventHub& events() noexcept { return registry_.events(); }
 
  private:
   Registry registry_;

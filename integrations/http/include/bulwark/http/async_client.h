@@ -51,6 +51,7 @@
 
 #include <asio/any_io_executor.hpp>
 #include <asio/awaitable.hpp>
+#include <iosfwd>
 #include <memory>
 #include <string>
 #include <utility>
@@ -93,11 +94,34 @@ class AsyncClient {
     return async_request(Request{.url = std::move(url), .timeout = timeout}, std::move(ctx));
   }
 
+  // As Client::stats(). Relaxed atomics: any thread.
   ClientStats stats() const noexcept;
 
-  // The breaker of `url`'s host (created if needed), for inspection and tests. Null
-  // for a URL that does not parse. Valid while the client lives.
+  // Client::write_metrics's exposition (client.h), but for the bulkhead: the async
+  // client has one AsyncBulkhead for all hosts, so the per-host series carry the
+  // breaker, retry and retry budget, and the bulkhead is the client's:
+  // <prefix>_http_client_bulkhead_{concurrent_calls,max_allowed_concurrent_calls,
+  // queued_calls,rejected_calls_total} (label client=Config::name). Cost: a scrape of
+  // the host registry; allocates. Thread-safe: any thread, while requests run on the
+  // executor (it reads atomics and the registry, never the executor's state).
+  void write_metrics(std::ostream& out) const;
+  void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
+
+  // The breaker of `url`'s host (or route: Config::key_by), created if needed, for
+  // inspection (state(), snapshot()) and tests. Null for a URL that does not parse.
+  // Valid while the client lives. Cost: a registry lookup (allocates only to create
+  // the key). Thread-safe: any thread; the breaker's readers are too.
   const Breaker* breaker_for(const std::string& url, const std::string& route = {});
+
+  // As Client::on_transition and Client::subscribe (client.h): every breaker's
+  // transitions (or the events of `kinds`), with the origin as Event::key. A listener
+  // runs on the executor's thread, inside the request whose outcome caused the
+  // transition; it must not block (it would stall every request of the executor).
+  // The client-wide bulkhead emits no events; its rejections are counted by
+  // write_metrics. Subscribing is thread-safe (any thread); the Subscription must not
+  // outlive the client.
+  Subscription on_transition(EventListener listener);
+  Subscription subscribe(EventMask kinds, EventListener listener);
 
   class Impl;
 

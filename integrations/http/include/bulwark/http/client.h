@@ -122,6 +122,7 @@
 #include "bulwark/error_traits.h"
 #include "bulwark/expected.h"
 #include "bulwark/fallback.h"
+#include "bulwark/observe.h"
 #include "bulwark/outcome.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
@@ -305,9 +306,28 @@ class Client {
   void write_metrics(std::ostream& out) const;
   void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
 
-  // The breaker of `url`'s host (created if needed), for inspection and tests. Null
-  // for a URL that does not parse. Valid while the client lives.
+  // The breaker of `url`'s host (or route: Config::key_by), created if needed, for
+  // inspection (state(), snapshot()) and tests. Null for a URL that does not parse.
+  // Valid while the client lives. Cost: a registry lookup (allocates only to create
+  // the key). Thread-safe: any thread; the breaker's readers are too.
   const Breaker* breaker_for(const std::string& url, const std::string& route = {});
+
+  // Calls `listener` on every state change of every host's (or route's) breaker, so a
+  // service can log them without polling: Event (observe.h) with key = the breaker's
+  // registry key (the origin "scheme://host:port", or origin and route with
+  // KeyBy::route), name = Config::breaker.name, info = TransitionInfo (from, to,
+  // reason); bulwark::to_logfmt(e) makes it a log line. It runs synchronously on the
+  // thread whose request caused the transition (the one calling request()), after the
+  // change is visible, with no bulwark lock held; keep it short, as that request waits
+  // for it. Cost: with no listener, a transition pays one relaxed load; subscribing
+  // allocates. Thread-safe: subscribe and unsubscribe from any thread, concurrently
+  // with requests. The Subscription removes the listener when destroyed and must not
+  // outlive the client (release() keeps it for the client's lifetime).
+  Subscription on_transition(EventListener listener);
+  // The same for any kinds of event the client's registry emits (observe.h): breaker
+  // rejections, per-host bulkhead rejections, key creation, flapping, ... Rejections
+  // come on every rejected request during an outage: count or sample them.
+  Subscription subscribe(EventMask kinds, EventListener listener);
 
   class Impl;
 
