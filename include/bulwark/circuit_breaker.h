@@ -26,13 +26,14 @@
 //
 // Cost. A call admitted while CLOSED reads one atomic word to be admitted and adds
 // one to a per-thread counter when it reports: no lock, no allocation, no clock read,
-// no virtual call, no atomic read-modify-write. A windowed call adds one atomic update (its
-// bucket), plus a coarse clock read for a time window or when slowness is judged. A rejection while
-// OPEN reads the coarse clock once (SteadyClock: CLOCK_MONOTONIC_COARSE); the open period's end is
-// confirmed by the precise clock, so a probe is never admitted early and at most one
-// coarse tick (1-4 ms) late. Totals are counted in the calling thread's ledger
-// (detail/ledger.h): a call that succeeds in CLOSED and a rejection write nothing
-// another core reads. Transitions are single CAS races with exactly one winner.
+// no virtual call, no atomic read-modify-write. Totals are counted in the calling
+// thread's ledger (detail/ledger.h): a success in CLOSED and a rejection while OPEN
+// write nothing another core reads. A windowed call adds one atomic update (its
+// bucket), plus a coarse clock read for a time window or when slowness is judged. A
+// rejection while OPEN reads the coarse clock once (SteadyClock:
+// CLOCK_MONOTONIC_COARSE); the precise clock confirms the open period's end, so a
+// probe is never admitted early and at most one coarse tick (1-4 ms) late.
+// Transitions are single CAS races with exactly one winner.
 // sizeof(CircuitBreaker) is 64 bytes; the configuration, clock and listeners live in
 // a BreakerPolicy that any number of breakers can share.
 //
