@@ -18,7 +18,7 @@
 //
 //   build/release/examples/async_web_service/async_web_service          # serve on :8080
 //   curl -i localhost:8080/reviews
-//   curl -X POST localhost:8080/upstream/fail
+//   curl -d '' localhost:8080/upstream/fail   # a POST with a (empty) body
 //   build/release/examples/async_web_service/async_web_service --demo   # a scripted tour
 //
 // The HTTP/1.1 here is the minimum an example needs: one request per connection

@@ -12,11 +12,12 @@
 //                  bulkhead, retry and budget, and the client's counters
 //
 // The upstream runs in the same process, on its own port, and can be broken and
-// healed: POST /upstream/fail, POST /upstream/heal.
+// healed: POST /upstream/fail, POST /upstream/heal. (The server, cpp-httplib, answers
+// 400 to a POST without Content-Length: `curl -X POST` alone sends none.)
 //
 //   build/release/examples/web_service/web_service            # serve on :8080
 //   curl -i localhost:8080/reviews
-//   curl -X POST localhost:8080/upstream/fail
+//   curl -d '' localhost:8080/upstream/fail   # a POST with a (empty) body
 //   curl localhost:8080/metrics
 //   build/release/examples/web_service/web_service --demo     # a scripted tour, then exit
 
