@@ -13,6 +13,9 @@ packages=(
   libhiredis-dev redis-server libcurl4-openssl-dev
   # the Prometheus exposition is checked by the real tools
   prometheus python3 python3-prometheus-client
+  # the .deb (packaging_deb): CPack's DEB generator reads ELF files with `file` and
+  # computes Depends with dpkg-shlibdeps (dpkg-dev)
+  dpkg-dev file
   # the measurement commands in docs/performance.md and docs/lab.md (/usr/bin/time, callgrind)
   time valgrind
 )
