@@ -49,6 +49,20 @@ void spawn(::asio::io_context& io, AsyncClient& client, Request req, std::option
       ::asio::detached);
 }
 
+// Makes `n` GETs of `url` one after another on `io`, runs it, and returns the results.
+std::vector<Result> gets_in_turn(::asio::io_context& io, AsyncClient& client,
+                                 const std::string& url, int n) {
+  std::vector<Result> out;
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        for (int i = 0; i < n; ++i) out.push_back(co_await client.async_get(url));
+      },
+      ::asio::detached);
+  io.run();
+  return out;
+}
+
 TEST(HttpAsyncClient, ARequestRetriesAndSucceeds) {
   Upstream up([](int n, const httplib::Request&, httplib::Response& res) {
     if (n == 1) {
@@ -248,16 +262,10 @@ TEST(HttpAsyncClient, BreakerForReportsTheOriginsBreakerOpen) {
   Config c = quick(1);
   c.breaker.consecutive_failures = 3;
   AsyncClient client(io.get_executor(), c);
-  std::vector<std::optional<Result>> results(4);
-  ::asio::co_spawn(
-      io,
-      [&]() -> ::asio::awaitable<void> {
-        for (auto& r : results) r.emplace(co_await client.async_get(up.url("/x")));
-      },
-      ::asio::detached);
-  io.run();
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(results[i]->error().kind, ErrorKind::status);
-  EXPECT_EQ(results[3]->error().kind, ErrorKind::rejected_by_breaker);
+  const std::vector<Result> results = gets_in_turn(io, client, up.url("/x"), 4);
+  ASSERT_EQ(results.size(), 4u);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(results[i].error().kind, ErrorKind::status);
+  EXPECT_EQ(results[3].error().kind, ErrorKind::rejected_by_breaker);
   EXPECT_EQ(up.requests(), 3);
   const Breaker* breaker = client.breaker_for(up.url("/anything"));
   ASSERT_NE(breaker, nullptr);
@@ -280,13 +288,7 @@ TEST(HttpAsyncClient, OnTransitionHearsTheOriginsBreakerOpen) {
     heard.emplace_back(std::string(e.key), std::get<TransitionInfo>(e.info));
     threads.push_back(std::this_thread::get_id());
   });
-  ::asio::co_spawn(
-      io,
-      [&]() -> ::asio::awaitable<void> {
-        for (int i = 0; i < 2; ++i) (void)co_await client.async_get(up.url("/x"));
-      },
-      ::asio::detached);
-  io.run();
+  (void)gets_in_turn(io, client, up.url("/x"), 2);
   ASSERT_EQ(heard.size(), 1u);
   EXPECT_EQ(heard[0].first, up.url(""));
   EXPECT_EQ(heard[0].second.from, State::closed);
