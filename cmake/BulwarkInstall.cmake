@@ -7,6 +7,8 @@
 #   redis   bulwark::redis   libbulwark_redis    include/bulwark/redis/     bulwark-redis.pc
 #   http    bulwark::http    libbulwark_http     include/bulwark/http/      bulwark-http.pc
 #   config  bulwark::config  libbulwark_config   include/bulwark/lab/       bulwark-config.pc
+#   prometheus_cpp  bulwark::prometheus_cpp  libbulwark_prometheus_cpp
+#                            include/bulwark/prometheus_cpp/  bulwark-prometheus-cpp.pc
 #
 # and the install-only component `cli` (bin/bulwark). Each library has its own export set
 # (bulwark-<component>-targets.cmake), so a consumer loads, and needs the dependencies of,
@@ -77,7 +79,7 @@ function(bulwark_install_finish)
   get_property(components GLOBAL PROPERTY BULWARK_INSTALLED_COMPONENTS)
   # The order the package loads them in: each after those it links.
   set(ordered "")
-  foreach(c IN ITEMS core asio redis http config)
+  foreach(c IN ITEMS core asio redis http config prometheus_cpp)
     if(c IN_LIST components)
       list(APPEND ordered ${c})
     endif()
@@ -156,5 +158,10 @@ function(bulwark_install_finish)
     bulwark_install_pkgconfig(config NAME bulwark-config
       DESCRIPTION "bulwark's configuration loading from TOML, simulation and replay (the lab)"
       REQUIRES bulwark REQUIRES_PRIVATE ${private} LIBS -pthread)
+  endif()
+  if("prometheus_cpp" IN_LIST ordered)
+    bulwark_install_pkgconfig(prometheus_cpp NAME bulwark-prometheus-cpp
+      DESCRIPTION "bulwark's metrics through an application's prometheus-cpp Registry"
+      REQUIRES bulwark prometheus-cpp-core)
   endif()
 endfunction()

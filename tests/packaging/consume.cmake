@@ -68,7 +68,8 @@ if(MODE STREQUAL "install")
       lib/cmake/bulwark/bulwarkConfigVersion.cmake lib/cmake/bulwark/bulwark-core-targets.cmake
       lib/pkgconfig/bulwark.pc)
   foreach(c IN LISTS COMPONENTS)
-    list(APPEND expected lib/cmake/bulwark/bulwark-${c}-targets.cmake lib/pkgconfig/bulwark-${c}.pc)
+    string(REPLACE "_" "-" pc ${c})  # prometheus_cpp: bulwark-prometheus-cpp.pc
+    list(APPEND expected lib/cmake/bulwark/bulwark-${c}-targets.cmake lib/pkgconfig/bulwark-${pc}.pc)
   endforeach()
   if(config IN_LIST COMPONENTS)
     list(APPEND expected lib/libbulwark_config.a include/bulwark/lab/config.h)
@@ -106,7 +107,8 @@ elseif(MODE STREQUAL "pkg_config")
     # main_asio.cc costs more than the rest together (Asio's headers) and checks no flag
     # that bulwark-http's Requires on bulwark-asio does not: left to find_package.
     if(NOT (c STREQUAL "asio" AND "http" IN_LIST COMPONENTS))
-      list(APPEND programs consumer_${c}:bulwark-${c})
+      string(REPLACE "_" "-" pc ${c})
+      list(APPEND programs consumer_${c}:bulwark-${pc})
     endif()
   endforeach()
   foreach(entry IN LISTS programs)
@@ -171,10 +173,10 @@ elseif(MODE STREQUAL "components")
   # the build tree is enough to ask it), nothing is compiled.
   run("configure a bulwark without integrations" ${CMAKE_COMMAND} -S ${SOURCE_DIR}
       -B ${WORK_DIR}/bare -DCMAKE_CXX_COMPILER=${CXX} -DBULWARK_ASIO=OFF -DBULWARK_REDIS=OFF
-      -DBULWARK_HTTP=OFF -DBULWARK_TOOLS=OFF -DBULWARK_TESTS=OFF -DBULWARK_BENCHMARKS=OFF
+      -DBULWARK_HTTP=OFF -DBULWARK_PROMETHEUS_CPP=OFF -DBULWARK_TOOLS=OFF -DBULWARK_TESTS=OFF -DBULWARK_BENCHMARKS=OFF
       -DBULWARK_EXAMPLES=OFF)
   foreach(entry IN ITEMS http:libcurl4-openssl-dev asio:libasio-dev redis:libhiredis-dev
-                         config:libtomlplusplus-dev)
+                         config:libtomlplusplus-dev prometheus_cpp:prometheus-cpp-dev)
     string(REPLACE ":" ";" entry ${entry})
     list(GET entry 0 c)
     list(GET entry 1 deb)

@@ -12,6 +12,15 @@
   check_exposition.py promtool-metrics <exposition_gen> <promtool>
       `promtool check metrics` on the same text: must exit 0 and report nothing.
 
+  check_exposition.py parse|promtool-metrics ... scrape-prometheus-cpp
+      The same, on the scenario served through bulwark::prometheus_cpp (a Collector whose
+      families prometheus-cpp's TextSerializer writes): same names, labels and values.
+
+  check_exposition.py prometheus-server <exposition_gen> <prometheus> <workdir>
+      Starts `exposition_gen serve` (the scenario behind a prometheus-cpp Exposer) and a
+      real Prometheus server scraping it every second on loopback ports, and queries
+      the server's API until the scenario's series are there (at most 90 s).
+
   check_exposition.py alert-test <exposition_gen> <promtool> <rules.yml> <workdir>
       Generates a promtool rule test from series bulwark produced and runs
       `promtool test rules` on it.
@@ -30,8 +39,8 @@ def fail(msg):
     sys.exit(1)
 
 
-def generate(gen):
-    out = subprocess.run([gen, "scrape"], check=True, stdout=subprocess.PIPE)
+def generate(gen, mode="scrape"):
+    out = subprocess.run([gen, mode], check=True, stdout=subprocess.PIPE, timeout=60)
     return out.stdout.decode("utf-8")  # must be valid UTF-8: raises otherwise
 
 
@@ -237,26 +246,107 @@ def check_scenario(s):
     s.expect(rg + "keys", 3, registry="partitions")
 
 
+def free_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def stop(process):
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=10)
+
+
+def prometheus_server(gen, prometheus, workdir):
+    import json
+    import shutil
+    import time
+    import urllib.parse
+    import urllib.request
+
+    need_tool(prometheus)
+    shutil.rmtree(workdir, ignore_errors=True)
+    os.makedirs(workdir)
+    served = subprocess.Popen([gen, "serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    server = None
+    try:
+        port = served.stdout.readline().decode().strip()
+        if not port.isdigit():
+            fail("exposition_gen serve printed %r instead of its port" % port)
+        config = os.path.join(workdir, "prometheus.yml")
+        with open(config, "w") as f:
+            f.write("global:\n  scrape_interval: 1s\nscrape_configs:\n"
+                    "  - job_name: bulwark\n    static_configs:\n"
+                    "      - targets: ['127.0.0.1:%s']\n" % port)
+        web = free_port()
+        log = open(os.path.join(workdir, "prometheus.log"), "w")
+        server = subprocess.Popen([prometheus, "--config.file=" + config,
+                                   "--storage.tsdb.path=" + os.path.join(workdir, "data"),
+                                   "--web.listen-address=127.0.0.1:%d" % web], stdout=log,
+                                  stderr=subprocess.STDOUT)
+
+        def query(expr):
+            url = "http://127.0.0.1:%d/api/v1/query?query=%s" % (web, urllib.parse.quote(expr))
+            try:
+                with urllib.request.urlopen(url, timeout=5) as r:
+                    result = json.load(r)["data"]["result"]
+            except (OSError, ValueError, KeyError):
+                return None
+            return float(result[0]["value"][1]) if len(result) == 1 else None
+
+        wanted = {
+            'up{job="bulwark"}': 1,
+            'bulwark_registry_keys{registry="partitions"}': 3,
+            'bulwark_circuitbreaker_state{key="forced:443",state="forced_open"}': 1,
+            'bulwark_circuitbreaker_call_duration_seconds_count{key="plain:443"}': 4,
+        }
+        deadline = time.monotonic() + 90
+        seen = {}
+        while time.monotonic() < deadline:
+            if server.poll() is not None:
+                fail("prometheus exited with %d (see %s)" % (server.returncode, log.name))
+            seen = {expr: query(expr) for expr in wanted}
+            if seen == wanted:
+                print("OK: Prometheus scraped the prometheus-cpp Exposer: %s" % seen)
+                return
+            time.sleep(0.5)
+        fail("after 90 s Prometheus's answers were %s, expected %s (log: %s)" % (seen, wanted, log.name))
+    finally:
+        if server is not None:
+            stop(server)
+        served.stdin.close()
+        stop(served)
+
+
 def main():
     if len(sys.argv) < 3:
         print(__doc__)
         sys.exit(2)
     mode, gen = sys.argv[1], sys.argv[2]
     if mode == "parse":
-        families, samples = parse(generate(gen))
+        families, samples = parse(generate(gen, *sys.argv[3:4]))
         check_histograms(families)
         check_scenario(Samples(samples))
         print("OK: %d families, %d samples parsed by prometheus_client and checked" % (len(families), len(samples)))
     elif mode == "promtool-metrics":
         promtool = sys.argv[3]
         need_tool(promtool)
-        text = generate(gen)
+        text = generate(gen, *sys.argv[4:5])
         r = subprocess.run([promtool, "check", "metrics"], input=text.encode("utf-8"),
-                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
         report = r.stdout.decode("utf-8", "replace").strip()
         if r.returncode != 0 or report:
             fail("promtool check metrics (exit %d):\n%s" % (r.returncode, report))
         print("OK: promtool check metrics passed on %d lines" % text.count("\n"))
+    elif mode == "prometheus-server":
+        prometheus_server(gen, sys.argv[3], sys.argv[4])
     elif mode == "alert-test":
         promtool, rules, workdir = sys.argv[3], sys.argv[4], sys.argv[5]
         need_tool(promtool)

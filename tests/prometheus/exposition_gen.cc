@@ -6,6 +6,15 @@
 //       integer keys, and a standalone breaker. check_exposition.py knows the scenario
 //       and checks the values it parses back.
 //
+//   exposition_gen scrape-prometheus-cpp
+//       The same scenario served through bulwark::prometheus_cpp: a Collector whose
+//       families prometheus-cpp's own TextSerializer writes (built when that target is).
+//
+//   exposition_gen serve
+//       The same scenario behind a prometheus-cpp Exposer on a free loopback port: prints
+//       the port, then serves until its standard input closes. A real Prometheus server
+//       scrapes it (check_exposition.py prometheus-server).
+//
 //   exposition_gen alert-test <rules.yml> <out.yml>
 //       Runs a second scenario for 20 virtual minutes, scraping every minute, and writes
 //       a `promtool test rules` file whose input series are the values this exporter
@@ -14,6 +23,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <sstream>
@@ -22,6 +32,15 @@
 
 #include "bulwark/prometheus.h"
 #include "bulwark/registry.h"
+
+#ifdef BULWARK_TEST_PROMETHEUS_CPP
+#include <prometheus/exposer.h>
+#include <prometheus/text_serializer.h>
+
+#include <memory>
+
+#include "bulwark/prometheus_cpp/collector.h"
+#endif
 
 namespace {
 
@@ -39,8 +58,12 @@ void call(Hosts& reg, std::string_view key, Outcome outcome, bulwark::Nanos took
   if (c) c->record(outcome, took);
 }
 
+// How the scenario's exposition leaves the process: `write` writes it.
+using Writer = std::function<void(std::ostream&)>;
+using Emit = std::function<int(const Writer& write)>;
+
 // Keep in step with check_exposition.py.
-int scrape() {
+int scrape(const Emit& emit) {
   ManualClock clock;
   Hosts hosts({.name = "hosts",
                .breaker = {.name = "upstream", .consecutive_failures = 2, .open_duration = 60s},
@@ -116,15 +139,48 @@ int scrape() {
   const auto id = solo_metrics.track(policy, &solo);
   solo.try_acquire()->record(Outcome::success);
 
-  bulwark::prometheus::Exposition e;
-  e.add(hosts);
-  e.add(partitions);
-  e.add(rated);
-  e.add(solo, &solo_metrics, clock);
-  e.write(std::cout);
+  const int status = emit([&](std::ostream& out) {
+    bulwark::prometheus::Exposition e;
+    e.add(hosts);
+    e.add(partitions);
+    e.add(rated);
+    e.add(solo, &solo_metrics, clock);
+    e.write(out);
+  });
   policy.remove_listener(id);
+  return status;
+}
+
+int to_stdout(const Writer& write) {
+  write(std::cout);
   return 0;
 }
+
+#ifdef BULWARK_TEST_PROMETHEUS_CPP
+int through_prometheus_cpp(const Writer& write) {
+  bulwark::prometheus_cpp::Collector collector;
+  collector.add(write);
+  const auto families = collector.Collect();
+  if (!collector.last_error().empty()) {
+    std::cerr << "exposition_gen: " << collector.last_error() << "\n";
+    return 1;
+  }
+  std::cout << prometheus::TextSerializer().Serialize(families);
+  return 0;
+}
+
+int serve(const Writer& write) {
+  auto collector = std::make_shared<bulwark::prometheus_cpp::Collector>();
+  collector->add(write);
+  prometheus::Exposer exposer("127.0.0.1:0");
+  exposer.RegisterCollectable(collector);
+  std::cout << exposer.GetListeningPorts().at(0) << std::endl;
+  std::string ignored;
+  while (std::getline(std::cin, ignored)) {
+  }
+  return 0;
+}
+#endif
 
 // Second scenario: "open longer than 5 minutes" must fire for a breaker that has been
 // failing for 10 minutes (its probes fail every minute, so it goes OPEN -> HALF_OPEN ->
@@ -215,8 +271,13 @@ int alert_test(const std::string& rules, const std::string& out_path) {
 
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "";
-  if (mode == "scrape") return scrape();
+  if (mode == "scrape") return scrape(to_stdout);
+#ifdef BULWARK_TEST_PROMETHEUS_CPP
+  if (mode == "scrape-prometheus-cpp") return scrape(through_prometheus_cpp);
+  if (mode == "serve") return scrape(serve);
+#endif
   if (mode == "alert-test" && argc == 4) return alert_test(argv[2], argv[3]);
-  std::cerr << "usage: exposition_gen scrape | alert-test <rules.yml> <out.yml>\n";
+  std::cerr << "usage: exposition_gen scrape | scrape-prometheus-cpp | serve | alert-test "
+               "<rules.yml> <out.yml>\n";
   return 2;
 }
