@@ -1,7 +1,7 @@
 // bulwark/context.h — a request's deadline and cancellation, handed to every call.
 //
-// A per-request deadline, not a per-call timeout, is what protects a service (seed
-// 004): if the caller has already waited 1.5 s of its 2 s, the next call is born with
+// A per-request deadline, not a per-call timeout, is what protects a service: if the
+// caller has already waited 1.5 s of its 2 s, the next call is born with
 // 500 ms. A Context carries that absolute deadline and a cancellation signal
 // (std::stop_token) down through the resilience pipeline into the user's call, which
 // passes `remaining()` to its own I/O.
