@@ -6,6 +6,7 @@
 #define BULWARK_DETAIL_WINDOW_PARTS_H_
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstdint>
 
