@@ -140,6 +140,31 @@ struct BulkheadSnapshot {
   std::uint64_t rejected;        // total rejections since construction
 };
 
+namespace detail {
+
+// The slot count both bulkheads keep (this one and bulwark::asio's): one atomic step
+// that increments `in_use` only below `max`, so the count never overshoots. seq_cst: it
+// pairs with each bulkhead's release, which lowers `in_use` and then looks for waiters.
+inline bool take_slot(std::atomic<std::uint32_t>& in_use, std::uint32_t max) noexcept {
+  std::uint32_t cur = in_use.load(std::memory_order_seq_cst);
+  while (cur < max) {
+    if (in_use.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
+  }
+  return false;
+}
+
+// A bulkhead's refusal: counted in `rejected`, then told to `observer` (if set).
+inline Unexpected<BulkheadRejection> refuse_slot(std::atomic<std::uint64_t>& rejected,
+                                                 const BulkheadObserver& observer,
+                                                 const void* bulkhead, std::string_view name,
+                                                 BulkheadRejectReason reason) noexcept {
+  rejected.fetch_add(1, std::memory_order_relaxed);
+  if (observer) observer(BulkheadRejectionEvent{bulkhead, name, reason});
+  return Unexpected(BulkheadRejection{reason});
+}
+
+}  // namespace detail
+
 template <Clock C = SteadyClock>
 class BasicBulkhead {
   struct PermitTraits {
@@ -223,13 +248,7 @@ class BasicBulkhead {
   // overshoot. seq_cst pairs with give_back(): a waiter publishes waiting_ and then
   // looks at in_use_; a releaser lowers in_use_ and then looks at waiting_. At least
   // one of them sees the other, so no wake-up is lost.
-  bool take() noexcept {
-    std::uint32_t cur = in_use_.load(std::memory_order_seq_cst);
-    while (cur < max_) {
-      if (in_use_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
-    }
-    return false;
-  }
+  bool take() noexcept { return detail::take_slot(in_use_, max_); }
 
   void give_back() noexcept {
     in_use_.fetch_sub(1, std::memory_order_seq_cst);
@@ -243,9 +262,7 @@ class BasicBulkhead {
   }
 
   Unexpected<BulkheadRejection> reject(BulkheadRejectReason reason) noexcept {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    if (observer_) observer_(BulkheadRejectionEvent{this, config_.name, reason});
-    return Unexpected(BulkheadRejection{reason});
+    return detail::refuse_slot(rejected_, observer_, this, config_.name, reason);
   }
 
   Expected<Permit, BulkheadRejection> wait(const std::stop_token& stop, Nanos budget,
