@@ -192,9 +192,11 @@ class BasicBulkhead {
   // Validates `config` (throws InvalidConfig naming the field). A stateful clock must
   // outlive the bulkhead.
   explicit BasicBulkhead(BulkheadConfig config) requires std::is_empty_v<C>
-      : config_(checked(std::move(config))), clock_(), max_(config_.max_concurrent) {}
+      : config_(detail::validated(std::move(config))), clock_(), max_(config_.max_concurrent) {}
   BasicBulkhead(BulkheadConfig config, const C& clock)
-      : config_(checked(std::move(config))), clock_(clock), max_(config_.max_concurrent) {}
+      : config_(detail::validated(std::move(config))),
+        clock_(clock),
+        max_(config_.max_concurrent) {}
   BasicBulkhead(BulkheadConfig, const C&&) = delete;
   BasicBulkhead(const BasicBulkhead&) = delete;
   BasicBulkhead& operator=(const BasicBulkhead&) = delete;
@@ -239,11 +241,6 @@ class BasicBulkhead {
   void observe_rejections(BulkheadObserver observer) noexcept { observer_ = observer; }
 
  private:
-  static BulkheadConfig checked(BulkheadConfig config) {
-    if (auto ok = validate(config); !ok) detail::raise_config_error(std::move(ok).error());
-    return config;
-  }
-
   // The one atomic step: increment only below the limit, so the count can never
   // overshoot. seq_cst pairs with give_back(): a waiter publishes waiting_ and then
   // looks at in_use_; a releaser lowers in_use_ and then looks at waiting_. At least

@@ -153,7 +153,7 @@ class BasicRetryBudget {
 
  private:
   BasicRetryBudget(RetryBudgetConfig config, detail::ClockRef<C> clock)
-      : config_(checked(std::move(config))),
+      : config_(detail::validated(std::move(config))),
         clock_(clock),
         deposit_(static_cast<std::int64_t>(config_.ratio * kUnit + 0.5)),
         cap_(static_cast<std::int64_t>(config_.max_tokens * kUnit + 0.5)),
@@ -164,11 +164,6 @@ class BasicRetryBudget {
                        std::min<long double>(first_second, static_cast<long double>(cap_))),
                    std::memory_order_relaxed);
     last_accrual_.store(coarse_now_ticks(clock_.get()), std::memory_order_relaxed);
-  }
-
-  static RetryBudgetConfig checked(RetryBudgetConfig config) {
-    if (auto ok = validate(config); !ok) detail::raise_config_error(std::move(ok).error());
-    return config;
   }
 
   // The floor accrues with time. Whoever wins the CAS on last_accrual_ adds the tokens

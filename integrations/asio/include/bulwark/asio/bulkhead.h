@@ -251,9 +251,13 @@ class BasicAsyncBulkhead {
   // outlive the bulkhead, and a ManualClock must be the one bound to ManualTimerClock
   // while anyone waits (timer.h).
   explicit BasicAsyncBulkhead(AsyncBulkheadConfig config) requires std::is_empty_v<C>
-      : config_(checked(std::move(config))), clock_(), max_(config_.max_concurrent) {}
+      : config_(bulwark::detail::validated(std::move(config))),
+        clock_(),
+        max_(config_.max_concurrent) {}
   BasicAsyncBulkhead(AsyncBulkheadConfig config, const C& clock)
-      : config_(checked(std::move(config))), clock_(clock), max_(config_.max_concurrent) {}
+      : config_(bulwark::detail::validated(std::move(config))),
+        clock_(clock),
+        max_(config_.max_concurrent) {}
   BasicAsyncBulkhead(AsyncBulkheadConfig, const C&&) = delete;
   BasicAsyncBulkhead(const BasicAsyncBulkhead&) = delete;
   BasicAsyncBulkhead& operator=(const BasicAsyncBulkhead&) = delete;
@@ -399,11 +403,6 @@ class BasicAsyncBulkhead {
     std::optional<Executor> executor;
     std::optional<Timer<C>> timer;
   };
-
-  static AsyncBulkheadConfig checked(AsyncBulkheadConfig config) {
-    if (auto ok = validate(config); !ok) bulwark::detail::raise_config_error(std::move(ok).error());
-    return config;
-  }
 
   bool take() noexcept { return bulwark::detail::take_slot(in_use_, max_); }
 
