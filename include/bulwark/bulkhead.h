@@ -228,10 +228,13 @@ class BasicBulkhead {
   // acquire() with no deadline and no cancellation: waits up to max_wait.
   Expected<Permit, BulkheadRejection> acquire() { return acquire(BasicContext<C>(clock_.get())); }
 
+  // Slots in use, the limit, threads waiting and rejections so far: three relaxed
+  // loads, no lock, each field read on its own (not one consistent moment).
   BulkheadSnapshot snapshot() const noexcept {
     return {in_use_.load(std::memory_order_relaxed), max_, waiting_.load(std::memory_order_relaxed),
             rejected_.load(std::memory_order_relaxed)};
   }
+  // Slots held now (one relaxed load), and the configuration as given (constant).
   std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
   const BulkheadConfig& config() const noexcept { return config_; }
 

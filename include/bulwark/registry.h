@@ -227,6 +227,8 @@ class BasicRegistry {
     }
     explicit operator bool() const noexcept { return entry_ != nullptr; }
 
+    // The key's breaker, key and Extra. Valid while this Handle holds the entry (not
+    // on an empty Handle); free.
     Breaker& breaker() const noexcept { return entry_->breaker(); }
     Breaker* operator->() const noexcept { return &entry_->breaker(); }
     Breaker& operator*() const noexcept { return entry_->breaker(); }
@@ -289,6 +291,8 @@ class BasicRegistry {
     }
     void ignore() noexcept { record(Outcome::ignored); }
 
+    // The breaker's permit, the Handle that pins the entry, and the key's breaker and
+    // key. Valid while the Call lives; free.
     Permit& permit() noexcept { return permit_; }
     const Handle& handle() const noexcept { return handle_; }
     Breaker& breaker() const noexcept { return handle_.breaker(); }

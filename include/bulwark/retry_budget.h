@@ -144,11 +144,14 @@ class BasicRetryBudget {
     return static_cast<double>(balance_.load(std::memory_order_relaxed)) / kUnit;
   }
 
+  // The balance (as tokens(), so it may accrue the floor) and the totals: a few
+  // relaxed loads, no lock. Any thread.
   RetryBudgetSnapshot snapshot() noexcept {
     return {tokens(), withdrawn_.load(std::memory_order_relaxed),
             rejected_.load(std::memory_order_relaxed), refunded_.load(std::memory_order_relaxed)};
   }
 
+  // The configuration as given. Constant; free.
   const RetryBudgetConfig& config() const noexcept { return config_; }
 
  private:

@@ -297,10 +297,13 @@ class BasicAsyncBulkhead {
         token, ctx.deadline(), ctx.stop_requested());
   }
 
+  // Slots in use, the limit, waiters queued (as BulkheadSnapshot::waiting) and
+  // rejections so far: relaxed loads, no lock, each field read on its own.
   BulkheadSnapshot snapshot() const noexcept {
     return {in_use_.load(std::memory_order_relaxed), max_, queued_.load(std::memory_order_relaxed),
             rejected_.load(std::memory_order_relaxed)};
   }
+  // Slots held now. One relaxed load.
   std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
   // Waiters in the queue now.
   std::uint32_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
