@@ -140,6 +140,31 @@ struct BulkheadSnapshot {
   std::uint64_t rejected;        // total rejections since construction
 };
 
+namespace detail {
+
+// The slot count both bulkheads keep (this one and bulwark::asio's): one atomic step
+// that increments `in_use` only below `max`, so the count never overshoots. seq_cst: it
+// pairs with each bulkhead's release, which lowers `in_use` and then looks for waiters.
+inline bool take_slot(std::atomic<std::uint32_t>& in_use, std::uint32_t max) noexcept {
+  std::uint32_t cur = in_use.load(std::memory_order_seq_cst);
+  while (cur < max) {
+    if (in_use.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
+  }
+  return false;
+}
+
+// A bulkhead's refusal: counted in `rejected`, then told to `observer` (if set).
+inline Unexpected<BulkheadRejection> refuse_slot(std::atomic<std::uint64_t>& rejected,
+                                                 const BulkheadObserver& observer,
+                                                 const void* bulkhead, std::string_view name,
+                                                 BulkheadRejectReason reason) noexcept {
+  rejected.fetch_add(1, std::memory_order_relaxed);
+  if (observer) observer(BulkheadRejectionEvent{bulkhead, name, reason});
+  return Unexpected(BulkheadRejection{reason});
+}
+
+}  // namespace detail
+
 template <Clock C = SteadyClock>
 class BasicBulkhead {
   struct PermitTraits {
@@ -167,9 +192,11 @@ class BasicBulkhead {
   // Validates `config` (throws InvalidConfig naming the field). A stateful clock must
   // outlive the bulkhead.
   explicit BasicBulkhead(BulkheadConfig config) requires std::is_empty_v<C>
-      : config_(checked(std::move(config))), clock_(), max_(config_.max_concurrent) {}
+      : config_(detail::validated(std::move(config))), clock_(), max_(config_.max_concurrent) {}
   BasicBulkhead(BulkheadConfig config, const C& clock)
-      : config_(checked(std::move(config))), clock_(clock), max_(config_.max_concurrent) {}
+      : config_(detail::validated(std::move(config))),
+        clock_(clock),
+        max_(config_.max_concurrent) {}
   BasicBulkhead(BulkheadConfig, const C&&) = delete;
   BasicBulkhead(const BasicBulkhead&) = delete;
   BasicBulkhead& operator=(const BasicBulkhead&) = delete;
@@ -201,10 +228,13 @@ class BasicBulkhead {
   // acquire() with no deadline and no cancellation: waits up to max_wait.
   Expected<Permit, BulkheadRejection> acquire() { return acquire(BasicContext<C>(clock_.get())); }
 
+  // Slots in use, the limit, threads waiting and rejections so far: three relaxed
+  // loads, no lock, each field read on its own (not one consistent moment).
   BulkheadSnapshot snapshot() const noexcept {
     return {in_use_.load(std::memory_order_relaxed), max_, waiting_.load(std::memory_order_relaxed),
             rejected_.load(std::memory_order_relaxed)};
   }
+  // Slots held now (one relaxed load), and the configuration as given (constant).
   std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
   const BulkheadConfig& config() const noexcept { return config_; }
 
@@ -214,22 +244,11 @@ class BasicBulkhead {
   void observe_rejections(BulkheadObserver observer) noexcept { observer_ = observer; }
 
  private:
-  static BulkheadConfig checked(BulkheadConfig config) {
-    if (auto ok = validate(config); !ok) detail::raise_config_error(std::move(ok).error());
-    return config;
-  }
-
   // The one atomic step: increment only below the limit, so the count can never
   // overshoot. seq_cst pairs with give_back(): a waiter publishes waiting_ and then
   // looks at in_use_; a releaser lowers in_use_ and then looks at waiting_. At least
   // one of them sees the other, so no wake-up is lost.
-  bool take() noexcept {
-    std::uint32_t cur = in_use_.load(std::memory_order_seq_cst);
-    while (cur < max_) {
-      if (in_use_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
-    }
-    return false;
-  }
+  bool take() noexcept { return detail::take_slot(in_use_, max_); }
 
   void give_back() noexcept {
     in_use_.fetch_sub(1, std::memory_order_seq_cst);
@@ -243,9 +262,7 @@ class BasicBulkhead {
   }
 
   Unexpected<BulkheadRejection> reject(BulkheadRejectReason reason) noexcept {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    if (observer_) observer_(BulkheadRejectionEvent{this, config_.name, reason});
-    return Unexpected(BulkheadRejection{reason});
+    return detail::refuse_slot(rejected_, observer_, this, config_.name, reason);
   }
 
   Expected<Permit, BulkheadRejection> wait(const std::stop_token& stop, Nanos budget,

@@ -17,6 +17,7 @@
 #include <chrono>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace bulwark {
 
@@ -43,6 +44,14 @@ class InvalidConfig : public std::invalid_argument {
 namespace detail {
 // Throws InvalidConfig, or prints the error and aborts without exceptions.
 [[noreturn]] void raise_config_error(ConfigError error);
+// Returns `config` if its validate() overload (found by argument-dependent lookup)
+// accepts it; else raises the error, which names the field. What every constructor
+// taking a configuration runs first.
+template <class Config>
+Config validated(Config config) {
+  if (auto ok = validate(config); !ok) raise_config_error(std::move(ok).error());
+  return config;
+}
 // A duration as a person writes it in a configuration: "30s", "1.5s", "250ms", "2h".
 std::string format_duration(std::chrono::nanoseconds d);
 }  // namespace detail

@@ -120,6 +120,7 @@ class BasicContext {
     return child;
   }
 
+  // The deadline (Deadline::never() without one), and whether there is one. Free.
   Deadline deadline() const noexcept { return deadline_; }
   bool has_deadline() const noexcept { return !deadline_.is_never(); }
   // Time left before the deadline; Nanos::max() without one (no clock read then).
@@ -129,6 +130,7 @@ class BasicContext {
   // True once the deadline has passed (no clock read without a deadline).
   bool expired() const noexcept { return has_deadline() && deadline_.passed(now()); }
 
+  // The caller's cancellation, and whether it was requested (one atomic load).
   const std::stop_token& stop_token() const noexcept { return stop_; }
   bool stop_requested() const noexcept { return stop_.stop_requested(); }
 

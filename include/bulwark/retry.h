@@ -139,6 +139,7 @@ class RetryPolicy {
   // 64 random bits from the configured source (or the per-thread generator).
   std::uint64_t random_bits() const { return config_.random ? config_.random() : thread_random(); }
 
+  // The configuration as given, and its attempt limit. Constant; free.
   const RetryConfig& config() const noexcept { return config_; }
   std::uint32_t max_attempts() const noexcept { return config_.max_attempts; }
 
@@ -186,12 +187,16 @@ class BasicRetry {
   BasicRetry(const BasicRetry&) = delete;
   BasicRetry& operator=(const BasicRetry&) = delete;
 
+  // What the retry was built with: its policy, budget (nullptr if none), sleeper, clock
+  // and configuration. Constant (the sleeper is the retry's own); free; any thread.
   const RetryPolicy& policy() const noexcept { return policy_; }
   budget_type* budget() const noexcept { return budget_; }
   S& sleeper() noexcept { return sleeper_; }
   decltype(auto) clock() const noexcept { return clock_.get(); }
   const RetryConfig& config() const noexcept { return policy_.config(); }
 
+  // The totals (RetrySnapshot): relaxed loads plus a fold of the per-thread call
+  // counters (detail/ledger.h); no lock, changes nothing. Any thread.
   RetrySnapshot snapshot() const noexcept {
     const auto calls = calls_.read();
     return {retries_.load(std::memory_order_relaxed),

@@ -144,16 +144,19 @@ class BasicRetryBudget {
     return static_cast<double>(balance_.load(std::memory_order_relaxed)) / kUnit;
   }
 
+  // The balance (as tokens(), so it may accrue the floor) and the totals: a few
+  // relaxed loads, no lock. Any thread.
   RetryBudgetSnapshot snapshot() noexcept {
     return {tokens(), withdrawn_.load(std::memory_order_relaxed),
             rejected_.load(std::memory_order_relaxed), refunded_.load(std::memory_order_relaxed)};
   }
 
+  // The configuration as given. Constant; free.
   const RetryBudgetConfig& config() const noexcept { return config_; }
 
  private:
   BasicRetryBudget(RetryBudgetConfig config, detail::ClockRef<C> clock)
-      : config_(checked(std::move(config))),
+      : config_(detail::validated(std::move(config))),
         clock_(clock),
         deposit_(static_cast<std::int64_t>(config_.ratio * kUnit + 0.5)),
         cap_(static_cast<std::int64_t>(config_.max_tokens * kUnit + 0.5)),
@@ -164,11 +167,6 @@ class BasicRetryBudget {
                        std::min<long double>(first_second, static_cast<long double>(cap_))),
                    std::memory_order_relaxed);
     last_accrual_.store(coarse_now_ticks(clock_.get()), std::memory_order_relaxed);
-  }
-
-  static RetryBudgetConfig checked(RetryBudgetConfig config) {
-    if (auto ok = validate(config); !ok) detail::raise_config_error(std::move(ok).error());
-    return config;
   }
 
   // The floor accrues with time. Whoever wins the CAS on last_accrual_ adds the tokens

@@ -77,6 +77,7 @@
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
 #include "bulwark/context.h"
+#include "bulwark/detail/permit_base.h"
 #include "bulwark/detail/schedule_point.h"
 #include "bulwark/expected.h"
 
@@ -221,35 +222,27 @@ template <class Executor>
 
 template <Clock C = SteadyClock>
 class BasicAsyncBulkhead {
+  struct PermitTraits {
+    using Owner = BasicAsyncBulkhead;
+    struct Data {};
+    static void abandon(BasicAsyncBulkhead& b, const Data&) noexcept { b.give_back(); }
+  };
+
  public:
   using clock_type = C;
 
   // One slot. Move-only; the slot goes back when the permit is destroyed or
   // release()d, whichever comes first.
-  class [[nodiscard]] Permit {
+  class [[nodiscard]] Permit
+      : public bulwark::detail::PermitBase<typename BasicAsyncBulkhead::PermitTraits> {
    public:
-    Permit(Permit&& o) noexcept : bulkhead_(std::exchange(o.bulkhead_, nullptr)) {}
-    Permit& operator=(Permit&& o) noexcept {
-      if (this != &o) {
-        release();
-        bulkhead_ = std::exchange(o.bulkhead_, nullptr);
-      }
-      return *this;
-    }
-    Permit(const Permit&) = delete;
-    Permit& operator=(const Permit&) = delete;
-    ~Permit() { release(); }
-
     // Gives the slot back now (to the head of the queue, if anyone waits). Idempotent.
-    void release() noexcept {
-      if (bulkhead_ != nullptr) std::exchange(bulkhead_, nullptr)->give_back();
-    }
-    bool active() const noexcept { return bulkhead_ != nullptr; }
+    void release() noexcept { this->abandon(); }
 
    private:
     friend class BasicAsyncBulkhead;
-    explicit Permit(BasicAsyncBulkhead* b) noexcept : bulkhead_(b) {}
-    BasicAsyncBulkhead* bulkhead_;
+    explicit Permit(BasicAsyncBulkhead* b) noexcept
+        : bulwark::detail::PermitBase<typename BasicAsyncBulkhead::PermitTraits>(b, {}) {}
   };
 
   using Result = Expected<Permit, BulkheadRejection>;
@@ -258,9 +251,13 @@ class BasicAsyncBulkhead {
   // outlive the bulkhead, and a ManualClock must be the one bound to ManualTimerClock
   // while anyone waits (timer.h).
   explicit BasicAsyncBulkhead(AsyncBulkheadConfig config) requires std::is_empty_v<C>
-      : config_(checked(std::move(config))), clock_(), max_(config_.max_concurrent) {}
+      : config_(bulwark::detail::validated(std::move(config))),
+        clock_(),
+        max_(config_.max_concurrent) {}
   BasicAsyncBulkhead(AsyncBulkheadConfig config, const C& clock)
-      : config_(checked(std::move(config))), clock_(clock), max_(config_.max_concurrent) {}
+      : config_(bulwark::detail::validated(std::move(config))),
+        clock_(clock),
+        max_(config_.max_concurrent) {}
   BasicAsyncBulkhead(AsyncBulkheadConfig, const C&&) = delete;
   BasicAsyncBulkhead(const BasicAsyncBulkhead&) = delete;
   BasicAsyncBulkhead& operator=(const BasicAsyncBulkhead&) = delete;
@@ -300,10 +297,13 @@ class BasicAsyncBulkhead {
         token, ctx.deadline(), ctx.stop_requested());
   }
 
+  // Slots in use, the limit, waiters queued (as BulkheadSnapshot::waiting) and
+  // rejections so far: relaxed loads, no lock, each field read on its own.
   BulkheadSnapshot snapshot() const noexcept {
     return {in_use_.load(std::memory_order_relaxed), max_, queued_.load(std::memory_order_relaxed),
             rejected_.load(std::memory_order_relaxed)};
   }
+  // Slots held now. One relaxed load.
   std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
   // Waiters in the queue now.
   std::uint32_t queued() const noexcept { return queued_.load(std::memory_order_relaxed); }
@@ -407,18 +407,7 @@ class BasicAsyncBulkhead {
     std::optional<Timer<C>> timer;
   };
 
-  static AsyncBulkheadConfig checked(AsyncBulkheadConfig config) {
-    if (auto ok = validate(config); !ok) bulwark::detail::raise_config_error(std::move(ok).error());
-    return config;
-  }
-
-  bool take() noexcept {
-    std::uint32_t cur = in_use_.load(std::memory_order_seq_cst);
-    while (cur < max_) {
-      if (in_use_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
-    }
-    return false;
-  }
+  bool take() noexcept { return bulwark::detail::take_slot(in_use_, max_); }
 
   // seq_cst pairs with start(): a waiter publishes queued_ and then tries take(); a
   // releaser lowers in_use_ and then reads queued_. One of them sees the other.
@@ -546,9 +535,7 @@ class BasicAsyncBulkhead {
   }
 
   Unexpected<BulkheadRejection> reject(BulkheadRejectReason reason) noexcept {
-    rejected_.fetch_add(1, std::memory_order_relaxed);
-    if (observer_) observer_(BulkheadRejectionEvent{this, config_.name, reason});
-    return Unexpected(BulkheadRejection{reason});
+    return bulwark::detail::refuse_slot(rejected_, observer_, this, config_.name, reason);
   }
 
   const AsyncBulkheadConfig config_;

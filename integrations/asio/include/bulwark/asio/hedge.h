@@ -150,8 +150,7 @@ HedgeStage<void> hedge(HedgeConfig config);
 // Hedging paid for from `budget` when the pipeline's retry stage has no budget.
 template <class C>
 HedgeStage<C> hedge(HedgeConfig config, BasicRetryBudget<C>& budget) {
-  if (auto ok = validate(config); !ok) bulwark::detail::raise_config_error(std::move(ok).error());
-  return {std::move(config), &budget};
+  return {bulwark::detail::validated(std::move(config)), &budget};
 }
 
 }  // namespace bulwark::asio
