@@ -241,7 +241,7 @@ class BasicLoadShedder {
   // Validates `config` (throws InvalidConfig naming the field). A stateful clock must
   // outlive the shedder.
   explicit BasicLoadShedder(LoadShedderConfig config, L limit = L{}) requires std::is_empty_v<C>
-      : BasicLoadShedder(std::move(config), std::move(limit), C{}) {}
+      : BasicLoadShedder(std::move(config), std::move(limit), static_cast<const C&>(C{})) {}
   BasicLoadShedder(LoadShedderConfig config, L limit, const C& clock)
       : config_(checked(std::move(config))),
         clock_(clock),
