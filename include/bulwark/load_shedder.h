@@ -43,8 +43,10 @@
 // relaxed counter increment and a clock read (the permit's start time); a deadline
 // check reads the clock once more. No lock, no allocation. Releasing: a clock read, the
 // EWMA update (a CAS), the LimitSource's on_sample(), one atomic subtract and one
-// load; plus the mutex only when requests are queued. Waiting (the slow path): the
-// mutex, and a condition variable per waiter on the waiter's own stack (no allocation);
+// load; plus the mutex only when requests are queued. Without the two clock reads
+// admission + release costs about twice a bulkhead's (docs/performance.md); the reads
+// dominate where the precise clock is slow, and `coarse_timing` makes them cheap. Waiting (the slow
+// path): the mutex, and a condition variable per waiter on the waiter's own stack (no allocation);
 // the waiter is woken only when it is granted a slot or refused. Each release with
 // waiters queued scans the queue for expired waiters: O(max_queue) under the mutex.
 // No thread is created: a waiter waits on its own thread. Waits are in real time
@@ -184,6 +186,10 @@ struct LoadShedderConfig {
   // longer, at most max_retry_after. 0 < min <= max.
   Nanos min_retry_after = std::chrono::seconds(1);
   Nanos max_retry_after = std::chrono::seconds(30);
+  // Time permits with the clock's coarse reading (SteadyClock: CLOCK_MONOTONIC_COARSE,
+  // 1-4 ms resolution), several times cheaper than a precise one: fine for the deadline
+  // check's EWMA over many requests, too coarse for an adaptive limit's RTT samples.
+  bool coarse_timing = false;
   // The HTTP status of a refusal: 503 (Service Unavailable) or 429 (Too Many Requests).
   int http_status = 503;
 };
@@ -347,6 +353,9 @@ class BasicLoadShedder {
     return c == 0 && share != 0 && limit != 0 ? 1 : c;
   }
   Ticks now() const noexcept { return now_ticks(clock_.get()); }
+  Ticks permit_now() const noexcept {
+    return config_.coarse_timing ? coarse_now_ticks(clock_.get()) : now_ticks(clock_.get());
+  }
 
   bool too_short(const BasicContext<C>& ctx) const noexcept {
     if (!ctx.has_deadline()) return false;
@@ -373,7 +382,7 @@ class BasicLoadShedder {
 
   Permit admit(Priority p) noexcept {
     admitted_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_relaxed);
-    return Permit(this, now());
+    return Permit(this, permit_now());
   }
 
   Nanos retry_after_hint() const noexcept {
@@ -390,7 +399,7 @@ class BasicLoadShedder {
   }
 
   void give_back(const PermitData& d, bool dropped) noexcept {
-    const Ticks t = now();
+    const Ticks t = permit_now();
     const Nanos rtt(std::max<Ticks>(0, saturating_sub(t, d.start)));
     // Lazy EWMA: a sample that loses the race to another is folded in on the next try.
     Ticks est = service_ns_.load(std::memory_order_relaxed);
@@ -403,7 +412,7 @@ class BasicLoadShedder {
     in_flight_.fetch_sub(1, std::memory_order_seq_cst);
     if (queued_.load(std::memory_order_seq_cst) != 0) {
       std::lock_guard lock(mu_);
-      dispatch(t);
+      dispatch(now());
     }
   }
 
