@@ -123,10 +123,12 @@ TEST(LoadShedder, DeadlineShorterThanTheExpectedServiceTimeIsRefusedAtOnce) {
   BasicContext<ManualClock> ok_ctx(clock, {}, Deadline::after(clock, 200ms));
   auto p = s.acquire(ok_ctx, Priority::normal);
   ASSERT_TRUE(p);
-  // The estimate follows the service times, lazily: 100ms + 0.1 * (1s - 100ms).
+  // The refusal pulled the estimate towards half the 50ms its caller had: 92.5ms. It
+  // follows the service times, lazily: 92.5ms + 0.1 * (1s - 92.5ms).
+  EXPECT_EQ(s.service_time(), 92500us);
   clock.advance(1s);
   p->release();
-  EXPECT_EQ(s.service_time(), 190ms);
+  EXPECT_EQ(s.service_time(), 183250us);
   BasicContext<ManualClock> was_ok(clock, {}, Deadline::after(clock, 150ms));
   auto q = s.try_acquire(was_ok, Priority::normal);
   ASSERT_FALSE(q);
@@ -135,6 +137,23 @@ TEST(LoadShedder, DeadlineShorterThanTheExpectedServiceTimeIsRefusedAtOnce) {
   Shedder fresh(config(), FixedLimit(4), clock);
   BasicContext<ManualClock> passed(clock, {}, Deadline::at(now_ticks(clock)));
   EXPECT_FALSE(fresh.try_acquire(passed, Priority::critical));
+}
+
+// Only admitted requests measure the service; refusals must not freeze an estimate that
+// rose above every caller's deadline.
+TEST(LoadShedder, AnEstimateAboveEveryDeadlineDecaysUntilARequestIsAdmitted) {
+  ManualClock clock;
+  auto c = config();
+  c.initial_service_time = 2s;
+  c.service_time_weight = 0.5;
+  Shedder s(c, FixedLimit(4), clock);
+  int refused = 0;
+  for (; refused < 100; ++refused) {
+    BasicContext<ManualClock> ctx(clock, {}, Deadline::after(clock, 100ms));
+    if (auto p = s.try_acquire(ctx, Priority::normal)) break;
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_LT(refused, 100);
 }
 
 TEST(LoadShedder, RetryAfterIsTheMinimumOrTheTimeToDrainTheQueue) {

@@ -36,7 +36,9 @@
 //
 // Deadline awareness. The expected service time is an EWMA of the times permits were
 // held (updated lazily on release). A request whose context has less time left than
-// that, or none, is refused at once (deadline_too_short).
+// that, or none, is refused at once (deadline_too_short); half the time it had left
+// is folded into the estimate, so that an estimate above what callers allow decays until
+// a request is admitted and measures the service again.
 //
 // Cost. try_acquire() and the fast path of acquire(): one atomic load of the limit's
 // state (FixedLimit: a plain field), one load and one CAS on the in-flight count, a
@@ -357,10 +359,27 @@ class BasicLoadShedder {
     return config_.coarse_timing ? coarse_now_ticks(clock_.get()) : now_ticks(clock_.get());
   }
 
-  bool too_short(const BasicContext<C>& ctx) const noexcept {
+  // A refusal folds half the time the caller had left into the estimate: only admitted
+  // requests measure the service time, so an estimate that rose above what callers
+  // allow would otherwise refuse them all forever. Refusals pull it down (below what
+  // they had, so it gets there) until one is admitted again and measures the real time.
+  bool too_short(const BasicContext<C>& ctx) noexcept {
     if (!ctx.has_deadline()) return false;
     const Nanos left = ctx.remaining();
-    return left <= Nanos::zero() || left < service_time();
+    if (left <= Nanos::zero()) return true;
+    if (left >= service_time()) return false;
+    sample(left / 2);
+    return true;
+  }
+
+  // Lazy EWMA: a sample that loses the race to another is folded in on the next try.
+  void sample(Nanos rtt) noexcept {
+    Ticks est = service_ns_.load(std::memory_order_relaxed);
+    for (;;) {
+      const Ticks next = est + static_cast<Ticks>(config_.service_time_weight *
+                                                  static_cast<double>(rtt.count() - est));
+      if (service_ns_.compare_exchange_weak(est, next, std::memory_order_relaxed)) break;
+    }
   }
 
   // The one atomic step: increment only below the class's cap, so the count never
@@ -401,13 +420,7 @@ class BasicLoadShedder {
   void give_back(const PermitData& d, bool dropped) noexcept {
     const Ticks t = permit_now();
     const Nanos rtt(std::max<Ticks>(0, saturating_sub(t, d.start)));
-    // Lazy EWMA: a sample that loses the race to another is folded in on the next try.
-    Ticks est = service_ns_.load(std::memory_order_relaxed);
-    for (;;) {
-      const Ticks next = est + static_cast<Ticks>(config_.service_time_weight *
-                                                  static_cast<double>(rtt.count() - est));
-      if (service_ns_.compare_exchange_weak(est, next, std::memory_order_relaxed)) break;
-    }
+    sample(rtt);
     limit_.on_sample(rtt, dropped);
     in_flight_.fetch_sub(1, std::memory_order_seq_cst);
     if (queued_.load(std::memory_order_seq_cst) != 0) {
