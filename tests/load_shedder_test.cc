@@ -179,6 +179,21 @@ TEST(LoadShedder, RetryAfterIsTheMinimumOrTheTimeToDrainTheQueue) {
   EXPECT_EQ(retry_after_seconds(Nanos::zero()), 1u);
 }
 
+TEST(LoadShedder, RetryAfterGrowsWithTheQueueAhead) {
+  ManualClock clock;
+  auto c = config();
+  c.initial_service_time = 4s;
+  Shedder s(c, FixedLimit(1), clock);
+  auto held = s.try_acquire(Priority::critical);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(s.try_acquire(Priority::critical).error().retry_after, 4s);
+  Waiter w(s, Priority::critical);
+  ASSERT_TRUE(eventually([&] { return s.queued() == 1; }));
+  EXPECT_EQ(s.try_acquire(Priority::critical).error().retry_after, 8s);  // one ahead
+  held->release();
+  ASSERT_TRUE(w.get());
+}
+
 TEST(LoadShedder, QueueIsFifoWhileItEmptiesWithinTheInterval) {
   ManualClock clock;
   Shedder s(config(), FixedLimit(1), clock);
