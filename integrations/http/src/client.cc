@@ -424,6 +424,13 @@ class Client::Impl {
                                                      Expected<Prepared, Error>& prepared,
                                                      Expected<Response, Failure<Error>>&& result,
                                                      std::uint32_t calls);
+  std::optional<Expected<Response, Error>> settle_hop(Hops& hops,
+                                                      Expected<Prepared, Error>& prepared,
+                                                      Expected<Response, Failure<Error>>&& result,
+                                                      std::uint32_t calls);
+  // Config::fallback's answer for a request that failed with `e` on `p`'s key, counted
+  // and announced (a `fallback` event) when it answers; else `e` itself.
+  Expected<Response, Error> fall_back(Prepared& p, const Request& req, Error&& e);
 
   // The requests in flight, so that the destructor can cancel them and wait.
   struct Live {
@@ -465,6 +472,8 @@ class Client::Impl {
   std::atomic<std::uint64_t> handles_created{0};
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> transfers_in_flight{0};
+  std::atomic<std::uint64_t> fallbacks_used{0};
+  std::atomic<std::uint64_t> fallbacks_failed{0};
   std::atomic<bool> closed{false};  // the client is going away: pending requests end
 
  private:
@@ -864,16 +873,19 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
     Prepared& p = *prepared;
     detail::HostState& state = p.host.state();
     const bool retry_allowed = p.retry_allowed;
-    const auto pipe =
-        bulwark::pipeline(bulwark::breaker(p.host.breaker()), bulwark::bulkhead(*state.bulkhead),
-                          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
-                            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
-                          }));
     std::uint32_t calls = 0;
     const Request& cur = *hops.cur;
-    auto result = pipe.execute(p.ctx, [&](const Context& c) {
-      ++calls;
-      return attempt(lease.h, cur, p.headers.list, c);
+    // The Handle as the breaker stage: its rejections are the registry's events.
+    auto result = p.host.with_handle([&](auto& breaker) {
+      const auto pipe = bulwark::pipeline(
+          bulwark::breaker(breaker), bulwark::bulkhead(*state.bulkhead),
+          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
+            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+          }));
+      return pipe.execute(p.ctx, [&](const Context& c) {
+        ++calls;
+        return attempt(lease.h, cur, p.headers.list, c);
+      });
     });
     if (auto answer = after_hop(hops, prepared, std::move(result), calls))
       return std::move(*answer);
@@ -881,6 +893,62 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
 }
 
 std::optional<Expected<Response, Error>> Client::Impl::after_hop(
+    Hops& hops, Expected<Prepared, Error>& prepared, Expected<Response, Failure<Error>>&& result,
+    std::uint32_t calls) {
+  auto answer = settle_hop(hops, prepared, std::move(result), calls);
+  // An error ends the request on the current hop (`prepared` moves on only with a
+  // redirect followed): its key's fallback may answer instead.
+  if (answer && !*answer && config.fallback)
+    return fall_back(*prepared, *hops.cur, std::move(*answer).error());
+  return answer;
+}
+
+namespace {
+
+// Whether a fallback may answer for `e`: the server's or the network's fault, or a
+// request refused to protect it (breaker, bulkhead, deadline). Not the caller's own
+// mistakes, cancellation or shutdown.
+bool falls_back(const Error& e) noexcept {
+  switch (e.kind) {
+    case ErrorKind::invalid_request:
+    case ErrorKind::cancelled:
+    case ErrorKind::shutdown:
+      return false;
+    case ErrorKind::rejected_by_breaker:
+    case ErrorKind::bulkhead_full:
+    case ErrorKind::timeout:
+      return true;
+    default:
+      return e.outcome() == Outcome::failure;
+  }
+}
+
+}  // namespace
+
+Expected<Response, Error> Client::Impl::fall_back(Prepared& p, const Request& req, Error&& e) {
+  if (!falls_back(e)) return Unexpected(std::move(e));
+  std::optional<Expected<Response, Error>> answer;
+  try {
+    answer = config.fallback(p.key, req, e);
+  } catch (...) {
+    answer = Unexpected(make_error(ErrorKind::transport, Outcome::failure, false,
+                                   "the fallback threw an exception"));
+  }
+  if (!answer) return Unexpected(std::move(e));  // no fallback for this key or error
+  detail::HostState& state = p.host.state();
+  if (!*answer) {
+    fallbacks_failed.fetch_add(1, std::memory_order_relaxed);
+    return Unexpected(std::move(e));
+  }
+  fallbacks_used.fetch_add(1, std::memory_order_relaxed);
+  // Rejected: no attempt reached the server; failed: attempts did, and failed.
+  const bool rejected = e.attempts == 0;
+  state.count_fallback(rejected);
+  p.host.with_handle([&](auto& handle) { handle.on_fallback(rejected, e.reason); });
+  return std::move(*answer);
+}
+
+std::optional<Expected<Response, Error>> Client::Impl::settle_hop(
     Hops& hops, Expected<Prepared, Error>& prepared, Expected<Response, Failure<Error>>&& result,
     std::uint32_t calls) {
   Prepared& p = *prepared;
@@ -930,7 +998,9 @@ ClientStats read_stats(const Client::Impl& c) noexcept {
           c.hostile_retry_after.load(std::memory_order_relaxed),
           c.handles_created.load(std::memory_order_relaxed),
           c.in_flight.load(std::memory_order_relaxed),
-          c.transfers_in_flight.load(std::memory_order_relaxed)};
+          c.transfers_in_flight.load(std::memory_order_relaxed),
+          c.fallbacks_used.load(std::memory_order_relaxed),
+          c.fallbacks_failed.load(std::memory_order_relaxed)};
 }
 
 // Writes one series of the client's own (label client=Config::name).
@@ -944,7 +1014,7 @@ void write_client_metrics(const Client::Impl& c, std::ostream& out,
                           const prometheus::ExpositionOptions& options,
                           const std::function<void(const ClientMetric&)>& extra) {
   prometheus::Exposition scrape(options);  // validates the options
-  scrape.add(c.hosts.registry());
+  c.hosts.visit([&](const auto& registry) { scrape.add(registry); });
   scrape.write(out);
 
   const ClientStats s = read_stats(c);
@@ -967,6 +1037,14 @@ void write_client_metrics(const Client::Impl& c, std::ostream& out,
          s.handles_created);
   metric("requests_in_flight", "gauge", "Requests started and not yet returned.", s.in_flight);
   metric("transfers_in_flight", "gauge", "Transfers in progress.", s.transfers_in_flight);
+  if (c.config.fallback) {
+    metric("fallback_used_total", "counter",
+           "Failed requests answered by the fallback (per key: <prefix>_fallback_calls_total).",
+           s.fallbacks_used);
+    metric("fallback_failed_total", "counter",
+           "Failed requests whose fallback failed too (the request's error was returned).",
+           s.fallbacks_failed);
+  }
   if (extra) extra(metric);
 }
 
@@ -1001,10 +1079,10 @@ Subscription Client::subscribe(EventMask kinds, EventListener listener) {
   return impl_->hosts.events().subscribe(kinds, std::move(listener));
 }
 
-const Breaker* Client::breaker_for(const std::string& url, const std::string& route) {
+BreakerRef Client::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);
   if (!u) return nullptr;
-  return &impl_->hosts.get(impl_->key_of(*u, route)).breaker();
+  return impl_->hosts.get(impl_->key_of(*u, route)).breaker();
 }
 
 }  // namespace bulwark::http
@@ -1299,6 +1377,21 @@ class AsyncClient::Impl {
     co_return impl.core.finish(h, rc, t, ctx, req.url);
   }
 
+  // One hop through the pipeline of `breaker` (the key's registry Handle), the
+  // client's bulkhead and the key's retry. The references outlive it: send() awaits it.
+  template <class B, class Call>
+  static ::asio::awaitable<Expected<Response, Failure<Error>>> hop(
+      B& breaker, bulwark::asio::AsyncBulkhead& bulkhead, Retry& retry, bool retry_allowed,
+      Context ctx, Call call) {
+    const auto pipe = bulwark::asio::pipeline(
+        bulwark::breaker(breaker), bulwark::asio::bulkhead(bulkhead),
+        bulwark::retry(retry, [retry_allowed](const Error& e) {
+          return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+        }));
+    auto op = pipe.execute(std::move(ctx), std::move(call));
+    co_return co_await std::move(op);
+  }
+
   // The request itself, run by run() under the Pending's signal.
   // (An optional: co_spawn's completion needs a default-constructible result.)
   static ::asio::awaitable<std::optional<Expected<Response, Error>>> send(
@@ -1326,11 +1419,6 @@ class AsyncClient::Impl {
       Prepared& p = *prepared;
       detail::HostState& state = p.host.state();
       const bool retry_allowed = p.retry_allowed;
-      const auto pipe = bulwark::asio::pipeline(
-          bulwark::breaker(p.host.breaker()), bulwark::asio::bulkhead(impl.bulkhead),
-          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
-            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
-          }));
       std::uint32_t calls = 0;
       const Request* cur = hops.cur;
       curl_slist* headers = p.headers.list;
@@ -1342,7 +1430,9 @@ class AsyncClient::Impl {
       // GCC 12 destroys twice a temporary with a destructor that is created in a
       // full-expression holding a co_await (here the lambda, which owns a reference to
       // the Impl, and the Context): made in statements of their own.
-      auto op = pipe.execute(p.ctx, std::move(call));
+      auto op = p.host.with_handle([&](auto& breaker) {
+        return hop(breaker, impl.bulkhead, *state.retry, retry_allowed, p.ctx, std::move(call));
+      });
       auto result = co_await std::move(op);
       if (auto answer = impl.core.after_hop(hops, prepared, std::move(result), calls)) {
         if (!*answer && answer->error().kind == ErrorKind::cancelled && impl.closed) {
@@ -1407,10 +1497,10 @@ AsyncClient::~AsyncClient() {
   return Impl::run(impl_, std::move(request), std::move(ctx));
 }
 
-const Breaker* AsyncClient::breaker_for(const std::string& url, const std::string& route) {
+BreakerRef AsyncClient::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);
   if (!u) return nullptr;
-  return &impl_->core.hosts.get(impl_->core.key_of(*u, route)).breaker();
+  return impl_->core.hosts.get(impl_->core.key_of(*u, route)).breaker();
 }
 
 Subscription AsyncClient::on_transition(EventListener listener) {

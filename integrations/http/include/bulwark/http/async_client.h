@@ -107,11 +107,12 @@ class AsyncClient {
   void write_metrics(std::ostream& out) const;
   void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
 
-  // The breaker of `url`'s host (or route: Config::key_by), created if needed, for
-  // inspection (state(), snapshot()) and tests. Null for a URL that does not parse.
+  // The breaker of `url`'s host (or route: Config::key_by), created if needed, of the
+  // kind the config chose (Config::any_breaker), for inspection (state(), snapshot())
+  // and tests. Null for a URL that does not parse.
   // Valid while the client lives. Cost: a registry lookup (allocates only to create
   // the key). Thread-safe: any thread; the breaker's readers are too.
-  const Breaker* breaker_for(const std::string& url, const std::string& route = {});
+  BreakerRef breaker_for(const std::string& url, const std::string& route = {});
 
   // As Client::on_transition and Client::subscribe (client.h): every breaker's
   // transitions (or the events of `kinds`), with the origin as Event::key. A listener
