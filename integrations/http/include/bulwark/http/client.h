@@ -414,8 +414,9 @@ class Client {
   // outlive the client (release() keeps it for the client's lifetime).
   Subscription on_transition(EventListener listener);
   // The same for any kinds of event the client's registry emits (observe.h): breaker
-  // rejections, per-host bulkhead rejections, key creation, flapping, ... Rejections
-  // come on every rejected request during an outage: count or sample them.
+  // rejections, per-host bulkhead rejections, Config::fallback's answers (fallback),
+  // key creation, flapping, ... Rejections come on every rejected request during an
+  // outage: count or sample them.
   Subscription subscribe(EventMask kinds, EventListener listener);
 
   class Impl;
