@@ -4,7 +4,7 @@
 // AsyncClient, which share the per-host code. The open period is an hour: the probe is
 // let in by a manual OPEN -> HALF_OPEN (what the period's end does), so no test waits.
 // Also the per-key fallback (Config::fallback), shared by both clients the same way:
-// its answers, its failures, their counters and events.
+// its answers, its failures, their counters and events; and the retry events.
 
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include <asio/io_context.hpp>
 #include <atomic>
 #include <chrono>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -291,6 +292,83 @@ TEST(HttpFallback, AnswersForAFailingKeyInTheAsyncClient) {
   client.write_metrics(metrics);
   expect_fallbacks(r, client.stats(), heard, metrics.str());
   EXPECT_EQ(up.requests(), 1);
+}
+
+// Each retry is an event, with what became of the failed attempt's Retry-After: the
+// first 503 says "Retry-After: 0" (honoured), the second a malformed one (ignored,
+// the backoff applies), the third attempt succeeds. The same in both clients.
+void retry_after_server(int n, httplib::Response& res) {
+  if (n == 1) {
+    res.status = 503;
+    res.set_header("Retry-After", "0");
+  } else if (n == 2) {
+    res.status = 503;
+    res.set_header("Retry-After", "soon");
+  } else {
+    res.set_content("ok", "text/plain");
+  }
+}
+
+Config retry_config() {
+  Config c;
+  c.name = "re";
+  c.breaker = {.name = "re", .consecutive_failures = 100, .open_duration = 1h};
+  c.retry = RetryConfig{.name = "re", .max_attempts = 3, .backoff = Backoff::constant(1ms)};
+  c.default_timeout = 10s;
+  return c;
+}
+
+void expect_retries(const Result& r, const std::vector<Event>& heard,
+                    const std::vector<std::string>& lines, const std::string& key) {
+  ASSERT_TRUE(r) << r.error().message;
+  ASSERT_EQ(heard.size(), 2u);
+  const auto first = std::get<RetryInfo>(heard[0].info);
+  EXPECT_EQ(first.attempt, 2u);
+  EXPECT_EQ(first.retry_after, RetryAfterUse::honoured);
+  EXPECT_EQ(first.retry_after_delay, Nanos::zero());
+  const auto second = std::get<RetryInfo>(heard[1].info);
+  EXPECT_EQ(second.attempt, 3u);
+  EXPECT_EQ(second.retry_after, RetryAfterUse::ignored);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_NE(lines[0].find("event=retry name=re key=" + key + " attempt=2 retry_after=honoured"),
+            std::string::npos)
+      << lines[0];
+  EXPECT_NE(lines[1].find("attempt=3 retry_after=ignored"), std::string::npos) << lines[1];
+}
+
+TEST(HttpRetryEvents, EachRetrySaysWhatBecameOfRetryAfterInTheSyncClient) {
+  Upstream up(
+      [](int n, const httplib::Request&, httplib::Response& res) { retry_after_server(n, res); });
+  Client client(retry_config());
+  std::vector<Event> heard;
+  std::vector<std::string> lines;
+  Subscription sub = client.subscribe(EventKind::retry, [&](const Event& e) {
+    heard.push_back(e);
+    lines.push_back(to_logfmt(e));
+  });
+  const Result r = client.get(up.url("/"));
+  expect_retries(r, heard, lines, up.url(""));
+}
+
+TEST(HttpRetryEvents, EachRetrySaysWhatBecameOfRetryAfterInTheAsyncClient) {
+  Upstream up(
+      [](int n, const httplib::Request&, httplib::Response& res) { retry_after_server(n, res); });
+  ::asio::io_context io;
+  AsyncClient client(io.get_executor(), retry_config());
+  std::vector<Event> heard;
+  std::vector<std::string> lines;
+  Subscription sub = client.subscribe(EventKind::retry, [&](const Event& e) {
+    heard.push_back(e);
+    lines.push_back(to_logfmt(e));
+  });
+  std::optional<Result> r;
+  const std::string url = up.url("/");
+  ::asio::co_spawn(
+      io, [&]() -> ::asio::awaitable<void> { r.emplace(co_await client.async_get(url)); },
+      ::asio::detached);
+  io.run();
+  ASSERT_TRUE(r);
+  expect_retries(*r, heard, lines, up.url(""));
 }
 
 }  // namespace

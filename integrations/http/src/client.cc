@@ -409,6 +409,27 @@ class Client::Impl {
   // makes of `cur`, as client.h's "Redirects" says.
   Request next_hop(const Request& cur, const Prepared& p, const Response& res) const;
   static Error convert(Failure<Error>&& f, const std::string& key);
+
+  // What one hop's last attempt left for the next attempt's retry event.
+  struct Trail {
+    RetryAfterUse use = RetryAfterUse::none;
+    Nanos delay = Nanos::zero();
+  };
+  static void note_attempt(Trail& t, const Expected<Response, Error>& r) noexcept {
+    t = Trail{};
+    if (r) return;
+    if (r.error().has_hint_) t = Trail{RetryAfterUse::honoured, r.error().retry_after};
+    if (r.error().hint_ignored_) t.use = RetryAfterUse::ignored;
+  }
+  // Before attempt `call` of a hop: a `retry` event when it is a retry (call > 1) and
+  // someone listens. Shared by both clients.
+  void announce_retry(Prepared& p, std::uint32_t call, const Trail& t) {
+    if (call < 2 || !hosts.events().wants(EventKind::retry)) return;
+    const BreakerRef b = p.host.breaker();
+    const void* source = b.visit([](auto& breaker) -> const void* { return &breaker; });
+    hosts.events().emit(Event{EventKind::retry, b.name(), p.key, source, now_ticks(SteadyClock{}),
+                              RetryInfo{call, t.use, t.delay}});
+  }
   Expected<Response, Error> request(const Request& req, const Context& ctx);
 
   // A request's way through its hops: the request, then each redirect followed.
@@ -693,6 +714,7 @@ Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t
   if (retry_afters > 1) {
     // A singleton field sent twice: which one did the server mean? Neither is obeyed.
     hostile_retry_after.fetch_add(1, std::memory_order_relaxed);
+    e.hint_ignored_ = true;
     e.message += " (" + std::to_string(retry_afters) + " Retry-After headers: ignored)";
   } else if (const auto value = t.response.header("Retry-After")) {
     const RetryAfter ra =
@@ -702,6 +724,7 @@ Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t
       e.has_hint_ = true;
     } else {
       hostile_retry_after.fetch_add(1, std::memory_order_relaxed);
+      e.hint_ignored_ = true;
       e.message +=
           ra.status == RetryAfter::Status::too_large
               ? " (Retry-After '" + std::string(*value) + "' above max_retry_after: ignored)"
@@ -882,9 +905,12 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
           bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
             return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
           }));
+      Trail trail;
       return pipe.execute(p.ctx, [&](const Context& c) {
-        ++calls;
-        return attempt(lease.h, cur, p.headers.list, c);
+        announce_retry(p, ++calls, trail);
+        auto r = attempt(lease.h, cur, p.headers.list, c);
+        note_attempt(trail, r);
+        return r;
       });
     });
     if (auto answer = after_hop(hops, prepared, std::move(result), calls))
@@ -1353,7 +1379,18 @@ class AsyncClient::Impl {
   // One attempt. Holds the Impl, as every coroutine of a request does.
   static ::asio::awaitable<Expected<Response, Error>> attempt(std::shared_ptr<Impl> self, CURL* h,
                                                               const Request& req,
-                                                              curl_slist* headers, Context ctx) {
+                                                              curl_slist* headers, Context ctx,
+                                                              Client::Impl::Trail* trail) {
+    // Not in one expression with the co_await (GCC 12 and temporaries).
+    auto op = attempt_once(std::move(self), h, req, headers, std::move(ctx));
+    auto r = co_await std::move(op);
+    Client::Impl::note_attempt(*trail, r);
+    co_return r;
+  }
+  static ::asio::awaitable<Expected<Response, Error>> attempt_once(std::shared_ptr<Impl> self,
+                                                                   CURL* h, const Request& req,
+                                                                   curl_slist* headers,
+                                                                   Context ctx) {
     Impl& impl = *self;
     if (impl.closed) co_return Unexpected(shutdown_error());
     Transfer t;
@@ -1423,9 +1460,11 @@ class AsyncClient::Impl {
       const Request* cur = hops.cur;
       curl_slist* headers = p.headers.list;
       CURL* easy = h.easy;
-      auto call = [self, easy, cur, headers, &calls](const Context& c) {
-        ++calls;
-        return attempt(self, easy, *cur, headers, c);
+      Client::Impl::Trail trail;
+      Prepared* hop_p = &p;
+      auto call = [self, easy, cur, headers, &calls, &trail, hop_p](const Context& c) {
+        self->core.announce_retry(*hop_p, ++calls, trail);
+        return attempt(self, easy, *cur, headers, c, &trail);
       };
       // GCC 12 destroys twice a temporary with a destructor that is created in a
       // full-expression holding a co_await (here the lambda, which owns a reference to

@@ -271,8 +271,9 @@ struct Error {
 
   // Set by the client as it classifies the error; read through the functions above.
   Outcome outcome_ = Outcome::failure;
-  bool has_hint_ = false;  // retry_after holds the server's valid Retry-After
-  bool retryable_ = true;  // a retry could succeed (false for a body cap, a redirect, ...)
+  bool has_hint_ = false;      // retry_after holds the server's valid Retry-After
+  bool retryable_ = true;      // a retry could succeed (false for a body cap, a redirect, ...)
+  bool hint_ignored_ = false;  // the server sent a Retry-After the client ignored
 };
 
 // Totals since the client was built. Relaxed atomics.
@@ -415,8 +416,9 @@ class Client {
   Subscription on_transition(EventListener listener);
   // The same for any kinds of event the client's registry emits (observe.h): breaker
   // rejections, per-host bulkhead rejections, Config::fallback's answers (fallback),
-  // key creation, flapping, ... Rejections come on every rejected request during an
-  // outage: count or sample them.
+  // retries (retry: RetryInfo, as each retry starts, with what became of the failed
+  // attempt's Retry-After: none, honoured, ignored), key creation, flapping. Rejections
+  // and retries come by the thousand during an outage: count or sample them.
   Subscription subscribe(EventMask kinds, EventListener listener);
 
   class Impl;
