@@ -371,5 +371,42 @@ TEST(HttpRetryEvents, EachRetrySaysWhatBecameOfRetryAfterInTheAsyncClient) {
   expect_retries(*r, heard, lines, up.url(""));
 }
 
+// The async client's one bulkhead is not the registry's: its refusals still reach
+// subscribe() as rejection events, with the refused request's key. The first request
+// holds the only slot while its transfer runs; the second, started behind it on the
+// same executor, finds none (max_wait zero).
+TEST(HttpAsyncBulkheadEvents, TheClientWideBulkheadsRejectionIsAnEvent) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) {
+    res.set_content("ok", "text/plain");
+  });
+  Config c = retry_config();
+  c.bulkhead = {.name = "one-at-a-time", .max_concurrent = 1};
+  ::asio::io_context io;
+  AsyncClient client(io.get_executor(), c);
+  std::vector<std::string> heard;
+  Subscription sub = client.subscribe(EventKind::rejection, [&](const Event& e) {
+    EXPECT_TRUE(std::holds_alternative<BulkheadRejectionInfo>(e.info));
+    heard.push_back(to_logfmt(e));
+  });
+  std::optional<Result> first, second;
+  const std::string url = up.url("/");
+  ::asio::co_spawn(
+      io, [&]() -> ::asio::awaitable<void> { first.emplace(co_await client.async_get(url)); },
+      ::asio::detached);
+  ::asio::co_spawn(
+      io, [&]() -> ::asio::awaitable<void> { second.emplace(co_await client.async_get(url)); },
+      ::asio::detached);
+  io.run();
+  ASSERT_TRUE(first && second);
+  EXPECT_TRUE(*first);
+  ASSERT_FALSE(*second);
+  EXPECT_EQ(second->error().kind, ErrorKind::bulkhead_full);
+  ASSERT_EQ(heard.size(), 1u);
+  EXPECT_NE(heard[0].find("event=rejection name=one-at-a-time key=" + up.url("") +
+                          " component=bulkhead reason=full"),
+            std::string::npos)
+      << heard[0];
+}
+
 }  // namespace
 }  // namespace bulwark::http

@@ -343,9 +343,10 @@ struct Handle {
 
 class Client::Impl {
  public:
-  // `own_bulkheads`: as detail::Hosts (false for AsyncClient, which has one for all keys).
-  explicit Impl(Config c, bool own_bulkheads = true)
-      : config(checked(std::move(c))), hosts(config, own_bulkheads) {
+  // `own`: each key's bulkhead gates its requests, as detail::Hosts (false for
+  // AsyncClient, which has one for all keys).
+  explicit Impl(Config c, bool own = true)
+      : config(checked(std::move(c))), hosts(config, own), own_bulkheads(own) {
     if (!config.classify) config.classify = default_classify;
     if (!config.key_generator) config.key_generator = random_key;
   }
@@ -493,6 +494,9 @@ class Client::Impl {
   std::atomic<std::uint64_t> handles_created{0};
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> transfers_in_flight{0};
+  // False for AsyncClient: its one bulkhead is not the registry's, so settle_hop()
+  // announces that bulkhead's rejections itself.
+  bool own_bulkheads;
   std::atomic<std::uint64_t> fallbacks_used{0};
   std::atomic<std::uint64_t> fallbacks_failed{0};
   std::atomic<bool> closed{false};  // the client is going away: pending requests end
@@ -981,6 +985,14 @@ std::optional<Expected<Response, Error>> Client::Impl::settle_hop(
   using Answer = Expected<Response, Error>;
   if (!result) {
     Error e = convert(std::move(result).error(), p.key);
+    if (e.kind == ErrorKind::bulkhead_full && !own_bulkheads &&
+        hosts.events().wants(EventKind::rejection)) {
+      // The client-wide bulkhead's refusal, with the key of the request it refused (a
+      // per-host bulkhead's come from the registry, as its own).
+      hosts.events().emit(Event{EventKind::rejection, config.bulkhead.name, p.key, this,
+                                now_ticks(SteadyClock{}),
+                                BulkheadRejectionInfo{BulkheadRejectReason::full}});
+    }
     if (e.kind == ErrorKind::cancelled && closed.load(std::memory_order_acquire)) {
       const std::uint32_t tried = e.attempts;
       e = shutdown_error();

@@ -118,8 +118,9 @@ class AsyncClient {
   // transitions (or the events of `kinds`), with the origin as Event::key. A listener
   // runs on the executor's thread, inside the request whose outcome caused the
   // transition; it must not block (it would stall every request of the executor).
-  // The client-wide bulkhead emits no events; its rejections are counted by
-  // write_metrics. Subscribing is thread-safe (any thread); the Subscription must not
+  // The client-wide bulkhead's rejections come as `rejection` events too
+  // (BulkheadRejectionInfo, the request's key, the bulkhead's name); write_metrics
+  // counts them. Subscribing is thread-safe (any thread); the Subscription must not
   // outlive the client.
   Subscription on_transition(EventListener listener);
   Subscription subscribe(EventMask kinds, EventListener listener);
