@@ -57,7 +57,7 @@ class RedisCluster {
       for (int attempt = 0; attempt < 50; ++attempt) {
         auto candidate = std::make_unique<RedisServer>(
             std::vector<std::string>{"--cluster-enabled", "yes", "--cluster-config-file",
-                                     "nodes.conf", "--cluster-node-timeout", "1000"},
+                                     "nodes.conf", "--cluster-node-timeout", "5000"},
             dir);
         const int port = candidate->port();
         if (port > 0 && port + 10000 <= 65535 && port_free(port + 10000)) {
