@@ -10,6 +10,7 @@
 
 #include <stdlib.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +32,8 @@ class RedisCluster {
     bool master = false;
     bool failed = false;
     std::string master_id;  // a replica's master
+    bool myself = false;
+    bool serves = false;  // a master with slots
   };
 
   RedisCluster() = default;
@@ -76,45 +79,25 @@ class RedisCluster {
     return "";
   }
 
-  // Every running node reports cluster_state:ok and agrees on the masters' count
-  // (polled, up to `limit`).
+  // Every running node reports cluster_state:ok, and all of them see the same masters
+  // (serving slots) and replicas, each node as it sees itself (polled, up to `limit`).
   bool wait_ok(std::chrono::seconds limit = std::chrono::seconds(20)) {
     const auto deadline = std::chrono::steady_clock::now() + limit;
     while (std::chrono::steady_clock::now() < deadline) {
-      bool ok = true;
-      for (auto& s : servers_) {
-        if (!s->running() || paused(s.get())) continue;
-        if (s->command({"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos) {
-          ok = false;
-          break;
-        }
-      }
-      if (ok) return true;
+      if (settled()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     return false;
   }
 
-  // CLUSTER NODES as a running node sees it.
+  // Each running node as it describes itself (the "myself" line of its CLUSTER NODES).
   std::vector<NodeInfo> nodes() const {
     std::vector<NodeInfo> out;
     for (auto& s : servers_) {
       if (!s->running() || paused(s.get())) continue;
-      std::istringstream lines(s->command({"CLUSTER", "NODES"}));
-      std::string line;
-      while (std::getline(lines, line)) {
-        std::istringstream f(line);
-        NodeInfo n;
-        std::string addr, flags;
-        f >> n.id >> addr >> flags >> n.master_id;
-        if (addr.empty()) continue;
-        const auto colon = addr.find(':');
-        n.port = std::atoi(addr.c_str() + colon + 1);
-        n.master = flags.find("master") != std::string::npos;
-        n.failed = flags.find("fail") != std::string::npos;
-        out.push_back(n);
+      for (const NodeInfo& n : view(s.get())) {
+        if (n.myself) out.push_back(n);
       }
-      if (!out.empty()) break;
     }
     return out;
   }
@@ -162,6 +145,51 @@ class RedisCluster {
   const std::vector<std::unique_ptr<RedisServer>>& servers() const { return servers_; }
 
  private:
+  // CLUSTER NODES as `s` sees it.
+  static std::vector<NodeInfo> view(const RedisServer* s) {
+    std::vector<NodeInfo> out;
+    std::istringstream lines(s->command({"CLUSTER", "NODES"}));
+    std::string line;
+    while (std::getline(lines, line)) {
+      std::istringstream f(line);
+      NodeInfo n;
+      std::string addr, flags, ping, pong, epoch, link, range;
+      f >> n.id >> addr >> flags >> n.master_id >> ping >> pong >> epoch >> link;
+      if (addr.empty()) continue;
+      n.port = std::atoi(addr.c_str() + addr.find(':') + 1);
+      n.master = flags.find("master") != std::string::npos;
+      n.failed = flags.find("fail") != std::string::npos;
+      n.myself = flags.find("myself") != std::string::npos;
+      n.serves = n.master && !n.failed && static_cast<bool>(f >> range);
+      out.push_back(n);
+    }
+    return out;
+  }
+  bool settled() const {
+    std::string first;
+    for (auto& s : servers_) {
+      if (!s->running() || paused(s.get())) continue;
+      if (s->command({"CLUSTER", "INFO"}).find("cluster_state:ok") == std::string::npos)
+        return false;
+      std::string roles;
+      for (const NodeInfo& n : view(s.get())) {
+        if (n.failed && !n.master) continue;
+        roles += n.id + (n.serves ? "=serves " : n.master ? "=master " : "=replica ");
+      }
+      std::vector<std::string> sorted;
+      std::istringstream words(roles);
+      for (std::string w; words >> w;) sorted.push_back(w);
+      std::sort(sorted.begin(), sorted.end());
+      std::string key;
+      for (const auto& w : sorted) key += w + " ";
+      if (first.empty()) {
+        first = key;
+      } else if (key != first) {
+        return false;
+      }
+    }
+    return !first.empty();
+  }
   bool paused(const RedisServer* s) const {
     for (auto* p : paused_) {
       if (p == s) return true;

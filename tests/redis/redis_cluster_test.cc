@@ -171,6 +171,31 @@ TEST(ClusterStandalone, GroupsOnOneServerShareOpens) {
   EXPECT_TRUE(server.scan("{sa}:fleet:*").empty());
 }
 
+TEST(ClusterStandalone, AuthOnTheConnection) {
+  if (const auto why = bulwark::testing::redis_server_missing(); !why.empty()) {
+    if (bulwark::testing::servers_required()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  RedisServer server({"--requirepass", "s3cret"});
+  ASSERT_TRUE(server.start());
+  auto store_with = [&](std::string password) {
+    return std::make_unique<RedisClusterStore>(
+        ClusterConfig{.redis = RedisConfig{.port = server.port(), .password = std::move(password)},
+                      .cluster = false,
+                      .groups = 2});
+  };
+  SyncRequest req;
+  req.instance = "a";
+  req.now_ms = now_ms();
+  auto good = store_with("s3cret")->exchange(req);
+  EXPECT_TRUE(good) << (good ? "" : good.error().message);
+  auto bad_password = store_with("wrong")->exchange(req);
+  ASSERT_FALSE(bad_password);
+  EXPECT_EQ(bad_password.error().kind, StoreError::Kind::rejected);
+  EXPECT_NE(bad_password.error().message.find("AUTH refused"), std::string::npos)
+      << bad_password.error().message;
+}
+
 // The suite's cluster: started once, torn down (every process killed) at the end.
 class RedisClusterTest : public ::testing::Test {
  protected:
@@ -236,6 +261,14 @@ TEST_F(RedisClusterTest, GroupsSpreadOverTheMastersAtTheSlotsRedisComputes) {
     EXPECT_EQ(owner->command({"EXISTS", prefix + "seq"}), "1") << prefix;
   }
   EXPECT_EQ(nodes.size(), 3u);  // 8 groups over 3 masters
+  // One connection per node, kept from one sync to the next: each master counts the
+  // store's and the one asking.
+  ASSERT_TRUE(a->sync_whole());
+  for (const auto& n : cluster_->nodes()) {
+    if (!n.master) continue;
+    const std::string info = cluster_->server(n.port)->command({"INFO", "clients"});
+    EXPECT_NE(info.find("connected_clients:2\r\n"), std::string::npos) << n.port << ": " << info;
+  }
 }
 
 TEST_F(RedisClusterTest, AnOpenOnOneInstanceReachesAll) {

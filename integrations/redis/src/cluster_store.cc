@@ -392,6 +392,7 @@ Expected<void, StoreError> RedisClusterStore::read_map(Deadline deadline) {
         if (redisBufferWrite(m.ctx, &done) != REDIS_OK ||
             (done == 0 && !wait_for(m.ctx->fd, POLLOUT, until))) {
           ok = false;
+          last = {StoreError::Kind::unavailable, m.name + ": could not send CLUSTER SLOTS"};
           break;
         }
       }
@@ -437,6 +438,7 @@ Expected<void, StoreError> RedisClusterStore::read_map(Deadline deadline) {
       }
     }
     const redisReply* r = probe.reply.get();
+    if (r == nullptr) continue;
     if (r->type == REDIS_REPLY_ERROR) {
       last = {StoreError::Kind::rejected, n->name + ": CLUSTER SLOTS refused: " + text_of(r)};
       continue;

@@ -38,7 +38,8 @@
 // (a new one in any group makes every instance re-read all groups and re-publish its
 // opens), its sequence is the sum of the groups' cursors (the store keeps one cursor
 // per group: it serves one Fleet), and the until_ms of the changes are converted to the
-// clock of the first group that answered (nodes' clocks may differ).
+// clock of the first group that answered (nodes' clocks may differ). Each group returns
+// up to SyncRequest::max_changes changes: a reply holds at most groups times that.
 //
 // Timeouts, backoff, thread-safety and lifetime: as RedisFleetStore's. One deadline
 // (`timeout`, or SyncRequest::deadline if sooner) bounds each exchange(), slot map
