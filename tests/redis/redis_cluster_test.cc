@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <memory>
 #include <set>
@@ -143,6 +144,45 @@ TEST(ClusterSlots, AScriptReplyOfAnotherTypeIsAProtocolError) {
   auto r = exchange_with(fake.port(), false);
   ASSERT_FALSE(r);
   EXPECT_EQ(r.error().kind, StoreError::Kind::protocol) << r.error().message;
+}
+
+// A cluster node (a fake) whose slot map gives it every slot, and that answers the
+// script with `reply`.
+Expected<SyncReply, StoreError> script_answered_with(const std::string& reply) {
+  std::atomic<int> own{0};
+  FakeServer fake([&](int fd, const std::atomic<bool>& running) {
+    if (!FakeServer::read_until(fd, "SLOTS\r\n", running)) return;
+    FakeServer::send_all(fd, "$40\r\n" + std::string(40, 'a') +
+                                 "\r\n*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$0\r\n\r\n:" +
+                                 std::to_string(own.load()) + "\r\n");
+    if (FakeServer::read_until(fd, "EVAL", running)) FakeServer::send_all(fd, reply);
+    FakeServer::until_closed(fd, running);
+  });
+  own = fake.port();
+  return exchange_with(fake.port(), true);
+}
+
+TEST(ClusterSlots, RedirectsAndRepliesThatAreNotWhatRedisSendsAreErrors) {
+  const int refused = bulwark::testing::free_port();
+  struct Case {
+    std::string reply;
+    StoreError::Kind kind;
+    const char* what;
+  } cases[] = {
+      {"-MOVED 99999 127.0.0.1:1\r\n", StoreError::Kind::rejected, "MOVED 99999"},
+      {"-MOVED 5 nowhere\r\n", StoreError::Kind::rejected, "MOVED 5 nowhere"},
+      {"-ASK 5 127.0.0.1:" + std::to_string(refused) + "\r\n", StoreError::Kind::unavailable,
+       "connecting to 127.0.0.1:"},
+      {"-CLUSTERDOWN The cluster is down\r\n", StoreError::Kind::unavailable, "CLUSTERDOWN"},
+      {"*4\r\n$1\r\na\r\n$1\r\n1\r\n*0\r\n:1\r\n", StoreError::Kind::protocol, "non-string"},
+      {":1\r\n", StoreError::Kind::protocol, "something else"},
+  };
+  for (const Case& c : cases) {
+    auto r = script_answered_with(c.reply);
+    ASSERT_FALSE(r) << c.reply;
+    EXPECT_EQ(r.error().kind, c.kind) << c.reply << ": " << r.error().message;
+    EXPECT_NE(r.error().message.find(c.what), std::string::npos) << r.error().message;
+  }
 }
 
 // Standalone: groups on one server, the same protocol.
