@@ -80,7 +80,8 @@ double AdaptiveEstimator::clamp(double v) const noexcept {
 
 std::uint32_t AdaptiveEstimator::fold(const AdaptiveWindow& w) noexcept {
   const bool has_rtt = w.timed > 0;
-  const double rtt = has_rtt ? static_cast<double>(w.rtt_sum) / w.timed : 0.0;
+  // At least 1 ns: calls that took no time on the clock must not make a zero divisor.
+  const double rtt = has_rtt ? std::max(1.0, static_cast<double>(w.rtt_sum) / w.timed) : 0.0;
   switch (config_->algorithm) {
     case AdaptiveAlgorithm::aimd:
       aimd(w, rtt, has_rtt);

@@ -160,6 +160,25 @@ TEST(AdaptiveLimit, AWindowClosesOnlyAfterMinWindow) {
   EXPECT_EQ(l.limit(), 11u);
 }
 
+// Calls that take no time on the clock (a ManualClock, a coarse clock) make a window
+// whose mean round trip is zero: Gradient2 divided by it, got NaN, and published a limit
+// of 0, refusing every call from then on. A mean is now at least 1 ns.
+TEST(AdaptiveLimit, AWindowOfZeroRoundTripsKeepsTheLimitWithinBounds) {
+  for (AdaptiveAlgorithm a :
+       {AdaptiveAlgorithm::aimd, AdaptiveAlgorithm::vegas, AdaptiveAlgorithm::gradient2}) {
+    ManualClock clock;
+    auto c = config(a, 2);
+    c.window_samples = 1;
+    Limit l(c, clock);
+    for (int i = 0; i < 50; ++i) {
+      auto p = l.try_acquire();
+      ASSERT_TRUE(p) << to_string(a) << " call " << i << " limit " << l.limit();
+      p->complete();  // no time passed
+    }
+    EXPECT_GE(l.limit(), 2u) << to_string(a);
+  }
+}
+
 TEST(AdaptiveLimit, AnExplicitRoundTripIsUsedAsGiven) {
   ManualClock clock;
   auto c = config(AdaptiveAlgorithm::aimd, 10);

@@ -45,8 +45,10 @@
 // Completions. complete() (a round trip measured from admission on the limiter's
 // clock, or given) and drop() feed the algorithm; a permit destroyed or cancel()ed
 // unsettled is ignored — it frees its slot and says nothing about the dependency.
-// Single-threaded a window holds exactly its samples; under concurrency a completion
-// racing the fold may count in one window and add its round trip to the next.
+// A window's mean round trip counts as at least 1 ns (calls that took no time on a
+// ManualClock or a coarse clock). Single-threaded a window holds exactly its samples; under
+// concurrency a completion racing the fold may count in one window and add its round trip to the
+// next.
 //
 // Observability: snapshot() (limit, in-flight, rejections, drops, windows), limit
 // changes as events to listeners (add_listener; run by the folding thread, after the
