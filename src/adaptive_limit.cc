@@ -39,6 +39,11 @@ Expected<void, ConfigError> validate(const AdaptiveLimitConfig& c) {
     return fail("min_window",
                 "must not be negative (got " + detail::format_duration(c.min_window) + ")");
   }
+  // A window counts its samples in 32 bits: 10 s of windows at 400 M calls/s.
+  if (c.min_window > std::chrono::seconds(10)) {
+    return fail("min_window",
+                "must be at most 10s (got " + detail::format_duration(c.min_window) + ")");
+  }
   const AimdConfig& a = c.aimd;
   if (!finite(a.backoff_ratio) || a.backoff_ratio <= 0 || a.backoff_ratio >= 1)
     return fail("aimd.backoff_ratio", "must be a number in (0, 1)" + got(a.backoff_ratio));

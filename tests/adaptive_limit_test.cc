@@ -250,6 +250,7 @@ TEST(AdaptiveLimit, InvalidConfigNamesTheField) {
   EXPECT_EQ(with([](auto& c) { c.initial_limit = 1; }), "initial_limit");
   EXPECT_EQ(with([](auto& c) { c.window_samples = 0; }), "window_samples");
   EXPECT_EQ(with([](auto& c) { c.min_window = -1ms; }), "min_window");
+  EXPECT_EQ(with([](auto& c) { c.min_window = 11s; }), "min_window");
   EXPECT_EQ(with([](auto& c) { c.aimd.backoff_ratio = 1; }), "aimd.backoff_ratio");
   EXPECT_EQ(with([](auto& c) { c.aimd.increase = 0; }), "aimd.increase");
   EXPECT_EQ(with([](auto& c) { c.aimd.timeout = 0ms; }), "aimd.timeout");

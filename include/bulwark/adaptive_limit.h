@@ -36,7 +36,8 @@
 // a ManualClock and one thread everything is deterministic.
 //
 // Admission is one relaxed load of the limit, one atomic add to in-flight (undone if it
-// went past the limit) and one clock read for the round trip; no lock, no allocation.
+// went past the limit) and one clock read for the round trip (coarse_clock makes it a
+// cheap one); no lock, no allocation.
 // Racing admissions can each see a stale limit: the admitted calls never exceed the
 // largest limit any of them read, and in-flight (the counter) may run past it by at
 // most the number of threads inside try_acquire() at once, for the instant before
@@ -142,9 +143,13 @@ struct AdaptiveLimitConfig {
   std::uint32_t max_limit = 1000;    // >= min_limit
   std::uint32_t initial_limit = 20;  // in [min_limit, max_limit]
   // A window closes at its window_samples-th settled call (>= 1), once at least
-  // min_window (>= 0) has passed since the previous one closed.
+  // min_window (0 to 10 s) has passed since the previous one closed.
   std::uint32_t window_samples = 10;
   Nanos min_window = Nanos::zero();
+  // Time round trips with the clock's coarse reading (clock.h: 1-4 ms steps on Linux,
+  // several times cheaper than a precise read). A window's mean stays unbiased but is
+  // noisy for calls much shorter than a step: for round trips of tens of ms and more.
+  bool coarse_clock = false;
   AimdConfig aimd;
   VegasConfig vegas;
   Gradient2Config gradient2;
@@ -301,7 +306,9 @@ class BasicAdaptiveLimit {
     limit_.store(config_.initial_limit, std::memory_order_relaxed);
     window_start_.store(now(), std::memory_order_relaxed);
   }
-  Ticks now() const noexcept { return now_ticks(clock_.get()); }
+  Ticks now() const noexcept {
+    return config_.coarse_clock ? coarse_now_ticks(clock_.get()) : now_ticks(clock_.get());
+  }
 
   void leave() noexcept { in_flight_.fetch_sub(1, std::memory_order_relaxed); }
 
@@ -313,13 +320,15 @@ class BasicAdaptiveLimit {
     } else {
       w_rtt_sum_.fetch_add(static_cast<std::uint64_t>(std::max<Ticks>(rtt, 0)),
                            std::memory_order_relaxed);
-      w_timed_.fetch_add(1, std::memory_order_relaxed);
     }
     std::uint32_t seen = w_max_in_flight_.load(std::memory_order_relaxed);
     while (seen < d.in_flight &&
            !w_max_in_flight_.compare_exchange_weak(seen, d.in_flight, std::memory_order_relaxed)) {
     }
-    const std::uint32_t n = w_samples_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    // One add counts the sample and, unless dropped, the timed sample (high half).
+    const std::uint64_t add = dropped ? 1 : kTimedOne + 1;
+    const auto n =
+        static_cast<std::uint32_t>(w_counts_.fetch_add(add, std::memory_order_acq_rel) + add);
     if (n >= config_.window_samples) maybe_fold();
   }
 
@@ -335,14 +344,16 @@ class BasicAdaptiveLimit {
     }
     if (owner_.exchange(true, std::memory_order_acquire)) return;
     // Another owner may have closed this window between our add and the exchange.
-    if (w_samples_.load(std::memory_order_relaxed) < config_.window_samples) {
+    if (static_cast<std::uint32_t>(w_counts_.load(std::memory_order_relaxed)) <
+        config_.window_samples) {
       owner_.store(false, std::memory_order_release);
       return;
     }
     if (!timed) t = now();
     detail::AdaptiveWindow w;
-    w.samples = w_samples_.exchange(0, std::memory_order_acq_rel);
-    w.timed = w_timed_.exchange(0, std::memory_order_relaxed);
+    const std::uint64_t counts = w_counts_.exchange(0, std::memory_order_acq_rel);
+    w.samples = static_cast<std::uint32_t>(counts);
+    w.timed = static_cast<std::uint32_t>(counts / kTimedOne);
     w.rtt_sum = w_rtt_sum_.exchange(0, std::memory_order_relaxed);
     w.max_in_flight = w_max_in_flight_.exchange(0, std::memory_order_relaxed);
     w.dropped = w_dropped_.exchange(false, std::memory_order_relaxed);
@@ -363,8 +374,9 @@ class BasicAdaptiveLimit {
   alignas(64) std::atomic<std::uint32_t> limit_{0};
   alignas(64) std::atomic<std::uint32_t> in_flight_{0};
   std::atomic<std::uint64_t> rejected_{0};
-  alignas(64) std::atomic<std::uint32_t> w_samples_{0};
-  std::atomic<std::uint32_t> w_timed_{0};
+  static constexpr std::uint64_t kTimedOne = std::uint64_t{1} << 32;
+  // The window's samples (low half) and completed samples (high half).
+  alignas(64) std::atomic<std::uint64_t> w_counts_{0};
   std::atomic<std::uint64_t> w_rtt_sum_{0};
   std::atomic<std::uint32_t> w_max_in_flight_{0};
   std::atomic<bool> w_dropped_{false};
