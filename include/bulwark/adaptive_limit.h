@@ -237,7 +237,8 @@ class BasicAdaptiveLimit {
    public:
     // The call succeeded; its round trip is measured from admission (one clock read).
     void complete() noexcept {
-      if (auto* l = this->take()) l->settle(this->data(), l->now() - this->data().start, false);
+      if (auto* l = this->take())
+        l->settle(this->data(), saturating_sub(l->now(), this->data().start), false);
     }
     // The call succeeded after `rtt` (measured by the caller): no clock read.
     void complete(Nanos rtt) noexcept {
