@@ -53,7 +53,9 @@
 //
 // Observability: snapshot() (limit, in-flight, rejections, drops, windows), limit
 // changes as events to listeners (add_listener; run by the folding thread, after the
-// change is published, with nothing held), and prometheus::write_adaptive_limits().
+// change is published, with nothing held; two folds on two threads may deliver their
+// events in either order), and prometheus::write_adaptive_limits(). Costs, measured
+// against the bulkhead: docs/performance.md; when to use which: docs/overload.md.
 //
 // Thread-safety: every member function may be called concurrently. A Permit belongs to
 // one call; move it, don't share it. Destroying the limiter with permits out, or from
