@@ -172,7 +172,9 @@ void differential(AdaptiveAlgorithm a) {
   check_property(
       [a] {
         const AdaptiveLimitConfig c = *gen_limit_config(a);
-        const auto ops = *rc::gen::container<std::vector<LimitOp>>(gen_limit_op());
+        // Long traces: a window needs several calls, and the algorithms several windows.
+        const auto length = *rc::gen::inRange<std::size_t>(0, 600);
+        const auto ops = *rc::gen::container<std::vector<LimitOp>>(length, gen_limit_op());
         const Ticks start = *rc::gen::weightedOneOf<Ticks>(
             {{3, rc::gen::just<Ticks>(0)}, {1, rc::gen::inRange<Ticks>(0, Ticks{1} << 50)}});
         const std::string err = run(c, ops, start);
