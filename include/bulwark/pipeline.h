@@ -20,6 +20,9 @@
 //         return client.post(url, body, c.remaining(), c.idempotency_key());
 //       });
 //
+// An adaptive limit (`bulwark::adaptive_limit(l)`, adaptive_limit.h) may take the
+// bulkhead's place: it refuses at once when full, and learns from how each call ended.
+//
 // The stages must be given in that order (a compile-time error otherwise), each at
 // most once. The pipeline holds references to the breaker, bulkhead and retry (they
 // are shared by every call to the dependency and must outlive it) and copies of the
@@ -386,6 +389,15 @@ class Pipeline {
   Out run_bulkhead(const Ctx& ctx, F& call, detail::Trace& trace, Hook& hook) const {
     if constexpr (kBulkhead < 0) {
       return run_attempts<Out, E>(ctx, call, trace, hook);
+    } else if constexpr (requires { std::get<kBulkhead>(stages_).limiter; }) {
+      // An adaptive limit (adaptive_limit.h): admits or refuses at once, and learns
+      // from how the call ended (an exception leaves the permit unsettled: ignored).
+      const auto& stage = std::get<kBulkhead>(stages_);
+      auto permit = stage.limiter->try_acquire();
+      if (!permit) return fail<E>(Reason::bulkhead_full, Stage::bulkhead, 0, std::nullopt);
+      Out out = run_attempts<Out, E>(ctx, call, trace, hook);
+      stage.settle(*permit, out, trace.attempts, trace.last);
+      return out;
     } else {
       auto slot = std::get<kBulkhead>(stages_).bulkhead->acquire(ctx);
       if (!slot)

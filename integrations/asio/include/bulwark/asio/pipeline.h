@@ -244,6 +244,14 @@ class Pipeline {
   static constexpr bool kHasRetry = kRetry >= 0;
   static constexpr bool kHasHedge = kHedge >= 0;
   static constexpr bool kHasTimeout = kTimeout >= 0;
+  // The bulkhead's place taken by an adaptive limit (bulwark::adaptive_limit()).
+  static constexpr bool kAdaptive = [] {
+    if constexpr (kBulkhead >= 0) {
+      return requires(std::tuple_element_t<kBulkhead, std::tuple<S...>> s) { s.limiter; };
+    } else {
+      return false;
+    }
+  }();
   static constexpr std::size_t kChildren = kHasHedge ? kMaxHedges + 1 : 1;
 
   template <class C, class F>
@@ -308,14 +316,22 @@ class Pipeline {
 
     // The bulkhead: a free slot at once, or a place in its queue.
     auto slot = [&] {
-      if constexpr (kBulkhead >= 0) {
+      if constexpr (kAdaptive) {
+        using L = std::remove_pointer_t<decltype(std::get<kBulkhead>(stages_).limiter)>;
+        return std::optional<typename L::Permit>();
+      } else if constexpr (kBulkhead >= 0) {
         using H = std::remove_pointer_t<decltype(std::get<kBulkhead>(stages_).bulkhead)>;
         return std::optional<typename H::Permit>();
       } else {
         return 0;
       }
     }();
-    if constexpr (kBulkhead >= 0) {
+    if constexpr (kAdaptive) {
+      // An adaptive limit (bulwark/adaptive_limit.h) never queues: admitted or refused.
+      auto p = std::get<kBulkhead>(stages_).limiter->try_acquire();
+      if (!p) co_return fall(fail<E>(Reason::bulkhead_full, Stage::bulkhead, 0, std::nullopt));
+      slot.emplace(std::move(*p));
+    } else if constexpr (kBulkhead >= 0) {
       auto* bh = std::get<kBulkhead>(stages_).bulkhead;
       slot = bh->take_if_free();
       if (!slot) {
@@ -359,6 +375,7 @@ class Pipeline {
         if (!per_attempt && outcome && attempts > 0) permit->record(*outcome, Nanos::zero());
       }
       if constexpr (kHasRetry) retry->note_call(o.has_value(), attempts);
+      if constexpr (kAdaptive) std::get<kBulkhead>(stages_).settle(*slot, o, attempts, outcome);
       return fall(std::move(o));
     };
     for (std::uint32_t n = 1;; ++n) {
