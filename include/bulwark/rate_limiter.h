@@ -118,6 +118,7 @@ struct RateLimited {
 // Totals since the limiter was built.
 struct RateLimiterSnapshot {
   std::string name;
+  std::string key;  // set by RateLimiterRegistry::snapshots(); empty for a standalone limiter
   std::uint64_t refused = 0;  // try_acquire() refusals (and reservations refused)
   std::uint64_t delayed = 0;  // reservations admitted with a wait (reserve())
   std::uint64_t burst = 0;    // permits admitted back to back at most
@@ -172,10 +173,14 @@ class BasicRateLimiter {
   }
 
   RateLimiterSnapshot snapshot() const {
-    return {
-        config_.name, refused_.load(std::memory_order_relaxed),
-        delayed_.load(std::memory_order_relaxed), burst_,
-        static_cast<double>(config_.permits) * 1e9 / static_cast<double>(config_.period.count())};
+    RateLimiterSnapshot s;
+    s.name = config_.name;
+    s.refused = refused_.load(std::memory_order_relaxed);
+    s.delayed = delayed_.load(std::memory_order_relaxed);
+    s.burst = burst_;
+    s.permits_per_second =
+        static_cast<double>(config_.permits) * 1e9 / static_cast<double>(config_.period.count());
+    return s;
   }
 
   const RateLimiterConfig& config() const noexcept { return config_; }
