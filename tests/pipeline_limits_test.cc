@@ -40,6 +40,18 @@ RateLimiterConfig ten_per_second() {
   return c;
 }
 
+// The new stages' places: fallback, rate_limit, breaker, throttle, bulkhead, ...
+using Fb = FallbackStage<int>;
+using Rl = RateLimitStage<BasicRateLimiter<Clock>, NoRateWait>;
+using Br = BreakerStage<BasicCircuitBreaker<Clock>>;
+using Th = ThrottleStage<BasicThrottle<Clock>, ThrottleAccepts>;
+using Bh = BulkheadStage<BasicBulkhead<Clock>>;
+static_assert(detail::strictly_ordered<Fb, Rl, Br, Th, Bh, TimeoutStage>());
+static_assert(!detail::strictly_ordered<Br, Rl>(), "rate limit inside the breaker");
+static_assert(!detail::strictly_ordered<Rl, Fb>(), "rate limit outside the fallback");
+static_assert(!detail::strictly_ordered<Th, Br>(), "throttle outside the breaker");
+static_assert(!detail::strictly_ordered<Bh, Th>(), "throttle inside the bulkhead");
+
 TEST(PipelineRateLimit, RefusesAtOnceWithTheExactWaitAndNeverCallsTheDependency) {
   Clock clock;
   BasicCircuitBreaker<Clock> breaker(breaker_config(), clock);

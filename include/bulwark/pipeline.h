@@ -57,6 +57,9 @@
 // the budget deposit (a load once the budget is full), one relaxed add counting the
 // call in the retry (RetrySnapshot's kinds), and one precise clock read for
 // a per-attempt timeout (plus one for a request deadline). See bench/pipeline_bench.cc.
+// A rate limit stage adds a precise clock read and a CAS (rate_limiter.h); a throttle
+// stage a coarse clock read and its bucket loads before the call, one CAS after it
+// (throttle.h). Neither allocates or locks (tests/pipeline_limits_test.cc).
 //
 // Thread-safety: execute() may be called concurrently; it is as thread-safe as its
 // stages, which all are.
