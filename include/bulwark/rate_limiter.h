@@ -21,11 +21,16 @@
 //           tolerance of (C - 1)·T, so it is kept the same way.
 // The one word is the "theoretical arrival time" (TAT): when the next permit is due if
 // permits were spaced exactly. try_acquire(n) at `now` computes
-// tat' = max(tat, now) + n·T and admits iff tat' − now ≤ burst·T (burst = the
-// capacity), publishing tat' by CAS. A refusal's retry_after is the exact wait until
-// the same request would be admitted if nothing else is: tat' − burst·T − now.
-// T is period/permits rounded up to a nanosecond, so the limiter never admits more
-// than the configured rate (it may admit slightly fewer: under 1 ns per permit).
+// tat' = max(tat, now) + n·T and admits iff tat' − now ≤ L, publishing tat' by CAS,
+// where L = tolerance + T (smooth) or capacity·T (bursty). A refusal's retry_after is
+// the exact wait until the same request would be admitted if nothing else is:
+// tat' − L − now. T is period/permits rounded up to a nanosecond, so the limiter never
+// admits more than the configured rate (it may admit slightly fewer: under 1 ns per
+// permit). try_acquire(0) is always admitted.
+//
+// In a pipeline: bulwark::rate_limit(limiter) (pipeline.h; never waits unless given a
+// sleeper), bulwark::asio::rate_limit (waits on a timer). By key:
+// rate_limiter_registry.h. Metrics: snapshot(), prometheus_limits.h.
 //
 // Cost: one clock read, one load and one CAS (retried under contention) per admission;
 // a refusal adds one relaxed increment. No lock, no allocation, no thread, no timer:
