@@ -23,13 +23,15 @@
 // Counters: `buckets` slots, each one atomic 64-bit word packing its bucket number
 // (16 bits), requests and accepts (24 bits each, saturating at 16,777,215 per bucket).
 // A slot still holding an older bucket is reset by the first request that lands in it:
-// rotation is lazy, driven by the clock (coarse reading); no thread, no timer. A slot
-// last written exactly a multiple of 65,536 bucket widths ago (about 7.6 days with the
-// default 10 s buckets) would be counted once more until overwritten.
+// rotation is lazy, driven by the clock (coarse reading); no thread, no timer. The
+// bucket number wraps: a slot left untouched since a whole multiple of 65,536 bucket
+// widths ago, give or take a window (about 7.6 days with the default 10 s buckets),
+// would be counted again until the next request overwrites it.
 //
 // Cost: try_acquire() reads the coarse clock and the `buckets` words (12 relaxed loads
 // by default) and draws a random number only when p > 0; record() is one CAS. A
-// rejection adds one relaxed increment. No lock, no allocation.
+// rejection adds one relaxed increment. No lock and no allocation on the call path
+// (the constructor allocates the slots).
 // Thread-safety: every member function may be called concurrently.
 
 #ifndef BULWARK_THROTTLE_H_
@@ -38,6 +40,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <memory>
 #include <optional>
