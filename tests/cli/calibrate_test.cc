@@ -206,9 +206,9 @@ TEST(Calibrate, LittleTrafficGetsConsecutiveFailuresAndSaysSo) {
   const KeyCalibration& k = c.keys[0];
   EXPECT_FALSE(k.rate_policy);
   EXPECT_NE(k.note.find("little traffic"), std::string::npos) << k.note;
-  const Proposed* window = find(k, "window");
+  const Proposed* window = find(k, "kind");
   ASSERT_NE(window, nullptr);
-  EXPECT_EQ(window->value, "\"none\"");
+  EXPECT_EQ(window->value, "\"consecutive\"");
   EXPECT_GE(value_of(k, "consecutive_failures"), 3);
   EXPECT_EQ(find(k, "failure_rate"), nullptr);
   // Its file loads and replays.
@@ -495,11 +495,11 @@ TEST(HalfOpen, LittleTrafficProbesInCountModeAndMuchTrafficByAFraction) {
   const Calibration c = calibrate_text(make_trace({slow}, 25), {});
   const KeyCalibration& k = c.keys[0];
   ASSERT_TRUE(k.rate_policy) << k.note;
-  EXPECT_EQ(find(k, "half_open_fraction"), nullptr);
-  const Proposed* at_once = find(k, "half_open_max_calls");
+  EXPECT_EQ(find(k, "half_open.fraction"), nullptr);
+  const Proposed* at_once = find(k, "half_open.max_in_flight");
   ASSERT_NE(at_once, nullptr) << k.breaker_toml;
   EXPECT_NE(at_once->reason.find("count mode"), std::string::npos) << at_once->reason;
-  const double probes = value_of(k, "half_open_successes");
+  const double probes = value_of(k, "half_open.probes");
   EXPECT_LE(std::stod(at_once->value), probes);
   EXPECT_LE(std::stod(at_once->value), k.bulkhead);
   // At most as many at once as are normally in flight, and at least their mean: the
@@ -517,8 +517,8 @@ TEST(HalfOpen, LittleTrafficProbesInCountModeAndMuchTrafficByAFraction) {
   busy.rate = 400;
   busy.seconds = 600;
   const KeyCalibration b = calibrate_text(make_trace({busy}, 26), {}).keys[0];
-  EXPECT_EQ(find(b, "half_open_max_calls"), nullptr);
-  EXPECT_LE(value_of(b, "half_open_fraction"), 0.1);
+  EXPECT_EQ(find(b, "half_open.max_in_flight"), nullptr);
+  EXPECT_LE(value_of(b, "half_open.fraction"), 0.1);
 }
 
 // No rule's reason claims what the numbers do not give: a consecutive-failure run's

@@ -9,8 +9,8 @@
 // What docs/lab.md calls "enforce it": load the breaker file the lab checked.
 int main(int, char** argv) {
   const std::string path = std::string(argv[0]) + ".breaker.toml";
-  std::ofstream(path) << "[breaker]\nname = \"reviews\"\nwindow = \"time\"\n"
-                         "failure_rate = 0.30\nminimum_calls = 20\nwindow_length = \"10s\"\n";
+  std::ofstream(path) << "[breaker]\nname = \"reviews\"\nkind = \"time\"\n"
+                         "failure_rate = 0.30\nminimum_calls = 20\nwindow.length = \"10s\"\n";
   const bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file(path);
   bool ok = spec.window() == bulwark::WindowKind::time && spec.name() == "reviews" &&
             spec.as<bulwark::TimeWindowConfig>().failure_rate == 0.30;

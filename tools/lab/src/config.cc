@@ -93,9 +93,12 @@ class Reader {
   // "[breaker]", or "the top level".
   std::string table_name() const { return path_.empty() ? "the top level" : "[" + path_ + "]"; }
 
-  SourceLocation where(const toml::node& n) const {
-    return {*file_, n.source().begin.line, n.source().begin.column};
+  // A node's own source when it has one (a value from an environment variable names
+  // the variable), else this file.
+  SourceLocation at(const toml::source_region& s) const {
+    return {s.path && !s.path->empty() ? *s.path : *file_, s.begin.line, s.begin.column};
   }
+  SourceLocation where(const toml::node& n) const { return at(n.source()); }
   SourceLocation where() const { return where(*table_); }
   const std::shared_ptr<const std::string>& file() const { return file_; }
 
@@ -112,6 +115,24 @@ class Reader {
   const toml::node* get(std::string_view key) {
     known_.emplace_back(key);
     return table_->get(key);
+  }
+
+  // Where warnings go (deprecated keys): a list, or standard error when none is given.
+  void set_warnings(std::vector<InputError>* sink) { warnings_ = sink; }
+  std::vector<InputError>* warnings() const { return warnings_; }
+  void warn(std::string_view key, std::string message) const {
+    const toml::node* n = table_->get(key);
+    InputError w(n != nullptr ? where(*n) : where(), key_path(key), std::move(message));
+    if (warnings_ != nullptr) {
+      warnings_->push_back(std::move(w));
+    } else {
+      std::cerr << "warning: " << w.what() << "\n";
+    }
+  }
+  // A key still read under an old name: asked for (so not unknown), but a misspelling
+  // close to it is pointed at `new_path`, its current name.
+  void renamed(std::string_view old_key, std::string_view new_path) {
+    renamed_.emplace_back(old_key, new_path);
   }
   bool has(std::string_view key) const { return table_->get(key) != nullptr; }
 
@@ -215,7 +236,9 @@ class Reader {
     const toml::node* n = get(key);
     if (n == nullptr) return std::nullopt;
     if (!n->is_table()) fail(key, "expected a table, got " + type_name(*n));
-    return Reader(*n->as_table(), key_path(key), file_);
+    Reader sub(*n->as_table(), key_path(key), file_);
+    sub.set_warnings(warnings_);
+    return sub;
   }
 
   const toml::array* array(std::string_view key) {
@@ -260,6 +283,9 @@ class Reader {
       const std::size_t d = edit_distance(first_key, k);
       if (d < best_d) best_d = d, best = k;
     }
+    for (const auto& [old_key, new_path] : renamed_) {
+      if (best == old_key) best = new_path;
+    }
     if (!best.empty()) {
       message += " (did you mean " + in_quotes(best) + "?)";
     } else if (!hint.empty()) {
@@ -268,8 +294,7 @@ class Reader {
     // The key's own position, not its value's: that is what is misspelt.
     for (auto&& [k, v] : *table_) {
       if (k.str() == first_key) {
-        throw InputError({*file_, k.source().begin.line, k.source().begin.column},
-                         key_path(first_key), std::move(message));
+        throw InputError(at(k.source()), key_path(first_key), std::move(message));
       }
     }
     throw InputError(where(*first), key_path(first_key), std::move(message));
@@ -297,6 +322,8 @@ class Reader {
   std::string path_;
   std::shared_ptr<const std::string> file_;
   std::vector<std::string> known_;
+  std::vector<std::pair<std::string, std::string>> renamed_;
+  std::vector<InputError>* warnings_ = nullptr;
 };
 
 // toml++ recurses once per level of nesting, and its own limit covers arrays and inline
@@ -434,8 +461,10 @@ std::string read_file(const std::string& path) {
 
 // ---- breaker ---------------------------------------------------------------------
 
-// The library names breaker fields by their path in the breaker's configuration
-// ("half_open.fraction"); the TOML format keeps one flat key per field.
+// A breaker table's keys are the field paths of the breaker's configuration
+// (BreakerConfig, CountWindowConfig, TimeWindowConfig): `half_open.probes`, as a dotted
+// key or in a [breaker.half_open] table. Earlier releases wrote one flat key per nested
+// field; those names are still read, with a warning naming the new key.
 constexpr std::pair<std::string_view, std::string_view> kBreakerKeys[] = {
     {"window.size", "window_size"},
     {"window.length", "window_length"},
@@ -450,70 +479,156 @@ constexpr std::pair<std::string_view, std::string_view> kBreakerKeys[] = {
     {"half_open.random_seed", "random_seed"},
 };
 
-// A breaker ConfigError with its field (and the fields its message names) as TOML keys.
-ConfigError with_toml_keys(ConfigError e) {
-  for (const auto& [path, key] : kBreakerKeys) {
-    if (e.field == path) e.field = std::string(key);
-    for (std::size_t at = e.message.find(path); at != std::string::npos;
-         at = e.message.find(path, at + key.size())) {
-      e.message.replace(at, path.size(), key);
-    }
+std::string_view old_key_of(std::string_view path) {
+  for (const auto& [p, key] : kBreakerKeys) {
+    if (p == path) return key;
   }
-  return e;
+  return {};
 }
 
-BreakerSpec read_breaker(Reader& r) {
-  WindowKind window = WindowKind::none;
-  const std::optional<std::string> name = r.string("name");
-  if (auto v = r.choice("window", {"none", "count", "time"})) {
-    window = *v == "count" ? WindowKind::count : *v == "time" ? WindowKind::time : WindowKind::none;
+WindowKind kind_of(std::string_view v) {
+  return v == "count" ? WindowKind::count : v == "time" ? WindowKind::time : WindowKind::none;
+}
+
+// The breaker's nested tables, and which of its fields were given under an old name.
+struct BreakerTables {
+  Reader& top;
+  std::optional<Reader> window, open_growth, half_open;
+
+  std::optional<Reader>& sub(std::string_view table) {
+    return table == "window" ? window : table == "open_growth" ? open_growth : half_open;
   }
+  // The reader and key that hold the field at `path` ("half_open.probes"): its table, or
+  // its deprecated flat key (with a warning). Both at once is an error.
+  std::pair<Reader*, std::string> locate(std::string_view path) {
+    const std::size_t dot = path.find('.');
+    const std::string_view table = path.substr(0, dot), leaf = path.substr(dot + 1);
+    const std::string_view old = old_key_of(path);
+    std::optional<Reader>& t = sub(table);
+    top.renamed(old, path);
+    if (top.has(old)) {
+      if (t && t->has(leaf)) {
+        top.fail(old, "sets " + std::string(path) + " a second time: keep " + in_quotes(path) +
+                          " (the old name " + in_quotes(old) + " is deprecated)");
+      }
+      top.warn(old, "the key " + in_quotes(old) + " is deprecated and will be removed: write " +
+                        in_quotes(path));
+      return {&top, std::string(old)};
+    }
+    if (t) return {&*t, std::string(leaf)};
+    return {&top, std::string(old)};  // absent either way
+  }
+  bool has(std::string_view path) {
+    auto [r, key] = locate_quiet(path);
+    return r->has(key);
+  }
+  [[noreturn]] void fail(std::string_view path, std::string message) {
+    auto [r, key] = locate_quiet(path);
+    r->fail(key, std::move(message));
+  }
+
+ private:
+  std::pair<Reader*, std::string> locate_quiet(std::string_view path) {
+    if (path.find('.') == std::string_view::npos) return {&top, std::string(path)};
+    const std::size_t dot = path.find('.');
+    std::optional<Reader>& t = sub(path.substr(0, dot));
+    if (t && t->has(path.substr(dot + 1))) return {&*t, std::string(path.substr(dot + 1))};
+    return {&top, std::string(old_key_of(path))};
+  }
+};
+
+BreakerSpec read_breaker(Reader& r) {
+  const std::optional<std::string> name = r.string("name");
+  BreakerTables t{r, {}, {}, {}};
+  // The breaker type: `kind`. Earlier releases wrote it as `window = "count"`, which
+  // is now the window's own table.
+  std::optional<std::string> kind = r.choice("kind", {"consecutive", "count", "time"});
+  if (const toml::node* w = r.get("window"); w != nullptr && w->is_string()) {
+    auto old = r.choice("window", {"none", "count", "time"});
+    if (kind) {
+      r.fail("window", "gives the breaker type a second time: keep kind = " + in_quotes(*kind));
+    }
+    const std::string now = *old == "none" ? "consecutive" : *old;
+    r.warn("window", "window = " + in_quotes(*old) +
+                         " is deprecated and will be removed: write kind = " + in_quotes(now));
+    kind = now;
+  } else if (w != nullptr) {
+    t.window = r.table("window");
+  }
+  t.open_growth = r.table("open_growth");
+  t.half_open = r.table("half_open");
+  const WindowKind window = kind ? kind_of(*kind) : WindowKind::none;
+
+  const auto count = [&](std::string_view path, std::uint32_t max) {
+    auto [rd, key] = t.locate(path);
+    return rd->count(key, max);
+  };
+  const auto duration = [&](std::string_view path) {
+    auto [rd, key] = t.locate(path);
+    return rd->duration(key);
+  };
   const auto consecutive_failures = r.count("consecutive_failures", kBreakerCountMax);
   const auto failure_rate = r.number("failure_rate");
   const auto slow_call_rate = r.number("slow_call_rate");
   const auto slow_call_duration = r.duration("slow_call_duration");
   const auto minimum_calls = r.count("minimum_calls", kMaxMinimumCalls);
-  const auto window_size = r.count("window_size", kBreakerCountMax);
-  const auto window_length = r.duration("window_length");
-  const auto window_buckets = r.count("window_buckets", kTimeWindowCapacity);
+  const auto window_size = count("window.size", kBreakerCountMax);
+  const auto window_length = duration("window.length");
+  const auto window_buckets = count("window.buckets", kTimeWindowCapacity);
   const auto count_in_flight = r.boolean("count_in_flight_slow_calls");
   const auto open_duration = r.duration("open_duration");
   OpenGrowth growth;
-  if (auto v = r.number("open_duration_multiplier", kMaxMultiplier)) growth.multiplier = *v;
-  if (auto v = r.duration("max_open_duration")) growth.max = *v;
+  {
+    auto [rd, key] = t.locate("open_growth.multiplier");
+    if (auto v = rd->number(key, kMaxMultiplier)) growth.multiplier = *v;
+  }
+  if (auto v = duration("open_growth.max")) growth.max = *v;
   HalfOpen half_open;
-  if (auto v = r.count("half_open_max_calls", kBreakerCountMax)) half_open.max_in_flight = *v;
-  if (auto v = r.count("half_open_successes", kBreakerSuccessMax)) half_open.probes = *v;
-  if (auto v = r.number("half_open_fraction")) half_open.fraction = *v;
-  if (const toml::array* ramp = r.array("half_open_ramp")) {
-    for (std::size_t i = 0; i < ramp->size(); ++i) {
-      const toml::node& n = *ramp->get(i);
-      if (!n.is_number()) {
-        throw InputError(
-            r.where(n), r.key_path("half_open_ramp"),
-            "stage " + std::to_string(i + 1) + ": expected a number, got " + type_name(n));
+  if (auto v = count("half_open.max_in_flight", kBreakerCountMax)) half_open.max_in_flight = *v;
+  if (auto v = count("half_open.probes", kBreakerSuccessMax)) half_open.probes = *v;
+  {
+    auto [rd, key] = t.locate("half_open.fraction");
+    if (auto v = rd->number(key)) half_open.fraction = *v;
+  }
+  {
+    auto [rd, key] = t.locate("half_open.ramp");
+    if (const toml::array* ramp = rd->array(key)) {
+      for (std::size_t i = 0; i < ramp->size(); ++i) {
+        const toml::node& n = *ramp->get(i);
+        if (!n.is_number()) {
+          throw InputError(
+              rd->where(n), rd->key_path(key),
+              "stage " + std::to_string(i + 1) + ": expected a number, got " + type_name(n));
+        }
+        half_open.ramp.push_back(n.value<double>().value_or(0.0));
       }
-      half_open.ramp.push_back(n.value<double>().value_or(0.0));
     }
   }
-  if (auto v = r.duration("half_open_max_wait")) half_open.max_wait = *v;
+  if (auto v = duration("half_open.max_wait")) half_open.max_wait = *v;
   const auto flapping_period = r.duration("flapping_period");
-  if (auto v = r.unsigned_integer("random_seed", std::numeric_limits<std::int64_t>::max())) {
-    half_open.random_seed = *v;
+  {
+    auto [rd, key] = t.locate("half_open.random_seed");
+    if (auto v = rd->unsigned_integer(key, std::numeric_limits<std::int64_t>::max())) {
+      half_open.random_seed = *v;
+    }
+  }
+  for (auto* sub : {&t.window, &t.open_growth, &t.half_open}) {
+    if (*sub) (*sub)->finish();
   }
   r.finish();
 
   // Keys that this breaker type does not have are mistakes, not no-ops.
-  auto only_for = [&](std::string_view key, std::string_view kinds) {
-    if (r.has(key)) {
-      r.fail(key, "only applies to window = " + std::string(kinds) +
-                      " (this breaker has window = " + in_quotes(to_string(window)) + ")");
+  const std::string this_kind =
+      "this breaker has kind = " + in_quotes(kind.value_or("consecutive"));
+  auto only_for = [&](std::string_view path, std::string_view kinds) {
+    if (t.has(path)) {
+      t.fail(path, "only applies to kind = " + std::string(kinds) + " (" + this_kind + ")");
     }
   };
-  if (window != WindowKind::count) only_for("window_size", "\"count\"");
+  if (window != WindowKind::count) only_for("window.size", "\"count\"");
   if (window != WindowKind::time) {
-    only_for("window_length", "\"time\"");
-    only_for("window_buckets", "\"time\"");
+    only_for("window.length", "\"time\"");
+    only_for("window.buckets", "\"time\"");
   }
   if (window == WindowKind::none) {
     only_for("minimum_calls", "\"count\" or \"time\" (it is the rate rules' minimum volume)");
@@ -521,8 +636,8 @@ BreakerSpec read_breaker(Reader& r) {
     for (std::string_view key : {"failure_rate", "slow_call_rate", "slow_call_duration"}) {
       if (r.has(key)) {
         r.fail(key,
-               "needs a sliding window: set window = \"count\" (the last window_size calls) "
-               "or window = \"time\" (the last window_length) in " +
+               "needs a sliding window: set kind = \"count\" (the last window.size calls) "
+               "or kind = \"time\" (the last window.length) in " +
                    r.table_name());
       }
     }
@@ -546,7 +661,12 @@ BreakerSpec read_breaker(Reader& r) {
     if (count_in_flight) c.count_in_flight_slow_calls = *count_in_flight;
   };
   auto checked = [&](const auto& c, auto&&... capacity) -> BreakerSpec {
-    if (auto ok = validate(c, capacity...); !ok) r.fail_config(with_toml_keys(ok.error()));
+    if (auto ok = validate(c, capacity...); !ok) {
+      // A field given under its old name is reported there.
+      const std::string_view old = old_key_of(ok.error().field);
+      if (!old.empty() && r.has(old)) r.fail(old, ok.error().message);
+      r.fail_config(ok.error());
+    }
     return BreakerSpec(c);
   };
   switch (window) {
@@ -1217,29 +1337,33 @@ Nanos Scenario::degraded_until() const {
   return duration;
 }
 
-Scenario parse_scenario(std::string_view text, const std::string& source_name) {
+Scenario parse_scenario(std::string_view text, const std::string& source_name,
+                        std::vector<InputError>* warnings) {
   const toml::table doc = parse_toml(text, source_name);
   Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  root.set_warnings(warnings);
   return read_scenario(root);
 }
 
-Scenario load_scenario_file(const std::string& path) {
-  return parse_scenario(read_file(path), path == "-" ? "<stdin>" : path);
+Scenario load_scenario_file(const std::string& path, std::vector<InputError>* warnings) {
+  return parse_scenario(read_file(path), path == "-" ? "<stdin>" : path, warnings);
 }
 
 Scenario builtin_scenario() { return parse_scenario(builtin_scenario_toml(), "built-in"); }
 
-BreakerSpec parse_breaker(std::string_view text, const std::string& source_name) {
+BreakerSpec parse_breaker(std::string_view text, const std::string& source_name,
+                          std::vector<InputError>* warnings) {
   const toml::table doc = parse_toml(text, source_name);
   Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  root.set_warnings(warnings);
   auto breaker = root.table("breaker");
   root.finish("a breaker file has one [breaker] table");
   if (!breaker) root.fail_here("missing the [breaker] table");
   return read_breaker(*breaker);
 }
 
-BreakerSpec load_breaker_file(const std::string& path) {
-  return parse_breaker(read_file(path), path == "-" ? "<stdin>" : path);
+BreakerSpec load_breaker_file(const std::string& path, std::vector<InputError>* warnings) {
+  return parse_breaker(read_file(path), path == "-" ? "<stdin>" : path, warnings);
 }
 
 const std::string& BreakerSpec::name() const {
