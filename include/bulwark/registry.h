@@ -324,19 +324,7 @@ class BasicRegistry {
   BasicRegistry& operator=(const BasicRegistry&) = delete;
 
   // Every Handle and Call must be gone. Removes the registry's listeners.
-  ~BasicRegistry() {
-    router_->target.store(nullptr, std::memory_order_release);
-    shared_policy_.remove_listener(shared_listener_);
-    for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
-      Shard& s = shards_[si];
-      const std::uint32_t n = s.allocated.load(std::memory_order_acquire);
-      for (std::uint32_t i = 0; i < n; ++i) {
-        Entry* e = s.entries.at(i);
-        if (!e->ref.dead()) e->destroy();
-        if (e->metrics != nullptr) std::destroy_at(e->metrics);
-      }
-    }
-  }
+  ~BasicRegistry();
 
   // The key's entry, created if needed. `key` may be any type Hash and Eq accept (a
   // std::string_view for std::string keys); a Key is built only on creation.
@@ -344,35 +332,13 @@ class BasicRegistry {
   // creates it under the shard's mutex. Throws what config_for / extra_for throw, or
   // InvalidConfig for an invalid per-key configuration.
   template <class K>
-  Handle get(const K& key) {
-    const std::uint64_t h = hash_of(key);
-    Shard& s = shard_for(h);
-    if (Entry* e = find_pinned(s, h, key); e != nullptr) {
-      maybe_sweep(s);
-      return Handle(this, e);
-    }
-    return Handle(this, create(s, h, key));
-  }
+  Handle get(const K& key);
 
   // The key's entry if it exists, else an empty Handle. Never creates; counts as a use.
   // Lock-free like get(); a miss that raced with an eviction moving slots retries once
   // and then looks under the shard's mutex.
   template <class K>
-  Handle find(const K& key) {
-    const std::uint64_t h = hash_of(key);
-    Shard& s = shard_for(h);
-    for (int attempt = 0; attempt < 2; ++attempt) {
-      const std::uint64_t seq = s.table.seq();
-      if (Entry* e = find_pinned(s, h, key); e != nullptr) return Handle(this, e);
-      // No erase moved slots while we probed: the miss is real. (A probe that saw a slot
-      // an erase moved or cleared synchronised with that release store, which the odd
-      // `seq` store precedes: we then read seq != seq.)
-      if ((seq & 1) == 0 && s.table.seq() == seq) return Handle();
-    }
-    std::lock_guard lock(s.mu);
-    Entry* e = find_pinned(s, h, key);
-    return e != nullptr ? Handle(this, e) : Handle();
-  }
+  Handle find(const K& key);
 
   // get(key) and the breaker's try_acquire() in one step; the Call pins the entry until
   // it is destroyed. No allocation or lock when the key exists.
@@ -407,69 +373,19 @@ class BasicRegistry {
   // Returns true if it was removed; its counters are folded into the totals. Needs
   // idle_ttl or `removable` (returns false otherwise). Takes the shard's mutex.
   template <class K>
-  bool remove(const K& key) {
-    if (!counted_) return false;  // see RegistryOptions::removable
-    const std::uint64_t h = hash_of(key);
-    Shard& s = shard_for(h);
-    std::vector<Evicted> gone;
-    bool removed = false;
-    {
-      std::lock_guard lock(s.mu);
-      std::size_t pos = 0;
-      const bool found = s.table.locate(
-          tag_of(h), [&](std::uint32_t i) { return key_equal(s.entries.at(i)->key(), key); }, pos);
-      if (found) {
-        const std::uint32_t index = detail::SlotTable::index_of(s.table.at(pos));
-        Entry* e = s.entries.at(index);
-        const std::uint64_t w = e->ref.word.load(std::memory_order_relaxed);
-        if (e->ref.kill(w)) {
-          retire(s, pos, index, detail::RegistryRef::units(coarse_now_ticks(clock_.get())), gone);
-          removed = true;
-        }
-      }
-    }
-    announce_evicted(gone);
-    return removed;
-  }
+  bool remove(const K& key);
 
   // Runs eviction steps on every shard, about `max_slots` table slots in all (split
   // evenly, at least one per shard; 0: every slot once). Returns the keys evicted. For
   // callers that want memory back without waiting for traffic. No-op without idle_ttl.
   // Takes each shard's mutex in turn.
-  std::size_t evict_idle(std::size_t max_slots = 0) {
-    if (!idle_.enabled()) return 0;
-    const Ticks now = coarse_now_ticks(clock_.get());
-    std::size_t evicted = 0;
-    const std::size_t per_shard =
-        max_slots == 0 ? 0 : std::max<std::size_t>(1, max_slots / (shard_mask_ + 1));
-    for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
-      Shard& s = shards_[si];
-      std::vector<Evicted> gone;
-      {
-        std::lock_guard lock(s.mu);
-        evicted += sweep(s, now, per_shard == 0 ? s.table.capacity() : per_shard, gone);
-      }
-      announce_evicted(gone);
-    }
-    return evicted;
-  }
+  std::size_t evict_idle(std::size_t max_slots = 0);
 
   // Calls f(const EntryView&) for every live entry, each pinned during its call; no
   // lock is held while f runs. Entries created or evicted meanwhile may or may not be
   // visited. Does not count as use. Cost: one CAS and one subtract per entry.
   template <class F>
-  void for_each(F&& f) const {
-    for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
-      Shard& s = shards_[si];
-      const std::uint32_t n = s.allocated.load(std::memory_order_acquire);
-      for (std::uint32_t i = 0; i < n; ++i) {
-        Entry* e = s.entries.at(i);
-        if (!pin(e, /*use=*/false)) continue;
-        f(view_of(e));
-        unpin(e);
-      }
-    }
-  }
+  void for_each(F&& f) const;
 
   // Walks every entry once, calling per_entry(view, breaker_reading), and returns the
   // registry's totals: live entries plus the folded counters of evicted ones (what a
@@ -479,50 +395,7 @@ class BasicRegistry {
   // wait. per_entry must not create, remove or evict keys of this registry.
   // Cost: O(keys + shards); allocates only the reading's name and histogram.
   template <class F>
-  RegistryReading collect(F&& per_entry) const {
-    RegistryReading total;
-    total.name = name_;
-    total.has_detail = detailed_;
-    const Ticks now = now_ticks(clock_.get());
-    std::size_t key_heap = 0;
-    for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
-      Shard& s = shards_[si];
-      std::lock_guard lock(s.mu);
-      const std::uint32_t n = s.allocated.load(std::memory_order_relaxed);
-      for (std::uint32_t i = 0; i < n; ++i) {
-        Entry* e = s.entries.at(i);
-        // Under s.mu an entry is live exactly when it is not dead: publication and
-        // eviction both happen under it. No pin needed (and none that would look like use).
-        if (e->ref.dead()) continue;
-        const EntryView v = view_of(e);
-        const BreakerReading b = read_breaker(v.breaker);
-        total.add(b);
-        ++total.keys;
-        total.breakers_by_state[static_cast<std::size_t>(b.state)] += 1;
-        total.max_open_seconds =
-            std::max(total.max_open_seconds, detail::outage_seconds(b, v.outage_since, now));
-        if (v.metrics != nullptr) {
-          total.latency.add(v.metrics->latency.read());
-          v.metrics->components.read_into(total.components);
-        }
-        if constexpr (detail::kExtraReports<Extra>) {
-          if (v.extra != nullptr) v.extra->read_metrics(total.components);
-        }
-        key_heap += detail::key_heap_bytes(v.key);
-        per_entry(v, b);
-      }
-      total.add(s.gone.breaker);
-      total.latency.add(s.gone.latency);
-      total.components.merge(s.gone.components);
-      total.created += s.created.load(std::memory_order_relaxed);
-      total.evicted += s.evicted.load(std::memory_order_relaxed);
-    }
-    total.transitions = events_.transitions.read();
-    RegistryMemory m = memory_without_keys();
-    m.key_heap = key_heap;
-    total.memory_bytes = m.total();
-    return total;
-  }
+  RegistryReading collect(F&& per_entry) const;
   // The totals alone: collect() without a per-entry callback.
   RegistryReading read() const {
     return collect([](const EntryView&, const BreakerReading&) {});
@@ -538,11 +411,7 @@ class BasicRegistry {
 
   // What the registry occupies, by part. Walks the keys (for their heap memory) and
   // takes each shard's mutex briefly.
-  RegistryMemory memory() const {
-    RegistryMemory m = memory_without_keys();
-    for_each([&](const EntryView& v) { m.key_heap += detail::key_heap_bytes(v.key); });
-    return m;
-  }
+  RegistryMemory memory() const;
 
   // Transitions, rejections, key creation and eviction of every breaker in the
   // registry, with the key (observe.h). A transition reaches its entry in O(1).
@@ -665,27 +534,7 @@ class BasicRegistry {
   // ---- lookup ----------------------------------------------------------------------
 
   template <class K>
-  Entry* find_pinned(const Shard& s, std::uint64_t h, const K& key) const noexcept {
-    Entry* found = nullptr;
-    s.table.probe(tag_of(h), [&](std::uint32_t index) {
-      Entry* e = s.entries.at(index);
-      // The breaker's line is needed next: fetch it while the key is compared.
-      __builtin_prefetch(e->breaker_bytes);
-      if (!counted_) {
-        // Entries never die once published: the slot's acquire load made it visible.
-        if (!key_equal(e->key(), key)) return false;
-      } else {
-        if (!e->ref.pin(true)) return false;  // being evicted, or a stale slot of a reused entry
-        if (!key_equal(e->key(), key)) {
-          e->ref.release();
-          return false;
-        }
-      }
-      found = e;
-      return true;
-    });
-    return found;
-  }
+  Entry* find_pinned(const Shard& s, std::uint64_t h, const K& key) const noexcept;
 
   template <class K>
   bool key_equal(const Key& stored, const K& key) const noexcept(noexcept(eq_(stored, key))) {
@@ -698,14 +547,7 @@ class BasicRegistry {
     }
   }
 
-  Expected<Call, Rejection> acquire_on(Handle h) {
-    auto permit = h.breaker().try_acquire();
-    if (!permit) {
-      events_.rejected(*h.entry_, permit.error(), clock_.get());
-      return Unexpected(permit.error());
-    }
-    return Call(std::move(h), std::move(*permit));
-  }
+  Expected<Call, Rejection> acquire_on(Handle h);
 
   // The key's stages, outermost first: `outer` (a fallback), the Handle as the breaker
   // stage (its permits are Calls: the entry stays pinned), the Extra's bulkhead.
@@ -721,189 +563,34 @@ class BasicRegistry {
   // ---- creation --------------------------------------------------------------------
 
   template <class K>
-  Entry* create(Shard& s, std::uint64_t h, const K& key) {
-    Key owned(key);
-    // User code first, with no lock held: it may even call back into the registry.
-    std::optional<Policy> own_policy;
-    if (config_for_) {
-      if (std::optional<Config> cfg = config_for_(owned); cfg.has_value()) {
-        if (auto ok = detail::validate_breaker_config<Breaker>(*cfg); !ok) {
-          detail::raise_config_error(std::move(ok).error());
-        }
-        own_policy.emplace(make_policy(std::move(*cfg)));
-        hook(*own_policy);
-      }
-    }
-    std::uint32_t index = 0;
-    Entry* e = nullptr;
-    {
-      std::lock_guard lock(s.mu);
-      if (Entry* found = find_pinned(s, h, owned); found != nullptr) return found;
-      index = allocate(s);
-      e = s.entries.at(index);
-    }
-    construct_payload(s, e, std::move(owned), own_policy.has_value() ? *own_policy : shared_policy_,
-                      index);
-    // Read after the user's callbacks ran, so a slow config_for can't make the key look
-    // idle from birth; also the time of its key_created event.
-    const bool announced = events_.hub.wants(EventKind::key_created);
-    const Ticks now = idle_.enabled() || announced ? coarse_now_ticks(clock_.get()) : 0;
-    std::vector<Evicted> gone;
-    Entry* result = e;
-    {
-      std::lock_guard lock(s.mu);
-      if (Entry* found = find_pinned(s, h, key); found != nullptr) {
-        // Another thread created the key while we built ours: theirs wins.
-        e->destroy();
-        s.free.push_back(index);
-        result = found;
-      } else {
-        e->incarnation =
-            (s.created.fetch_add(1, std::memory_order_relaxed) + 1) * (shard_mask_ + 1) +
-            static_cast<std::uint64_t>(&s - &shards_[0]);
-        // Published with one reference (the caller's): the payload above is visible to
-        // any thread whose pin reads this value.
-        e->ref.publish(counted_ ? 1 : 0, Ref::units(now));
-        s.table.insert(tag_of(h), index);
-        s.live.fetch_add(1, std::memory_order_relaxed);
-        if (idle_.enabled()) sweep(s, now, evict_batch_, gone);
-      }
-    }
-    announce_evicted(gone);
-    if (result == e && announced) events_.key_event(EventKind::key_created, *e, now, Nanos::zero());
-    return result;
-  }
+  Entry* create(Shard& s, std::uint64_t h, const K& key);
 
   // An entry to fill (dead, not in the table). Under s.mu.
-  std::uint32_t allocate(Shard& s) {
-    if (!s.free.empty()) {
-      const std::uint32_t index = s.free.back();
-      s.free.pop_back();
-      return index;
-    }
-    const std::uint32_t index = s.allocated.load(std::memory_order_relaxed);
-    if (index == std::numeric_limits<std::uint32_t>::max() - 1) throw_length();
-    Entry* e = s.entries.reserve(index, [&](void* base, std::size_t bytes, std::size_t k) {
-      events_.directory.add(base, bytes, k);
-    });
-    ::new (static_cast<void*>(e)) Entry;
-    e->poison();
-    if (detailed_) {
-      e->metrics = ::new (static_cast<void*>(s.metrics.reserve(index))) BreakerMetrics;
-      ++s.metrics_blocks;
-    }
-    s.allocated.store(index + 1, std::memory_order_release);
-    return index;
-  }
-  [[noreturn]] static void throw_length() {
-#if defined(__cpp_exceptions)
-    throw std::length_error("bulwark registry: more than 2^32 - 2 keys in one shard");
-#else
-    std::abort();
-#endif
-  }
+  std::uint32_t allocate(Shard& s);
+  [[noreturn]] static void throw_length();
 
   // Builds the entry's payload (the Extra runs user code, and a breaker may refuse its
   // policy). If anything throws, the entry goes back to the free list.
-  void construct_payload(Shard& s, Entry* e, Key&& key, const Policy& policy, std::uint32_t index) {
-#if defined(__cpp_exceptions)
-    try {
-#endif
-      e->construct(policy, std::move(key), [this](const Key& k) { return make_extra(k); });
-#if defined(__cpp_exceptions)
-    } catch (...) {
-      std::lock_guard lock(s.mu);
-      s.free.push_back(index);
-      throw;
-    }
-#endif
-    (void)s;
-    (void)index;
-    if constexpr (Entry::kHasExtra) {
-      // Before the entry is published, so the bulkhead is not shared yet.
-      detail::observe_extra_bulkheads(e->extra(),
-                                      BulkheadObserver(&BasicRegistry::bulkhead_rejected, e, this));
-    }
-  }
+  void construct_payload(Shard& s, Entry* e, Key&& key, const Policy& policy, std::uint32_t index);
 
-  Extra make_extra(const Key& key) const {
-    if constexpr (std::is_same_v<Extra, NoExtra>) {
-      return Extra{};
-    } else if constexpr (std::is_constructible_v<Extra, const Key&>) {
-      if (extra_for_) return extra_for_(key);
-      return Extra(key);
-    } else if constexpr (std::is_default_constructible_v<Extra>) {
-      if (extra_for_) return extra_for_(key);
-      return Extra();
-    } else {
-      return extra_for_(key);  // validate() made sure it is set
-    }
-  }
+  Extra make_extra(const Key& key) const;
 
   // ---- eviction (registry_eviction.h) ------------------------------------------------
 
   // On the lookup path: one lookup in IdlePolicy::kLookupsPerCheck (per thread) reads
   // the clock and, if the shard's step is due and nobody holds its mutex, takes it.
-  void maybe_sweep(Shard& s) {
-    if (!idle_.enabled() || !detail::IdlePolicy::check_now()) return;
-    const Ticks now = coarse_now_ticks(clock_.get());
-    if (!s.gate.due(now)) return;
-    std::vector<Evicted> gone;
-    {
-      std::unique_lock lock(s.mu, std::try_to_lock);
-      if (!lock.owns_lock()) return;  // someone else is at it: never wait on the request path
-      s.gate.schedule(now, idle_.interval);
-      sweep(s, now, evict_batch_, gone);
-    }
-    announce_evicted(gone);
-  }
+  void maybe_sweep(Shard& s);
 
   // One bounded step (detail::sweep_step). Under s.mu.
-  std::size_t sweep(Shard& s, Ticks now, std::size_t budget, std::vector<Evicted>& gone) {
-    const std::uint64_t u = Ref::units(now);
-    return detail::sweep_step(s.table, s.cursor, budget, [&](std::uint32_t index, std::size_t pos) {
-      if (!try_mark_evicted(s.entries.at(index), u)) return false;
-      retire(s, pos, index, u, gone);
-      return true;
-    });
-  }
+  std::size_t sweep(Shard& s, Ticks now, std::size_t budget, std::vector<Evicted>& gone);
 
   // Kills an idle, unreferenced, CLOSED entry so no lookup can pin it again.
-  bool try_mark_evicted(Entry* e, std::uint64_t now_u) noexcept {
-    std::uint64_t w = 0;
-    if (e->ref.examine(now_u, idle_.ttl_units, w) != Ref::Verdict::idle) return false;
-    if (e->breaker().state() != State::closed) return false;
-    if (!e->ref.kill(w)) return false;  // someone pinned it just now
-    // Nobody holds it, so nobody can change its state now; look once more in case a
-    // holder changed it just before letting go.
-    if (e->breaker().state() != State::closed) {
-      e->ref.revive(w);
-      return false;
-    }
-    return true;
-  }
+  bool try_mark_evicted(Entry* e, std::uint64_t now_u) noexcept;
 
   // Takes a dead entry out of slot `pos`, folds its counters into the shard's totals,
   // destroys its payload and frees it for reuse. Under s.mu.
   void retire(Shard& s, std::size_t pos, std::uint32_t index, std::uint64_t now_u,
-              std::vector<Evicted>& gone) {
-    Entry* e = s.entries.at(index);
-    s.table.erase(pos);
-    // Every counter a scrape reads from a live entry goes to the shard's totals, in this
-    // critical section: collect() reads those under the same mutex.
-    s.gone.absorb(*e);
-    if (events_.hub.wants(EventKind::key_evicted)) {
-      const std::uint64_t idle_units = Ref::elapsed(e->ref.idle_since(), now_u);
-      Evicted ev{std::string(e->breaker().name()), std::string(),
-                 Nanos(static_cast<Ticks>(idle_units << Ref::kUnitShift))};
-      append_key_text(ev.key, e->key());
-      gone.push_back(std::move(ev));
-    }
-    e->destroy();
-    s.free.push_back(index);
-    s.live.fetch_sub(1, std::memory_order_relaxed);
-    s.evicted.fetch_add(1, std::memory_order_relaxed);
-  }
+              std::vector<Evicted>& gone);
 
   // ---- events (registry_events.h) ---------------------------------------------------
 
@@ -927,19 +614,7 @@ class BasicRegistry {
 
   // ---- memory ------------------------------------------------------------------------
 
-  RegistryMemory memory_without_keys() const {
-    RegistryMemory m;
-    m.bookkeeping = sizeof(*this) + (shard_mask_ + 1) * sizeof(Shard) + events_.directory.bytes();
-    for (std::uint32_t si = 0; si <= shard_mask_; ++si) {
-      const Shard& s = shards_[si];
-      std::lock_guard lock(s.mu);
-      m.entries += s.allocated.load(std::memory_order_relaxed) * sizeof(Entry);
-      m.index += s.table.bytes();
-      m.metrics += s.metrics_blocks * sizeof(BreakerMetrics);
-      m.bookkeeping += s.free.capacity() * sizeof(std::uint32_t) + s.table.bookkeeping_bytes();
-    }
-    return m;
-  }
+  RegistryMemory memory_without_keys() const;
 
   const detail::ClockRef<clock_type> clock_;
   const std::string name_;
@@ -964,5 +639,8 @@ template <class Key, class Extra = NoExtra>
 using Registry = BasicRegistry<Key, CircuitBreaker, Extra>;
 
 }  // namespace bulwark
+
+// The definitions of the members declared above.
+#include "bulwark/detail/registry_impl.h"
 
 #endif  // BULWARK_REGISTRY_H_
