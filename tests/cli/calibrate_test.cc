@@ -19,10 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "bulwark/circuit_breaker.h"
+#include "bulwark/config/config.h"
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/replay.h"
+#include "bulwark/registry.h"
 #include "process.h"
 
 namespace bulwark::lab {
@@ -258,6 +261,33 @@ TEST(Calibrate, TheProposalIsABreakerFileThatLoads) {
   EXPECT_EQ(tw.name, "svc");
   ASSERT_TRUE(tw.failure_rate);
   EXPECT_DOUBLE_EQ(*tw.failure_rate, value_of(c.keys[0], "failure_rate"));
+}
+
+// What calibrate proposes for a key is a breaker table a service's configuration file
+// takes as it is (under [breaker.NAME]), with no deprecated key, and a registry of that
+// kind of breaker builds from it.
+TEST(Calibrate, TheProposalLoadsThroughTheServiceLibraryAndBuildsARegistry) {
+  Traffic t;
+  t.seconds = 300;
+  const Calibration c = calibrate_text(make_trace({t}, 9), {});
+  std::string table = c.keys[0].breaker_toml;
+  const std::size_t header = table.find("[breaker]\n");
+  ASSERT_NE(header, std::string::npos);
+  table.replace(header, 10, "[breaker.svc]\n");
+  const bulwark::config::Config cfg(
+      "svc.toml",
+      bulwark::config::parse(table + "[registry.hosts]\nkind = \"time\"\npolicy = \"svc\"\n",
+                             "svc.toml"),
+      {});
+  EXPECT_TRUE(cfg.warnings().empty());
+  const auto proposed = cfg.breaker<bulwark::TimeWindowBreaker>("svc");
+  EXPECT_EQ(proposed.failure_rate,
+            parse_breaker(c.keys[0].breaker_toml, "p.toml").as<TimeWindowConfig>().failure_rate);
+  bulwark::RegistryOptions<std::string, bulwark::TimeWindowBreaker> options;
+  options.name = "hosts";
+  options.breaker = cfg.registry("hosts").policy.as<TimeWindowConfig>();
+  bulwark::BasicRegistry<std::string, bulwark::TimeWindowBreaker> hosts(std::move(options));
+  EXPECT_EQ(hosts.get("a.example")->config().window.length, proposed.window.length);
 }
 
 TEST(Calibrate, TheJsonHoldsWhatTheTextSays) {

@@ -1,10 +1,12 @@
 #include "bulwark/lab/config.h"
 
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "bulwark/backoff.h"
+#include "bulwark/config/config.h"
 #include "bulwark/detail/breaker_word.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
@@ -294,7 +297,9 @@ class Reader {
     // The key's own position, not its value's: that is what is misspelt.
     for (auto&& [k, v] : *table_) {
       if (k.str() == first_key) {
-        throw InputError(at(k.source()), key_path(first_key), std::move(message));
+        // A key set from the environment has no position of its own: its value's.
+        throw InputError(at(k.source().path ? k.source() : v.source()), key_path(first_key),
+                         std::move(message));
       }
     }
     throw InputError(where(*first), key_path(first_key), std::move(message));
@@ -1424,3 +1429,304 @@ std::string describe(const Latency& l) {
 }
 
 }  // namespace bulwark::lab
+
+// ---- bulwark::config: a service's named policies ---------------------------------
+
+namespace bulwark::lab {
+namespace {
+
+constexpr std::string_view kSections[] = {"breaker", "retry",    "retry_budget", "bulkhead",
+                                          "timeout", "fallback", "pipeline",     "registry"};
+
+// A policy name as an environment variable spells it: lower case, '-' as '_'.
+std::string env_form(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+// BULWARK__SECTION__NAME__KEY...=VALUE: sets one key of the document, the value parsed
+// as TOML (or taken as a string), its source the variable's name so errors name it.
+void apply_environment(toml::table& doc, const config::Environment& env) {
+  constexpr std::string_view kPrefix = "BULWARK__";
+  for (const auto& [var, value] : env) {
+    if (var.rfind(kPrefix, 0) != 0) continue;
+    const std::string source = "environment variable " + printable(var);
+    const auto fail = [&](std::string message) -> void {
+      throw InputError({source, 0, 0}, "", std::move(message));
+    };
+    std::vector<std::string> parts;
+    for (std::size_t at = kPrefix.size();;) {
+      const std::size_t next = var.find("__", at);
+      parts.push_back(env_form(var.substr(at, next == std::string::npos ? next : next - at)));
+      if (next == std::string::npos) break;
+      at = next + 2;
+    }
+    if (parts.size() < 2 || std::find(parts.begin(), parts.end(), "") != parts.end()) {
+      fail("expected BULWARK__SECTION__NAME__KEY (parts separated by two underscores)");
+    }
+    if (std::find(std::begin(kSections), std::end(kSections), parts[0]) == std::end(kSections)) {
+      std::string list;
+      for (std::string_view s : kSections) list += (list.empty() ? "" : ", ") + std::string(s);
+      fail("no section " + in_quotes(parts[0]) + " (sections are " + list + ")");
+    }
+    toml::table* table = doc[parts[0]].as_table();
+    if (table == nullptr) fail("the file has no [" + parts[0] + "] section");
+    // The policy's name as the file spells it.
+    std::string name;
+    for (auto&& [k, v] : *table) {
+      if (env_form(k.str()) == parts[1]) name = std::string(k.str());
+    }
+    if (name.empty()) fail("the file has no " + parts[0] + " named " + in_quotes(parts[1]));
+    std::vector<std::string> path{parts[0], name};
+    path.insert(path.end(), parts.begin() + 2, parts.end());
+    for (std::size_t i = 1; i + 1 < path.size(); ++i) {
+      toml::node* n = table->get(path[i]);
+      if (n == nullptr) n = &table->insert(path[i], toml::table{}).first->second;
+      if (!n->is_table()) fail(path[i] + " is not a table in the file");
+      table = n->as_table();
+    }
+    // The value: TOML if it parses as one, else a string.
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + value, std::string_view(source));
+    } catch (const toml::parse_error&) {
+      std::string quoted = "\"";
+      for (const char c : value) {
+        if (c == '"' || c == '\\') {
+          quoted += '\\', quoted += c;
+        } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          quoted += buf;
+        } else {
+          quoted += c;
+        }
+      }
+      try {
+        parsed = toml::parse("v = " + quoted + "\"", std::string_view(source));
+      } catch (const toml::parse_error&) {
+        fail("is neither a TOML value nor text (it is not valid UTF-8)");
+      }
+    }
+    parsed.get("v")->visit([&](auto&& v) { table->insert_or_assign(path.back(), std::move(v)); });
+  }
+}
+
+// A reference to another section's policy by name, resolved.
+template <class Map>
+const typename Map::mapped_type* named(Reader& r, std::string_view key, const Map& map,
+                                       std::string_view section) {
+  auto name = r.string(key);
+  if (!name) return nullptr;
+  const auto it = map.find(*name);
+  if (it == map.end()) {
+    std::string names;
+    for (const auto& [n, v] : map) names += (names.empty() ? "" : ", ") + in_quotes(n);
+    r.fail(key, "no [" + std::string(section) + "." + escape_for_error(*name) + "] in the file" +
+                    (names.empty() ? std::string() : " (there are " + names + ")"));
+  }
+  return &it->second;
+}
+
+config::Policies read_policies(Reader& root) {
+  config::Policies p;
+  p.source = *root.file();
+  // Each section: one table per name.
+  const auto each = [&](std::string_view section, auto&& read) {
+    auto t = root.table(section);
+    if (!t) return;
+    std::vector<std::pair<toml::source_position, std::string>> names;
+    for (auto&& [k, v] : *root.get(section)->as_table()) {
+      names.emplace_back(k.source().begin, std::string(k.str()));
+    }
+    for (const auto& [pos, name] : names) read(*t, name);
+    t->finish();
+  };
+  const auto with_name = [](auto c, const std::string& name, bool has_name) {
+    if (!has_name) c.name = name;
+    return c;
+  };
+  each("breaker", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    BreakerSpec spec = read_breaker(*r);
+    if (!r->has("name")) std::visit([&](auto& c) { c.name = name; }, spec.config);
+    p.breakers.emplace(name, std::move(spec));
+  });
+  each("retry", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    RetrySpec spec = read_retry(*r);
+    spec.config.random = {};  // the library's thread-safe default
+    p.retries.emplace(name, with_name(spec.config, name, r->has("name")));
+  });
+  each("retry_budget", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.retry_budgets.emplace(name, with_name(read_retry_budget(*r), name, r->has("name")));
+  });
+  each("bulkhead", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.bulkheads.emplace(name, with_name(read_bulkhead(*r), name, r->has("name")));
+  });
+  each("timeout", [&](Reader& t, const std::string& name) {
+    const Nanos d = *t.duration(name, kMaxCallDuration);
+    if (d <= Nanos::zero()) t.fail(name, "must be positive (got " + format_duration(d) + ")");
+    p.timeouts.emplace(name, d);
+  });
+  each("fallback", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.fallbacks.emplace(name, read_fallback(*r));
+  });
+  each("pipeline", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    ResilienceConfig c;
+    c.name = name;
+    if (auto* b = named(*r, "breaker", p.breakers, "breaker")) c.breaker = *b;
+    if (auto* v = named(*r, "retry", p.retries, "retry")) c.retry = RetrySpec{*v, 0};
+    if (auto* v = named(*r, "retry_budget", p.retry_budgets, "retry_budget")) c.retry_budget = *v;
+    if (auto* v = named(*r, "bulkhead", p.bulkheads, "bulkhead")) c.bulkhead = *v;
+    if (auto* v = named(*r, "timeout", p.timeouts, "timeout")) c.timeout = *v;
+    if (auto* v = named(*r, "fallback", p.fallbacks, "fallback")) c.fallback = *v;
+    if (auto v = r->choice("breaker_scope", {"call", "attempt"})) {
+      c.breaker_scope = *v == "attempt" ? BreakerScope::attempt : BreakerScope::call;
+    }
+    r->finish();
+    if (c.retry_budget && !c.retry)
+      r->fail("retry_budget", "needs a retry (a budget limits retries)");
+    if (r->has("breaker_scope") && !c.breaker) r->fail("breaker_scope", "needs a breaker");
+    p.pipelines.emplace(name, std::move(c));
+  });
+  each("registry", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    config::RegistrySpec reg;
+    reg.name = name;
+    const std::string kind =
+        r->required(r->choice("kind", {"consecutive", "count", "time"}), "kind");
+    reg.kind = kind_of(kind);
+    const BreakerSpec* policy = named(*r, "policy", p.breakers, "breaker");
+    if (policy == nullptr) r->fail_here("missing required key \"policy\" (a breaker's name)");
+    r->finish();
+    if (policy->window() != reg.kind) {
+      r->fail("policy", "names a breaker of kind = " +
+                            in_quotes(policy->window() == WindowKind::none
+                                          ? "consecutive"
+                                          : std::string(to_string(policy->window()))) +
+                            ", and this registry's kind is " + in_quotes(kind));
+    }
+    reg.policy = *policy;
+    p.registries.emplace(name, std::move(reg));
+  });
+  root.finish(
+      "a configuration file has the sections breaker, retry, retry_budget, bulkhead, "
+      "timeout, fallback, pipeline and registry");
+  return p;
+}
+
+}  // namespace
+}  // namespace bulwark::lab
+
+namespace bulwark::config {
+
+Environment process_environment() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("BULWARK__", 0) != 0) continue;
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace_back(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
+}
+
+Policies parse(std::string_view text, const std::string& source_name, const Environment& env) {
+  toml::table doc = lab::parse_toml(text, source_name);
+  lab::apply_environment(doc, env);
+  std::vector<ConfigError> warnings;
+  lab::Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  root.set_warnings(&warnings);
+  Policies p = lab::read_policies(root);
+  p.warnings = std::move(warnings);
+  return p;
+}
+
+Config::Config(std::string path, Policies policies, Environment env)
+    : path_(std::move(path)),
+      env_(std::move(env)),
+      current_(std::make_shared<const Policies>(std::move(policies))) {}
+
+std::shared_ptr<const Policies> Config::policies() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+std::vector<ConfigError> Config::warnings() const { return policies()->warnings; }
+
+template <class Map>
+auto Config::find(const Map Policies::*map, std::string_view section, std::string_view name) const {
+  const std::shared_ptr<const Policies> p = policies();
+  const Map& m = (*p).*map;
+  const auto it = m.find(name);
+  if (it == m.end()) {
+    std::string names;
+    for (const auto& [n, v] : m) names += (names.empty() ? "" : ", ") + lab::quote_for_error(n);
+    throw ConfigError({p->source}, std::string(section) + "." + lab::escape_for_error(name),
+                      "no such " + std::string(section) + " in the file" +
+                          (names.empty() ? std::string() : " (there are " + names + ")"));
+  }
+  return it->second;
+}
+
+void Config::wrong_kind(std::string_view name, WindowKind kind) const {
+  throw ConfigError(
+      {path_}, "breaker." + lab::escape_for_error(name) + ".kind",
+      "is " +
+          lab::quote_for_error(kind == WindowKind::none ? "consecutive" : lab::to_string(kind)) +
+          ": ask for the breaker type of that kind");
+}
+
+lab::BreakerSpec Config::breaker_spec(std::string_view name) const {
+  return find(&Policies::breakers, "breaker", name);
+}
+RetryConfig Config::retry(std::string_view name) const {
+  return find(&Policies::retries, "retry", name);
+}
+RetryBudgetConfig Config::retry_budget(std::string_view name) const {
+  return find(&Policies::retry_budgets, "retry_budget", name);
+}
+BulkheadConfig Config::bulkhead(std::string_view name) const {
+  return find(&Policies::bulkheads, "bulkhead", name);
+}
+Nanos Config::timeout(std::string_view name) const {
+  return find(&Policies::timeouts, "timeout", name);
+}
+Reasons Config::fallback(std::string_view name) const {
+  return find(&Policies::fallbacks, "fallback", name);
+}
+lab::ResilienceConfig Config::pipeline(std::string_view name) const {
+  return find(&Policies::pipelines, "pipeline", name);
+}
+RegistrySpec Config::registry(std::string_view name) const {
+  return find(&Policies::registries, "registry", name);
+}
+
+std::optional<ConfigError> Config::reload() {
+  try {
+    auto next = std::make_shared<const Policies>(parse(lab::read_file(path_), path_, env_));
+    std::lock_guard lock(mu_);
+    current_ = std::move(next);
+    return std::nullopt;
+  } catch (const ConfigError& e) {
+    return e;
+  }
+}
+
+Config load_file(const std::string& path, Environment env) {
+  Policies p = parse(lab::read_file(path), path, env);
+  return Config(path, std::move(p), std::move(env));
+}
+
+Config load_file(const std::string& path) { return load_file(path, process_environment()); }
+
+}  // namespace bulwark::config
