@@ -1,4 +1,5 @@
 #include <bulwark/circuit_breaker.h>
+#include <bulwark/config/config.h>
 #include <bulwark/lab/config.h>
 #include <bulwark/lab/input_error.h>
 
@@ -22,6 +23,13 @@ int main(int, char** argv) {
   } catch (const bulwark::lab::InputError&) {
     // a misspelt key is refused, naming it
   }
+  // A service's named policies, one of them overridden from the environment.
+  const bulwark::config::Policies policies = bulwark::config::parse(
+      "[breaker.reviews]\nkind = \"count\"\nfailure_rate = 0.3\n[timeout]\nreviews = \"800ms\"\n",
+      "inline", {{"BULWARK__BREAKER__REVIEWS__HALF_OPEN__PROBES", "4"}});
+  bulwark::CountWindowBreaker reviews(
+      policies.breakers.at("reviews").as<bulwark::CountWindowConfig>());
+  ok = ok && reviews.config().half_open.probes == 4 && reviews.config().name == "reviews";
   std::printf("config: %s\n", ok ? "ok" : "failed");
   return ok ? 0 : 1;
 }
