@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bulwark/config/config.h"
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
@@ -603,7 +604,11 @@ TEST(Docs, EveryTomlExampleInConfigurationMdLoads) {
             block.find("\nduration =") != std::string::npos || block.rfind("duration =", 0) == 0;
         const bool breaker_file = block.find("[breaker]") != std::string::npos &&
                                   block.find("[config.") == std::string::npos;
-        if (breaker_file) {
+        const bool policies_file = block.find("[breaker.") != std::string::npos ||
+                                   block.find("[pipeline.") != std::string::npos;
+        if (policies_file) {
+          (void)bulwark::config::parse(block, name);
+        } else if (breaker_file) {
           (void)parse_breaker(block, name);
         } else if (whole_scenario) {
           (void)parse_scenario(block, name);
