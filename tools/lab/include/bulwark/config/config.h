@@ -124,7 +124,8 @@ class Config {
   // the getters return the new values from then on and the result is empty; if not,
   // nothing changes and the result is the error. Runs on the caller's thread; no
   // thread of the library's. Live breakers and registries are not changed by this:
-  // the application applies what it wants from policies().
+  // the application hands them the new values (BreakerPolicy::reconfigure,
+  // BasicRegistry::reconfigure; docs/configuration.md, "Reload").
   std::optional<ConfigError> reload();
 
  private:
