@@ -28,6 +28,10 @@
 #include "bulwark/registry.h"
 #include "process.h"
 
+#ifdef BULWARK_TEST_HTTP
+#include "bulwark/http/client.h"
+#endif
+
 namespace bulwark::lab {
 namespace {
 
@@ -263,10 +267,51 @@ TEST(Calibrate, TheProposalIsABreakerFileThatLoads) {
   EXPECT_DOUBLE_EQ(*tw.failure_rate, value_of(c.keys[0], "failure_rate"));
 }
 
-// What calibrate proposes for a key is a breaker table a service's configuration file
-// takes as it is (under [breaker.NAME]), with no deprecated key, and a registry of that
-// kind of breaker builds from it.
-TEST(Calibrate, TheProposalLoadsThroughTheServiceLibraryAndBuildsARegistry) {
+// What calibrate proposes for a key is a file a service's configuration loads as it is
+// (its one [breaker] table is the policy named by its `name`), with no deprecated key,
+// and a registry of that kind of breaker builds from it.
+TEST(Calibrate, TheProposalLoadsThroughTheServiceLibraryAsItIsAndBuildsARegistry) {
+  Traffic t;
+  t.seconds = 300;
+  const Calibration c = calibrate_text(make_trace({t}, 9), {});
+  const bulwark::config::Config cfg("svc.toml",
+                                    bulwark::config::parse(c.keys[0].breaker_toml, "svc.toml"), {});
+  EXPECT_TRUE(cfg.warnings().empty());
+  const auto proposed = cfg.breaker<bulwark::TimeWindowBreaker>("svc");
+  EXPECT_EQ(proposed.failure_rate,
+            parse_breaker(c.keys[0].breaker_toml, "p.toml").as<TimeWindowConfig>().failure_rate);
+  bulwark::RegistryOptions<std::string, bulwark::TimeWindowBreaker> options;
+  options.name = "hosts";
+  options.breaker = proposed;
+  bulwark::BasicRegistry<std::string, bulwark::TimeWindowBreaker> hosts(std::move(options));
+  EXPECT_EQ(hosts.get("a.example")->config().window.length, proposed.window.length);
+}
+
+#ifdef BULWARK_TEST_HTTP
+// And the HTTP client takes it as it is: a host's breaker is of the proposed kind, with
+// the proposed thresholds.
+TEST(Calibrate, TheProposalConfiguresTheHttpClientAsItIs) {
+  Traffic t;
+  t.seconds = 300;
+  const Calibration c = calibrate_text(make_trace({t}, 9), {});
+  const bulwark::config::Config cfg("svc.toml",
+                                    bulwark::config::parse(c.keys[0].breaker_toml, "svc.toml"), {});
+  const auto proposed = cfg.breaker<bulwark::TimeWindowBreaker>("svc");
+  bulwark::http::Config config;  // (a designated-initializer temporary trips GCC 12's
+  config.name = "svc";           // -Wmaybe-uninitialized at -O3)
+  config.any_breaker = proposed;
+  bulwark::http::Client client(config);
+  const auto breaker = client.breaker_for("http://svc.example/reviews");
+  const auto* typed = breaker.get_if<bulwark::TimeWindowBreaker>();
+  ASSERT_NE(typed, nullptr);
+  EXPECT_EQ(typed->config().failure_rate, proposed.failure_rate);
+  EXPECT_EQ(typed->config().window.length, proposed.window.length);
+  EXPECT_EQ(typed->config().minimum_calls, proposed.minimum_calls);
+}
+#endif
+
+// Beside other policies, the proposal goes under [breaker.NAME], and a registry names it.
+TEST(Calibrate, TheProposalAsANamedPolicyBuildsARegistry) {
   Traffic t;
   t.seconds = 300;
   const Calibration c = calibrate_text(make_trace({t}, 9), {});
@@ -280,14 +325,8 @@ TEST(Calibrate, TheProposalLoadsThroughTheServiceLibraryAndBuildsARegistry) {
                              "svc.toml"),
       {});
   EXPECT_TRUE(cfg.warnings().empty());
-  const auto proposed = cfg.breaker<bulwark::TimeWindowBreaker>("svc");
-  EXPECT_EQ(proposed.failure_rate,
-            parse_breaker(c.keys[0].breaker_toml, "p.toml").as<TimeWindowConfig>().failure_rate);
-  bulwark::RegistryOptions<std::string, bulwark::TimeWindowBreaker> options;
-  options.name = "hosts";
-  options.breaker = cfg.registry("hosts").policy.as<TimeWindowConfig>();
-  bulwark::BasicRegistry<std::string, bulwark::TimeWindowBreaker> hosts(std::move(options));
-  EXPECT_EQ(hosts.get("a.example")->config().window.length, proposed.window.length);
+  EXPECT_EQ(cfg.registry("hosts").policy.as<TimeWindowConfig>().window.length,
+            cfg.breaker<bulwark::TimeWindowBreaker>("svc").window.length);
 }
 
 TEST(Calibrate, TheJsonHoldsWhatTheTextSays) {

@@ -3,7 +3,7 @@
 
 The page is the test's source, not a copy of it:
   - every fenced block whose info string has `title=<file>` (```cmake title=CMakeLists.txt,
-    ```cpp title=main.cc) is written to <work>/<file>;
+    ```toml title=resilience.toml, ```cpp title=main.cc) is written to <work>/<file>;
   - every fenced block whose info string has `output=<case>` is what the program prints in
     that case: each of its lines must appear, in that order, as a whole line of the output
     (a line "..." stands for lines left out; the page's 127.0.0.1:8000 stands for the
@@ -13,7 +13,7 @@ The page is the test's source, not a copy of it:
       down  nothing answers: a loopback port bound but not listening (connections are
             refused, and no other process can take the port meanwhile).
 The project is configured with CMAKE_PREFIX_PATH=<the packaging_install prefix>, built, and
-run once per case. Every step is bounded by a timeout.
+run once per case, with the URL and the path of resilience.toml as its arguments. Every step is bounded by a timeout.
 
 usage: getting_started.py --page P --work W --prefix P --cmake C --cxx C [--launcher L]
 """
@@ -83,7 +83,7 @@ def main():
 
     with open(args.page, encoding="utf-8") as f:
         files, outputs = blocks(f.read())
-    for name in ("CMakeLists.txt", "main.cc"):
+    for name in ("CMakeLists.txt", "resilience.toml", "main.cc"):
         if name not in files:
             fail("%s: no block with title=%s" % (args.page, name))
     for case in ("up", "down"):
@@ -107,6 +107,7 @@ def main():
     run(configure, 120)
     run([args.cmake, "--build", build, "--parallel", "2"], 240)
     program = os.path.join(build, "hello")
+    config = os.path.join(src, "resilience.toml")
 
     # up: a server answering on a free port (retried if another process took it first).
     for _ in range(5):
@@ -131,7 +132,7 @@ def main():
     else:
         fail("could not start python3 -m http.server")
     try:
-        expect("up", outputs["up"], run([program, url], 60), port)
+        expect("up", outputs["up"], run([program, url, config], 60), port)
     finally:
         server.kill()
         server.wait()
@@ -141,7 +142,7 @@ def main():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
         url = "http://127.0.0.1:%d/hello.txt" % port
-        expect("down", outputs["down"], run([program, url], 60), port)
+        expect("down", outputs["down"], run([program, url, config], 60), port)
     print("packaging_getting_started: ok")
 
 

@@ -1549,12 +1549,27 @@ config::Policies read_policies(Reader& root) {
     if (!has_name) c.name = name;
     return c;
   };
-  each("breaker", [&](Reader& t, const std::string& name) {
-    auto r = t.table(name);
+  // A breaker file as the lab writes it (`bulwark calibrate --toml`, `replay --config`):
+  // one [breaker] table of keys, not of named tables, is one policy under its `name`.
+  const toml::node* breaker_section = root.get("breaker");
+  const toml::table* single = breaker_section != nullptr ? breaker_section->as_table() : nullptr;
+  const auto holds_text = [&](std::string_view key) {
+    const toml::node* n = single != nullptr ? single->get(key) : nullptr;
+    return n != nullptr && n->is_string();
+  };
+  if (holds_text("name") || holds_text("kind")) {
+    auto r = root.table("breaker");
     BreakerSpec spec = read_breaker(*r);
-    if (!r->has("name")) std::visit([&](auto& c) { c.name = name; }, spec.config);
-    p.breakers.emplace(name, std::move(spec));
-  });
+    std::string name = spec.name();
+    p.breakers.emplace(std::move(name), std::move(spec));
+  } else {
+    each("breaker", [&](Reader& t, const std::string& name) {
+      auto r = t.table(name);
+      BreakerSpec spec = read_breaker(*r);
+      if (!r->has("name")) std::visit([&](auto& c) { c.name = name; }, spec.config);
+      p.breakers.emplace(name, std::move(spec));
+    });
+  }
   each("retry", [&](Reader& t, const std::string& name) {
     auto r = t.table(name);
     RetrySpec spec = read_retry(*r);
