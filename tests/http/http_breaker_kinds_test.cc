@@ -197,6 +197,41 @@ TEST(HttpBreakerKinds, AnInvalidBreakerOfAnyKindIsRefused) {
   EXPECT_THROW(Client{c}, InvalidConfig);
 }
 
+// A reloaded configuration reaches the breakers of a live client: the failures already
+// counted stay counted and the next one is judged by the new threshold. Another kind of
+// breaker is refused and changes nothing. Both clients.
+TEST(HttpBreakerKinds, NewThresholdsReachTheLiveBreakers) {
+  Upstream up([](int, const httplib::Request&, httplib::Response& res) { res.status = 503; });
+  Config c;
+  c.name = "live";
+  c.any_breaker = BreakerConfig{.name = "live", .consecutive_failures = 5, .open_duration = 1h};
+  c.retry = RetryConfig{.name = "live", .max_attempts = 1};
+  Client client(c);
+  (void)client.get(up.url("/a"));
+  (void)client.get(up.url("/b"));
+  const BreakerRef breaker = client.breaker_for(up.url("/"));
+  EXPECT_EQ(breaker->state(), State::closed);  // 2 of 5
+  EXPECT_THROW(client.reconfigure(CountWindowConfig{.name = "live"}), InvalidConfig);
+  EXPECT_THROW(client.reconfigure(BreakerConfig{.name = "live", .consecutive_failures = 0}),
+               InvalidConfig);
+  (void)client.get(up.url("/c"));
+  EXPECT_EQ(breaker->state(), State::closed) << "3 of 5: the refused changes changed nothing";
+  client.reconfigure(BreakerConfig{.name = "live", .consecutive_failures = 4, .open_duration = 1h});
+  (void)client.get(up.url("/d"));
+  EXPECT_EQ(breaker->state(), State::open) << "the 4th failure meets the new threshold";
+
+  ::asio::io_context io;
+  AsyncClient async(io.get_executor(), c);
+  const BreakerRef async_breaker = async.breaker_for(up.url("/"));
+  EXPECT_THROW(async.reconfigure(TimeWindowConfig{.name = "live"}), InvalidConfig);
+  async.reconfigure(BreakerConfig{.name = "live", .consecutive_failures = 1, .open_duration = 1h});
+  ::asio::co_spawn(
+      io, [&]() -> ::asio::awaitable<void> { (void)co_await async.async_get(up.url("/x")); },
+      ::asio::detached);
+  io.run();
+  EXPECT_EQ(async_breaker->state(), State::open);
+}
+
 // The fallback answers for a failing key, in both clients: once for a request whose
 // attempts failed (kind "failed"), once for one the open breaker refused ("rejected");
 // a key it declines (nullopt) keeps its error; a fallback that fails leaves the

@@ -1117,6 +1117,8 @@ Subscription Client::subscribe(EventMask kinds, EventListener listener) {
   return impl_->hosts.events().subscribe(kinds, std::move(listener));
 }
 
+void Client::reconfigure(const AnyBreakerConfig& next) { impl_->hosts.reconfigure(next); }
+
 BreakerRef Client::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);
   if (!u) return nullptr;
@@ -1547,6 +1549,8 @@ AsyncClient::~AsyncClient() {
                                                                         Context ctx) {
   return Impl::run(impl_, std::move(request), std::move(ctx));
 }
+
+void AsyncClient::reconfigure(const AnyBreakerConfig& next) { impl_->core.hosts.reconfigure(next); }
 
 BreakerRef AsyncClient::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);

@@ -146,6 +146,21 @@ class Hosts {
   Entry get(const std::string& key) {
     return visit([&](auto& r) { return Entry{r.get(key)}; });
   }
+  // New thresholds for every key's breaker (BasicRegistry::reconfigure). Throws
+  // InvalidConfig, changing nothing, for another kind of breaker than the client's.
+  void reconfigure(const AnyBreakerConfig& next) {
+    visit([&](auto& r) {
+      using Wanted = typename std::decay_t<decltype(r)>::Config;
+      const Wanted* c = std::get_if<Wanted>(&next);
+      if (c == nullptr) {
+        throw InvalidConfig(ConfigError{
+            "http client", "any_breaker",
+            "must be of the breaker kind the client was built with (BreakerConfig, "
+            "CountWindowConfig or TimeWindowConfig): a live client keeps its breakers' kind"});
+      }
+      r.reconfigure(*c);
+    });
+  }
   // Every key's breaker transitions (and rejections, key creation...), with the key.
   EventHub& events() noexcept {
     return visit([](auto& r) -> EventHub& { return r.events(); });

@@ -114,6 +114,9 @@ class AsyncClient {
   // the key). Thread-safe: any thread; the breaker's readers are too.
   BreakerRef breaker_for(const std::string& url, const std::string& route = {});
 
+  // As Client::reconfigure (client.h): new thresholds for every key's breaker, live.
+  void reconfigure(const AnyBreakerConfig& next);
+
   // As Client::on_transition and Client::subscribe (client.h): every breaker's
   // transitions (or the events of `kinds`), with the origin as Event::key. A listener
   // runs on the executor's thread, inside the request whose outcome caused the

@@ -402,6 +402,15 @@ class Client {
   // create the key). Thread-safe: any thread; the breaker's readers are too.
   BreakerRef breaker_for(const std::string& url, const std::string& route = {});
 
+  // New thresholds for every host's (or route's) breaker, for new calls, keeping each
+  // breaker's state, counts and permits in flight (BreakerPolicy::reconfigure says what
+  // may change): how a service applies a reloaded configuration file
+  // (bulwark::config::Config::reload). `next` must be of the breaker kind the client was
+  // built with (a CountWindowConfig for Config::breaker). Throws InvalidConfig, changing
+  // nothing, if it is not valid, of another kind, or changes what a live breaker keeps.
+  // Thread-safe: any thread, while requests run. Cost: a validation and an allocation.
+  void reconfigure(const AnyBreakerConfig& next);
+
   // Calls `listener` on every state change of every host's (or route's) breaker, so a
   // service can log them without polling: Event (observe.h) with key = the breaker's
   // registry key (the origin "scheme://host:port", or origin and route with
