@@ -201,6 +201,8 @@ class Simulation {
       retry_.emplace(std::move(rc));
       if (config.retry_budget) budget_.emplace(*config.retry_budget, clock_);
     }
+    if (scenario.dependency.server) server_ = &*scenario.dependency.server;
+    for (const Phase& p : scenario.dependency.phases) varying_rate_ |= p.arrival_rate.has_value();
     arrivals_rng_ = SplitMix64(scenario.seed ^ 0x243F6A8885A308D3ull);
     draws_seed_ = draws_seed(scenario.seed);
     result_.timeline.push_back(TimelineStep{});
@@ -262,6 +264,7 @@ class Simulation {
         dispatch(e);
       }
     }
+    if (server_) summarize_load(end);
     result_.p50 = latency_.quantile(0.50);
     result_.p99 = latency_.quantile(0.99);
     result_.max = latency_.max();
@@ -284,7 +287,14 @@ class Simulation {
   ManualClock& clock() noexcept { return clock_; }
 
  private:
-  enum class Kind : std::uint8_t { arrival, attempt_done, retry, wait_expired, page_done };
+  enum class Kind : std::uint8_t {
+    arrival,
+    attempt_done,
+    retry,
+    wait_expired,
+    page_done,
+    server_done
+  };
 
   struct Event {
     Ticks t;
@@ -431,6 +441,9 @@ class Simulation {
       case Kind::page_done:
         if (live(e)) page_done(e.req, e.t, e.result);
         break;
+      case Kind::server_done:
+        on_server_done(e);
+        break;
     }
   }
 
@@ -451,6 +464,7 @@ class Simulation {
         break;
       case Kind::attempt_done:
       case Kind::retry:
+      case Kind::server_done:
         heap_push(e);
         break;
       case Kind::arrival:
@@ -489,9 +503,19 @@ class Simulation {
   // ---- the request's way ---------------------------------------------------------
 
   void schedule_next_arrival() {
-    const double rate = scenario_.arrivals.rate;
+    double rate = scenario_.arrivals.rate;
     double at = 0;
-    if (scenario_.arrivals.process == ArrivalProcess::constant) {
+    if (varying_rate_) {
+      // Phases set the rate: each gap at the rate in effect now (the last arrival's).
+      rate = phase_at(clock_.now().time_since_epoch().count()).arrival_rate.value_or(rate);
+      if (scenario_.arrivals.process == ArrivalProcess::constant) {
+        at = next_poisson_;
+        next_poisson_ += 1e9 / rate;
+      } else {
+        next_poisson_ += -std::log1p(-unit_interval(arrivals_rng_())) * 1e9 / rate;
+        at = next_poisson_;
+      }
+    } else if (scenario_.arrivals.process == ArrivalProcess::constant) {
       at = static_cast<double>(arrival_index_) * 1e9 / rate;
     } else {
       next_poisson_ += -std::log1p(-unit_interval(arrivals_rng_())) * 1e9 / rate;
@@ -569,6 +593,7 @@ class Simulation {
     if (n > 1) ++result_.retries;
     const Phase& phase = phase_at(t);
     SplitMix64 g = draws_for_mixed(draws_seed_, r.index, n);
+    if (server_) return submit(id, t, phase, g);
     bool failed = unit_interval(g()) < phase.error_rate;
     Nanos took = sample(phase.latency, g);
     bool timed_out = false;
@@ -588,6 +613,9 @@ class Simulation {
 
   void on_attempt_done(const Event& e) {
     Request& r = requests_[e.req];
+    // With a server, the answer and the timeout race: the first one ends the attempt
+    // and the other is stale from here on.
+    if (server_) ++r.gen;
     --in_flight_;
     const Outcome outcome = e.failed ? Outcome::failure : Outcome::success;
     if constexpr (kHasBreaker) {
@@ -672,6 +700,7 @@ class Simulation {
     latency_.add(Nanos(t - r.arrived));
     switch (result) {
       case PageResult::full:
+        if (server_) success_latency_.add(Nanos(t - r.arrived));
         ++result_.served_full, ++step().full;
         break;
       case PageResult::degraded:
@@ -682,6 +711,98 @@ class Simulation {
         break;
     }
     release(id);
+  }
+
+  // ---- the server ------------------------------------------------------------------
+
+  struct Job {
+    Ticks service = 0;
+    std::uint32_t req = 0;
+    std::uint32_t gen = 0;
+    bool failed = false;
+  };
+
+  // The attempt goes to the server: served now by a free worker, queued, or refused.
+  void submit(std::uint32_t id, Ticks t, const Phase& phase, SplitMix64& g) {
+    Request& r = requests_[id];
+    const bool failed = unit_interval(g()) < phase.error_rate;
+    const Nanos service =
+        sample(phase.service_time ? *phase.service_time : server_->service_time, g);
+    r.attempt_started = t;
+    ++in_flight_;
+    note_levels();
+    ++result_.calls;
+    ++step().calls;
+    if (phase.degraded) ++result_.calls_while_degraded;
+    const Job job{service.count(), id, r.gen, failed};
+    pump(t);
+    if (server_busy_ < capacity(phase) && queued_ == 0) {
+      serve(job, t);
+    } else if (queued_ < server_->queue) {
+      queue_.push(job);
+      ++queued_;
+      result_.peak_queued = std::max(result_.peak_queued, queued_);
+    } else {
+      ++result_.refused;  // refused at once: a fast failure
+      return push(t, id, Kind::attempt_done, true, false);
+    }
+    if (config_.timeout)
+      push(saturating_add(t, config_.timeout->count()), id, Kind::attempt_done, true, true);
+  }
+
+  std::uint32_t capacity(const Phase& phase) const {
+    return phase.workers.value_or(server_->workers);
+  }
+
+  void serve(const Job& job, Ticks t) {
+    ++server_busy_;
+    heap_push(Event{saturating_add(t, job.service), seq_++, job.req, job.gen, Kind::server_done,
+                    job.failed});
+  }
+
+  // Queued attempts take the workers free (the phase's number may have grown).
+  void pump(Ticks t) {
+    const std::uint32_t n = capacity(phase_at(t));
+    while (queued_ > 0 && server_busy_ < n) {
+      const Job job = queue_.front();
+      queue_.pop();
+      --queued_;
+      serve(job, t);
+    }
+  }
+
+  void on_server_done(const Event& e) {
+    --server_busy_;
+    if (live(e)) {
+      on_attempt_done(e);
+    } else {
+      ++result_.wasted;  // the caller gave up on it (or the page is over)
+    }
+    pump(e.t);
+  }
+
+  // Goodput after the trigger, the successful pages' p99 and the goal.
+  void summarize_load(Ticks end) {
+    result_.success_p99 = success_latency_.quantile(0.99);
+    if (!scenario_.degraded_from()) return;
+    const Ticks trigger_end = scenario_.degraded_until().count();
+    if (trigger_end < end) {
+      const auto& steps = result_.timeline;
+      std::size_t from = steps.size();
+      for (std::size_t i = steps.size(); i-- > 0;) {
+        if (steps[i].start.count() < trigger_end) break;
+        if (20 * steps[i].full < 19 * steps[i].arrivals) break;
+        from = i;
+      }
+      if (from < steps.size())
+        result_.recovered_after = Nanos(steps[from].start.count() - trigger_end);
+    }
+    if (config_.goal) {
+      result_.goal_met = config_.goal->overloaded_to_end
+                             ? !result_.recovered_after
+                             : result_.recovered_after &&
+                                   *result_.recovered_after <= *config_.goal->recover_within;
+    }
   }
 
   // ---- bookkeeping ---------------------------------------------------------------
@@ -783,6 +904,14 @@ class Simulation {
   std::uint64_t seq_ = 0;
   std::uint32_t in_flight_ = 0;
   std::uint32_t busy_ = 0;
+
+  // The server (none without [dependency.server]).
+  const Server* server_ = nullptr;
+  Fifo<Job> queue_;
+  std::uint32_t queued_ = 0;
+  std::uint32_t server_busy_ = 0;
+  Histogram success_latency_;
+  bool varying_rate_ = false;
 };
 
 }  // namespace bulwark::lab::detail

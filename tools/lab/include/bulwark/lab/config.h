@@ -75,9 +75,11 @@ inline constexpr Nanos kMaxScenarioDuration = std::chrono::hours(24 * 30);
 inline constexpr std::uint32_t kMaxAttempts = 100;  // retry.max_attempts
 inline constexpr double kMaxMultiplier = 1000;      // open_duration_multiplier, backoff
 inline constexpr std::uint32_t kMaxMinimumCalls = 1'000'000;
-inline constexpr std::uint32_t kMaxConcurrent = 1'000'000;  // bulkhead.max_concurrent
-inline constexpr std::uint32_t kMaxWorkers = 1'000'000;     // caller.workers
-inline constexpr double kMaxRate = 1e6;                     // arrivals.rate, per second
+inline constexpr std::uint32_t kMaxConcurrent = 1'000'000;     // bulkhead.max_concurrent
+inline constexpr std::uint32_t kMaxWorkers = 1'000'000;        // caller.workers
+inline constexpr std::uint32_t kMaxServerWorkers = 1'000'000;  // dependency.server.workers
+inline constexpr std::uint32_t kMaxServerQueue = 1'000'000;    // dependency.server.queue
+inline constexpr double kMaxRate = 1e6;                        // arrivals.rate, per second
 inline constexpr std::size_t kMaxPhases = 1000;
 inline constexpr std::size_t kMaxConfigurations = 16;
 inline constexpr std::uint32_t kMaxInstances = 10000;  // fleet.instances
@@ -114,6 +116,14 @@ struct RetrySpec {
 };
 
 // One named way of calling the dependency: the pipeline's stages, each optional.
+// What a configuration is expected to do once the trigger (the degraded phases) is
+// over, with a server dependency: be back to full goodput within `recover_within`, or
+// (to show a metastable failure) still be overloaded at the scenario's end.
+struct LoadGoal {
+  std::optional<Nanos> recover_within{};
+  bool overloaded_to_end = false;
+};
+
 struct ResilienceConfig {
   std::string name;
   std::optional<Nanos> timeout;  // per attempt; none: the call takes what it takes
@@ -125,6 +135,7 @@ struct ResilienceConfig {
   std::optional<Reasons> fallback;                // the reasons a degraded page answers
   // Report when the breaker has been away from CLOSED this long (the "open too long" alert).
   std::optional<Nanos> alert_when_open_for;
+  std::optional<LoadGoal> goal{};  // [config.NAME.goal]: checked and reported after the run
 };
 
 enum class ArrivalProcess : std::uint8_t { constant, poisson };
@@ -160,11 +171,29 @@ struct Phase {
   Latency latency;
   double error_rate = 0;
   bool degraded = false;  // counts for "time to open" and "calls while degraded"
+  // With a server (Dependency::server): its workers and service time while the phase
+  // runs (none: the server's own). `latency` is then the service time, for reports.
+  std::optional<std::uint32_t> workers{};
+  std::optional<Latency> service_time{};
+  // The arrival rate while the phase runs (none: the scenario's [arrivals] rate).
+  std::optional<double> arrival_rate{};
+};
+
+// A dependency with finite capacity ([dependency.server]): `workers` serve attempts
+// first come first served, each for a service time drawn from `service_time`; up to
+// `queue` more wait in a FIFO; an attempt that finds the queue full is refused at once
+// (a failure). A caller's timeout abandons the attempt, but the server still serves it
+// when its turn comes (wasted work). Latency is then queueing plus service time.
+struct Server {
+  std::uint32_t workers = 0;  // >= 1
+  std::uint32_t queue = 0;    // 0: nothing waits
+  Latency service_time;
 };
 
 struct Dependency {
   std::string name = "dependency";
-  std::vector<Phase> phases;  // the first starts at 0; starts strictly increase
+  std::vector<Phase> phases;       // the first starts at 0; starts strictly increase
+  std::optional<Server> server{};  // none: each attempt takes its phase's latency
 };
 
 // A window of time during which the fleet's store is down: every exchange fails.
