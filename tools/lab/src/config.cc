@@ -1295,6 +1295,19 @@ Scenario load_scenario_file(const std::string& path) {
 
 Scenario builtin_scenario() { return parse_scenario(builtin_scenario_toml(), "built-in"); }
 
+Scenario builtin_scenario(std::string_view name, const std::string& field) {
+  const std::string_view text = builtin_scenario_toml(name);
+  if (text.empty()) {
+    std::string names;
+    for (std::string_view n : kBuiltinScenarioNames)
+      names += (names.empty() ? "" : ", ") + in_quotes(n);
+    throw InputError(
+        {}, field, "no built-in scenario named " + in_quotes(name) + " (there are " + names + ")");
+  }
+  if (name == "incident") return builtin_scenario();
+  return parse_scenario(text, "built-in " + std::string(name));
+}
+
 BreakerSpec parse_breaker(std::string_view text, const std::string& source_name) {
   const toml::table doc = parse_toml(text, source_name);
   Reader root(doc, "", std::make_shared<const std::string>(source_name));

@@ -130,8 +130,8 @@ void write_scenario(std::ostream& out, const Scenario& s) {
   out << "\n";
 }
 
-// The configurations' LoadGoals, one line each (full goodput: every timeline step
-// from then on serves 95 % of its arrivals fully).
+// The configurations' LoadGoals, one line each (full goodput: in every timeline step
+// from then on, 95 % of the pages done were served fully).
 void write_load_goals(std::ostream& out, const SimulationResult& r) {
   bool first = true;
   for (std::size_t i = 0; i < r.configurations.size(); ++i) {

@@ -729,8 +729,7 @@ class Simulation {
     const Nanos service =
         sample(phase.service_time ? *phase.service_time : server_->service_time, g);
     r.attempt_started = t;
-    ++in_flight_;
-    note_levels();
+    ++in_flight_;  // until its attempt_done, even a refused one's at once
     ++result_.calls;
     ++step().calls;
     if (phase.degraded) ++result_.calls_while_degraded;
@@ -743,9 +742,10 @@ class Simulation {
       ++queued_;
       result_.peak_queued = std::max(result_.peak_queued, queued_);
     } else {
-      ++result_.refused;  // refused at once: a fast failure
+      ++result_.refused;  // refused at once: a fast failure, never in flight for long
       return push(t, id, Kind::attempt_done, true, false);
     }
+    note_levels();
     if (config_.timeout)
       push(saturating_add(t, config_.timeout->count()), id, Kind::attempt_done, true, true);
   }
@@ -791,7 +791,8 @@ class Simulation {
       std::size_t from = steps.size();
       for (std::size_t i = steps.size(); i-- > 0;) {
         if (steps[i].start.count() < trigger_end) break;
-        if (20 * steps[i].full < 19 * steps[i].arrivals) break;
+        const TimelineStep& st = steps[i];
+        if (20 * st.full < 19 * (st.full + st.degraded + st.failed + st.lost)) break;
         from = i;
       }
       if (from < steps.size())

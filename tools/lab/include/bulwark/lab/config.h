@@ -294,6 +294,15 @@ Scenario parse_scenario(std::string_view toml, const std::string& source_name);
 std::string_view builtin_scenario_toml();
 Scenario builtin_scenario();
 
+// The built-in scenarios by name: "incident" (the above), "overload"
+// (tools/examples/overload.toml: traffic ramps past a server's capacity) and
+// "retry-storm" (tools/examples/retry_storm.toml: a short trigger and unbudgeted
+// retries keep a server overloaded). An unknown name: empty text, and InputError
+// naming `field` with the names there are.
+std::string_view builtin_scenario_toml(std::string_view name);
+Scenario builtin_scenario(std::string_view name, const std::string& field = "--builtin");
+inline constexpr std::string_view kBuiltinScenarioNames[] = {"incident", "overload", "retry-storm"};
+
 // Reads a file whose only table is [breaker] (what `bulwark replay --config` takes;
 // "-": standard input). Throws InputError.
 BreakerSpec load_breaker_file(const std::string& path);

@@ -132,7 +132,8 @@ struct ConfigurationResult {
   std::uint32_t peak_queued = 0;      // attempts waiting in the server's queue
   Nanos success_p99 = Nanos::zero();  // page latency of the pages served fully
   // From the end of the trigger (Scenario::degraded_until) to the start of the first
-  // timeline step from which every step serves at least 95 % of its arrivals fully;
+  // timeline step from which, in every step, at least 95 % of the pages done (and the
+  // requests lost) were served fully;
   // empty when that never happens (still overloaded at the end) or with no trigger.
   std::optional<Nanos> recovered_after;
   // The configuration's LoadGoal, checked (empty without one).
