@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <string>
 #include <type_traits>
 
 namespace bulwark {
@@ -99,6 +100,11 @@ void append_logfmt(std::string& out, const Event& e) {
         } else if constexpr (std::is_same_v<T, BulkheadRejectionInfo>) {
           append_field(line, "component", "bulkhead");
           append_field(line, "reason", to_string(info.reason));
+        } else if constexpr (std::is_same_v<T, RetryInfo>) {
+          append_field(line, "attempt", std::to_string(info.attempt));
+          append_field(line, "retry_after", to_string(info.retry_after));
+          if (info.retry_after == RetryAfterUse::honoured)
+            append_seconds(line, "delay", info.retry_after_delay.count());
         } else if constexpr (std::is_same_v<T, KeyInfo>) {
           if (e.kind == EventKind::key_evicted) append_seconds(line, "idle", info.idle.count());
         }

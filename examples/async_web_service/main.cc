@@ -10,7 +10,16 @@
 //                        (retries exhausted, budget spent, bulkhead full, deadline).
 //                  A per-attempt timeout cancels the upstream request (its socket is
 //                  closed), and so does the client hanging up.
-//   GET /metrics   the Prometheus exposition of the breaker, bulkhead, retry and budget
+//   GET /metrics   the Prometheus exposition of the breaker, bulkhead, retry and budget,
+//                  and of the service's load shedder
+//   GET /health    200 "ok"
+//
+// Every request passes the service's LoadShedder first, its entry point protection:
+// at most 256 requests served at once, /health as critical (the last slots are kept
+// for it), the others normal, each with its 1 s deadline; a refusal is 503 with
+// Retry-After. The io thread must never block, so it admits with try_acquire(): the
+// excess is refused at once instead of queueing (the shedder's queue is for servers
+// with a thread per request, as examples/web_service).
 //
 // No thread waits for anything: a slow upstream costs coroutine frames, not threads.
 // The upstream runs in the same process and io_context, on its own port, and can be
@@ -39,6 +48,7 @@
 #include <string_view>
 
 #include "bulwark/asio/pipeline.h"
+#include "bulwark/load_shedder.h"
 #include "bulwark/prometheus.h"
 #include "bulwark/registry.h"
 
@@ -236,7 +246,8 @@ class Service {
         upstream_(upstream),
         acceptor_(io, {::asio::ip::address_v4::loopback(), port}),
         deps_(dependencies()),
-        reviews_(deps_.get("reviews")) {
+        reviews_(deps_.get("reviews")),
+        shedder_({.name = "async_web_service", .max_queue = 0}, bulwark::FixedLimit(256)) {
     ::asio::co_spawn(io, accept(), ::asio::detached);
   }
   std::uint16_t port() const { return acceptor_.local_endpoint().port(); }
@@ -259,12 +270,30 @@ class Service {
       if (bad) co_await respond(socket, 400, "Bad Request", "not an HTTP/1.1 request head\n");
       co_return;
     }
-    if (request->method == "GET" && request->path == "/reviews") {
+    // The entry point's protection: the permit is held until the session ends.
+    const bulwark::Context ctx(bulwark::SteadyClock{}, {},
+                               bulwark::Deadline::after(bulwark::SteadyClock{}, 1s));
+    const auto priority =
+        request->path == "/health" ? bulwark::Priority::critical : bulwark::Priority::normal;
+    auto admitted = shedder_.try_acquire(ctx, priority);
+    if (!admitted) {
+      const auto& refusal = admitted.error();
+      co_await respond(
+          socket, shedder_.config().http_status, "Service Unavailable",
+          "overloaded (" + std::string(to_string(refusal.reason)) + ")\n",
+          "Retry-After: " + std::to_string(bulwark::retry_after_seconds(refusal.retry_after)) +
+              "\r\n");
+      co_return;
+    }
+    if (request->method == "GET" && request->path == "/health") {
+      co_await respond(socket, 200, "OK", "ok\n");
+    } else if (request->method == "GET" && request->path == "/reviews") {
       // The client hanging up cancels the call, and with it the upstream request.
       co_await (reviews(socket) || client_gone(socket));
     } else if (request->method == "GET" && request->path == "/metrics") {
       std::ostringstream out;
       bulwark::prometheus::write(out, deps_);
+      bulwark::prometheus::write_load_shedder(out, "async_web_service", shedder_.snapshot());
       co_await respond(socket, 200, "OK", out.str(), {}, "text/plain; version=0.0.4");
     } else if (request->method == "POST" && request->path.rfind("/upstream/", 0) == 0) {
       const std::string_view what = std::string_view(request->path).substr(10);
@@ -277,7 +306,7 @@ class Service {
         co_await respond(socket, 404, "Not Found", "POST /upstream/fail, /slow or /heal\n");
       }
     } else {
-      co_await respond(socket, 404, "Not Found", "GET /reviews or /metrics\n");
+      co_await respond(socket, 404, "Not Found", "GET /reviews, /health or /metrics\n");
     }
   }
 
@@ -327,6 +356,7 @@ class Service {
   tcp::acceptor acceptor_;
   Dependencies deps_;
   Dependencies::Handle reviews_;
+  bulwark::LoadShedder shedder_;
 };
 
 // ---------------------------------------------------------------------------
@@ -361,13 +391,16 @@ awaitable<void> demo(Service& service, Upstream& upstream) {
   upstream.set(Health::healthy);
   co_await get("healthy again");
   std::printf("upstream requests abandoned by their cancelled callers: %d\n", upstream.abandoned());
+  Response h = co_await http_get(service.port(), "/health");
+  std::printf("GET /health -> %d\n", h.status);
   Response m = co_await http_get(service.port(), "/metrics");
   std::printf("GET /metrics -> %d, e.g.:\n", m.status);
   std::istringstream lines(m.body);
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("bulwark_bulkhead_max_allowed", 0) == 0 ||
         line.rfind("bulwark_circuitbreaker_calls_total", 0) == 0 ||
-        line.rfind("bulwark_retry_retries_total", 0) == 0) {
+        line.rfind("bulwark_retry_retries_total", 0) == 0 ||
+        line.rfind("bulwark_load_shedder_admitted_total", 0) == 0) {
       std::printf("  %s\n", line.c_str());
     }
   }

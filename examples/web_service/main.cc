@@ -9,7 +9,14 @@
 //                    200 with a degraded page when the upstream failed otherwise
 //                        (retries exhausted, budget spent, bulkhead full, deadline).
 //   GET /metrics   the Prometheus exposition of the client: the host's breaker,
-//                  bulkhead, retry and budget, and the client's counters
+//                  bulkhead, retry and budget, and the client's counters; and of the
+//                  service's load shedder
+//   GET /health    200 "ok"
+//
+// Every route runs behind a LoadShedder, the service's own entry point protection: at
+// most 64 requests served at once, /health as critical (never refused while other
+// routes are served: the last slots are kept for it), the others normal; the excess
+// waits in a short controlled-delay queue or is refused with 503 and Retry-After.
 //
 // The upstream runs in the same process, on its own port, and can be broken and
 // healed: POST /upstream/fail, POST /upstream/heal. (The server, cpp-httplib, answers
@@ -35,6 +42,7 @@
 #include <thread>
 
 #include "bulwark/http/client.h"
+#include "bulwark/load_shedder.h"
 
 using namespace std::chrono_literals;
 
@@ -107,6 +115,28 @@ void serve_reviews(bulwark::http::Client& reviews, const std::string& url, httpl
   }
 }
 
+// Runs `handler` behind the shedder: a refusal is a 503 with Retry-After (and the
+// reason, for people reading the response). Each request gets the service's own
+// deadline of 1 s, so one the service could not finish in time is refused at once.
+template <class Handler>
+httplib::Server::Handler shed(bulwark::LoadShedder& shedder, bulwark::Priority priority,
+                              Handler handler) {
+  return [&shedder, priority, handler](const httplib::Request& req, httplib::Response& res) {
+    const auto ctx = bulwark::Context(bulwark::SteadyClock{}).with_timeout(1s);
+    auto admitted = shedder.acquire(ctx, priority);
+    if (!admitted) {
+      const auto& refusal = admitted.error();
+      res.status = shedder.config().http_status;
+      res.set_header("Retry-After",
+                     std::to_string(bulwark::retry_after_seconds(refusal.retry_after)));
+      res.set_content("overloaded (" + std::string(to_string(refusal.reason)) + ")\n",
+                      "text/plain");
+      return;
+    }
+    handler(req, res);
+  };  // the permit goes back here: the service time is sampled
+}
+
 // The tour: each step's expected status and breaker state; false if one differs.
 bool demo(int port, Upstream& upstream, bulwark::http::Client& reviews, const std::string& url) {
   httplib::Client client("127.0.0.1", port);
@@ -135,6 +165,9 @@ bool demo(int port, Upstream& upstream, bulwark::http::Client& reviews, const st
   std::this_thread::sleep_for(2100ms);
   get("probe succeeds, breaker closes", 200, State::closed);
   get("healthy again", 200, State::closed);
+  auto health = client.Get("/health");
+  std::printf("GET /health -> %d\n", health ? health->status : 0);
+  if (!health || health->status != 200) as_expected = false;
 
   auto metrics = client.Get("/metrics");
   std::printf("GET /metrics -> %d, e.g.:\n", metrics ? metrics->status : 0);
@@ -143,7 +176,8 @@ bool demo(int port, Upstream& upstream, bulwark::http::Client& reviews, const st
   for (std::string line; std::getline(lines, line);) {
     if (line.rfind("bulwark_circuitbreaker_calls_total", 0) == 0 ||
         line.rfind("bulwark_retry_retries_total", 0) == 0 ||
-        line.rfind("bulwark_http_client_requests_total", 0) == 0) {
+        line.rfind("bulwark_http_client_requests_total", 0) == 0 ||
+        line.rfind("bulwark_load_shedder_admitted_total", 0) == 0) {
       std::printf("  %s\n", line.c_str());
       ++shown;
     }
@@ -169,23 +203,34 @@ int main(int argc, char** argv) {
   Upstream upstream;
   const std::string url = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/reviews";
   bulwark::http::Client reviews(reviews_config());
+  bulwark::LoadShedder shedder({.name = "web_service", .max_queue = 64}, bulwark::FixedLimit(64));
+  using bulwark::Priority;
   httplib::Server server;
-  server.Get("/reviews", [&](const httplib::Request&, httplib::Response& res) {
-    serve_reviews(reviews, url, res);
-  });
-  server.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    std::ostringstream out;
-    reviews.write_metrics(out);
-    res.set_content(out.str(), "text/plain; version=0.0.4");
-  });
-  server.Post("/upstream/fail", [&](const httplib::Request&, httplib::Response& res) {
-    upstream.set_failing(true);
-    res.set_content("upstream now fails\n", "text/plain");
-  });
-  server.Post("/upstream/heal", [&](const httplib::Request&, httplib::Response& res) {
-    upstream.set_failing(false);
-    res.set_content("upstream healed\n", "text/plain");
-  });
+  server.Get("/reviews",
+             shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
+               serve_reviews(reviews, url, res);
+             }));
+  server.Get("/health",
+             shed(shedder, Priority::critical, [](const httplib::Request&, httplib::Response& res) {
+               res.set_content("ok\n", "text/plain");
+             }));
+  server.Get("/metrics",
+             shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
+               std::ostringstream out;
+               reviews.write_metrics(out);
+               bulwark::prometheus::write_load_shedder(out, "web_service", shedder.snapshot());
+               res.set_content(out.str(), "text/plain; version=0.0.4");
+             }));
+  server.Post("/upstream/fail",
+              shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
+                upstream.set_failing(true);
+                res.set_content("upstream now fails\n", "text/plain");
+              }));
+  server.Post("/upstream/heal",
+              shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
+                upstream.set_failing(false);
+                res.set_content("upstream healed\n", "text/plain");
+              }));
 
   if (run_demo) {
     const int bound = server.bind_to_any_port("127.0.0.1");

@@ -18,7 +18,8 @@
 // flapping from its breakers, rejections by its breakers (try_acquire) and by the
 // per-key bulkheads it builds, fallbacks of pipeline stages given a Handle
 // (`bulwark::fallback(f).counted_by(handle)`), key creation and eviction. Outside a
-// registry, forward_transitions() feeds a hub from a breaker policy.
+// registry, forward_transitions() feeds a hub from a breaker policy. bulwark::http's
+// clients also emit `retry` (RetryInfo) on their registry's hub.
 //
 // Events are delivered synchronously, on the thread whose request caused them, after
 // the change is visible and while no bulwark lock is held; a listener that throws is
@@ -61,8 +62,9 @@ enum class EventKind : std::uint8_t {
   flapping = 3,     // a breaker started or stopped flapping (opening again and again)
   key_created = 4,  // a registry created the entry for a key
   key_evicted = 5,  // a registry evicted an idle key
+  retry = 6,        // a failed attempt is tried again (RetryInfo; bulwark::http's clients)
 };
-inline constexpr int kEventKindCount = 6;
+inline constexpr int kEventKindCount = 7;
 
 constexpr std::string_view to_string(EventKind k) noexcept {
   switch (k) {
@@ -78,6 +80,8 @@ constexpr std::string_view to_string(EventKind k) noexcept {
       return "key_created";
     case EventKind::key_evicted:
       return "key_evicted";
+    case EventKind::retry:
+      return "retry";
   }
   return "unknown";
 }
@@ -129,6 +133,32 @@ struct BulkheadRejectionInfo {
   BulkheadRejectReason reason;
 };
 
+// What a retry made of the failed attempt's Retry-After.
+enum class RetryAfterUse : std::uint8_t {
+  none = 0,      // none was sent: the backoff applied
+  honoured = 1,  // it replaced the backoff
+  ignored = 2,   // malformed, too long or sent twice: the backoff applied
+};
+
+constexpr std::string_view to_string(RetryAfterUse u) noexcept {
+  switch (u) {
+    case RetryAfterUse::none:
+      return "none";
+    case RetryAfterUse::honoured:
+      return "honoured";
+    case RetryAfterUse::ignored:
+      return "ignored";
+  }
+  return "unknown";
+}
+
+// A failed attempt is tried again (emitted as the retry starts, after its wait).
+struct RetryInfo {
+  std::uint32_t attempt;      // the attempt starting now: 2 for the first retry
+  RetryAfterUse retry_after;  // what became of the failed attempt's Retry-After
+  Nanos retry_after_delay;    // the honoured Retry-After; zero otherwise
+};
+
 // Why a fallback answered: no attempt reached the dependency (a breaker or bulkhead
 // said no, or the retry budget / deadline stopped the call first), or attempts ran and
 // failed.
@@ -170,7 +200,7 @@ struct Event {
   const void* source;
   Ticks at;  // clock time of the event
   std::variant<TransitionInfo, RejectionInfo, FallbackInfo, FlappingInfo, KeyInfo,
-               BulkheadRejectionInfo>
+               BulkheadRejectionInfo, RetryInfo>
       info;
 };
 

@@ -267,7 +267,7 @@ TEST(HttpAsyncClient, BreakerForReportsTheOriginsBreakerOpen) {
   for (int i = 0; i < 3; ++i) EXPECT_EQ(results[i].error().kind, ErrorKind::status);
   EXPECT_EQ(results[3].error().kind, ErrorKind::rejected_by_breaker);
   EXPECT_EQ(up.requests(), 3);
-  const Breaker* breaker = client.breaker_for(up.url("/anything"));
+  const BreakerRef breaker = client.breaker_for(up.url("/anything"));
   ASSERT_NE(breaker, nullptr);
   EXPECT_EQ(breaker->state(), State::open);
   EXPECT_EQ(client.breaker_for("http://127.0.0.1:1/")->state(), State::closed);

@@ -198,7 +198,7 @@ Result run_phase(const std::string& name, const http::Config& config, bool fallb
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(1.0 / o.rate));
   bool degraded_now = false;
   std::optional<double> opened;
-  const http::Breaker* breaker = client.breaker_for(url);
+  const http::BreakerRef breaker = client.breaker_for(url);
   auto next = start;
   auto next_progress = start;
   while (next < end) {

@@ -343,9 +343,10 @@ struct Handle {
 
 class Client::Impl {
  public:
-  // `own_bulkheads`: as detail::Hosts (false for AsyncClient, which has one for all keys).
-  explicit Impl(Config c, bool own_bulkheads = true)
-      : config(checked(std::move(c))), hosts(config, own_bulkheads) {
+  // `own`: each key's bulkhead gates its requests, as detail::Hosts (false for
+  // AsyncClient, which has one for all keys).
+  explicit Impl(Config c, bool own = true)
+      : config(checked(std::move(c))), hosts(config, own), own_bulkheads(own) {
     if (!config.classify) config.classify = default_classify;
     if (!config.key_generator) config.key_generator = random_key;
   }
@@ -409,6 +410,27 @@ class Client::Impl {
   // makes of `cur`, as client.h's "Redirects" says.
   Request next_hop(const Request& cur, const Prepared& p, const Response& res) const;
   static Error convert(Failure<Error>&& f, const std::string& key);
+
+  // What one hop's last attempt left for the next attempt's retry event.
+  struct Trail {
+    RetryAfterUse use = RetryAfterUse::none;
+    Nanos delay = Nanos::zero();
+  };
+  static void note_attempt(Trail& t, const Expected<Response, Error>& r) noexcept {
+    t = Trail{};
+    if (r) return;
+    if (r.error().has_hint_) t = Trail{RetryAfterUse::honoured, r.error().retry_after};
+    if (r.error().hint_ignored_) t.use = RetryAfterUse::ignored;
+  }
+  // Before attempt `call` of a hop: a `retry` event when it is a retry (call > 1) and
+  // someone listens. Shared by both clients.
+  void announce_retry(Prepared& p, std::uint32_t call, const Trail& t) {
+    if (call < 2 || !hosts.events().wants(EventKind::retry)) return;
+    const BreakerRef b = p.host.breaker();
+    const void* source = b.visit([](auto& breaker) -> const void* { return &breaker; });
+    hosts.events().emit(Event{EventKind::retry, b.name(), p.key, source, now_ticks(SteadyClock{}),
+                              RetryInfo{call, t.use, t.delay}});
+  }
   Expected<Response, Error> request(const Request& req, const Context& ctx);
 
   // A request's way through its hops: the request, then each redirect followed.
@@ -424,6 +446,13 @@ class Client::Impl {
                                                      Expected<Prepared, Error>& prepared,
                                                      Expected<Response, Failure<Error>>&& result,
                                                      std::uint32_t calls);
+  std::optional<Expected<Response, Error>> settle_hop(Hops& hops,
+                                                      Expected<Prepared, Error>& prepared,
+                                                      Expected<Response, Failure<Error>>&& result,
+                                                      std::uint32_t calls);
+  // Config::fallback's answer for a request that failed with `e` on `p`'s key, counted
+  // and announced (a `fallback` event) when it answers; else `e` itself.
+  Expected<Response, Error> fall_back(Prepared& p, const Request& req, Error&& e);
 
   // The requests in flight, so that the destructor can cancel them and wait.
   struct Live {
@@ -465,6 +494,11 @@ class Client::Impl {
   std::atomic<std::uint64_t> handles_created{0};
   std::atomic<std::uint64_t> in_flight{0};
   std::atomic<std::uint64_t> transfers_in_flight{0};
+  // False for AsyncClient: its one bulkhead is not the registry's, so settle_hop()
+  // announces that bulkhead's rejections itself.
+  bool own_bulkheads;
+  std::atomic<std::uint64_t> fallbacks_used{0};
+  std::atomic<std::uint64_t> fallbacks_failed{0};
   std::atomic<bool> closed{false};  // the client is going away: pending requests end
 
  private:
@@ -684,6 +718,7 @@ Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t
   if (retry_afters > 1) {
     // A singleton field sent twice: which one did the server mean? Neither is obeyed.
     hostile_retry_after.fetch_add(1, std::memory_order_relaxed);
+    e.hint_ignored_ = true;
     e.message += " (" + std::to_string(retry_afters) + " Retry-After headers: ignored)";
   } else if (const auto value = t.response.header("Retry-After")) {
     const RetryAfter ra =
@@ -693,6 +728,7 @@ Expected<Response, Error> Client::Impl::finish(CURL* h, CURLcode rc, Transfer& t
       e.has_hint_ = true;
     } else {
       hostile_retry_after.fetch_add(1, std::memory_order_relaxed);
+      e.hint_ignored_ = true;
       e.message +=
           ra.status == RetryAfter::Status::too_large
               ? " (Retry-After '" + std::string(*value) + "' above max_retry_after: ignored)"
@@ -864,16 +900,22 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
     Prepared& p = *prepared;
     detail::HostState& state = p.host.state();
     const bool retry_allowed = p.retry_allowed;
-    const auto pipe =
-        bulwark::pipeline(bulwark::breaker(p.host.breaker()), bulwark::bulkhead(*state.bulkhead),
-                          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
-                            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
-                          }));
     std::uint32_t calls = 0;
     const Request& cur = *hops.cur;
-    auto result = pipe.execute(p.ctx, [&](const Context& c) {
-      ++calls;
-      return attempt(lease.h, cur, p.headers.list, c);
+    // The Handle as the breaker stage: its rejections are the registry's events.
+    auto result = p.host.with_handle([&](auto& breaker) {
+      const auto pipe = bulwark::pipeline(
+          bulwark::breaker(breaker), bulwark::bulkhead(*state.bulkhead),
+          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
+            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+          }));
+      Trail trail;
+      return pipe.execute(p.ctx, [&](const Context& c) {
+        announce_retry(p, ++calls, trail);
+        auto r = attempt(lease.h, cur, p.headers.list, c);
+        note_attempt(trail, r);
+        return r;
+      });
     });
     if (auto answer = after_hop(hops, prepared, std::move(result), calls))
       return std::move(*answer);
@@ -883,10 +925,74 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
 std::optional<Expected<Response, Error>> Client::Impl::after_hop(
     Hops& hops, Expected<Prepared, Error>& prepared, Expected<Response, Failure<Error>>&& result,
     std::uint32_t calls) {
+  auto answer = settle_hop(hops, prepared, std::move(result), calls);
+  // An error ends the request on the current hop (`prepared` moves on only with a
+  // redirect followed): its key's fallback may answer instead.
+  if (answer && !*answer && config.fallback)
+    return fall_back(*prepared, *hops.cur, std::move(*answer).error());
+  return answer;
+}
+
+namespace {
+
+// Whether a fallback may answer for `e`: the server's or the network's fault, or a
+// request refused to protect it (breaker, bulkhead, deadline). Not the caller's own
+// mistakes, cancellation or shutdown.
+bool falls_back(const Error& e) noexcept {
+  switch (e.kind) {
+    case ErrorKind::invalid_request:
+    case ErrorKind::cancelled:
+    case ErrorKind::shutdown:
+      return false;
+    case ErrorKind::rejected_by_breaker:
+    case ErrorKind::bulkhead_full:
+    case ErrorKind::timeout:
+      return true;
+    default:
+      return e.outcome() == Outcome::failure;
+  }
+}
+
+}  // namespace
+
+Expected<Response, Error> Client::Impl::fall_back(Prepared& p, const Request& req, Error&& e) {
+  if (!falls_back(e)) return Unexpected(std::move(e));
+  std::optional<Expected<Response, Error>> answer;
+  try {
+    answer = config.fallback(p.key, req, e);
+  } catch (...) {
+    answer = Unexpected(make_error(ErrorKind::transport, Outcome::failure, false,
+                                   "the fallback threw an exception"));
+  }
+  if (!answer) return Unexpected(std::move(e));  // no fallback for this key or error
+  detail::HostState& state = p.host.state();
+  if (!*answer) {
+    fallbacks_failed.fetch_add(1, std::memory_order_relaxed);
+    return Unexpected(std::move(e));
+  }
+  fallbacks_used.fetch_add(1, std::memory_order_relaxed);
+  // Rejected: no attempt reached the server; failed: attempts did, and failed.
+  const bool rejected = e.attempts == 0;
+  state.count_fallback(rejected);
+  p.host.with_handle([&](auto& handle) { handle.on_fallback(rejected, e.reason); });
+  return std::move(*answer);
+}
+
+std::optional<Expected<Response, Error>> Client::Impl::settle_hop(
+    Hops& hops, Expected<Prepared, Error>& prepared, Expected<Response, Failure<Error>>&& result,
+    std::uint32_t calls) {
   Prepared& p = *prepared;
   using Answer = Expected<Response, Error>;
   if (!result) {
     Error e = convert(std::move(result).error(), p.key);
+    if (e.kind == ErrorKind::bulkhead_full && !own_bulkheads &&
+        hosts.events().wants(EventKind::rejection)) {
+      // The client-wide bulkhead's refusal, with the key of the request it refused (a
+      // per-host bulkhead's come from the registry, as its own).
+      hosts.events().emit(Event{EventKind::rejection, config.bulkhead.name, p.key, this,
+                                now_ticks(SteadyClock{}),
+                                BulkheadRejectionInfo{BulkheadRejectReason::full}});
+    }
     if (e.kind == ErrorKind::cancelled && closed.load(std::memory_order_acquire)) {
       const std::uint32_t tried = e.attempts;
       e = shutdown_error();
@@ -930,7 +1036,9 @@ ClientStats read_stats(const Client::Impl& c) noexcept {
           c.hostile_retry_after.load(std::memory_order_relaxed),
           c.handles_created.load(std::memory_order_relaxed),
           c.in_flight.load(std::memory_order_relaxed),
-          c.transfers_in_flight.load(std::memory_order_relaxed)};
+          c.transfers_in_flight.load(std::memory_order_relaxed),
+          c.fallbacks_used.load(std::memory_order_relaxed),
+          c.fallbacks_failed.load(std::memory_order_relaxed)};
 }
 
 // Writes one series of the client's own (label client=Config::name).
@@ -944,7 +1052,7 @@ void write_client_metrics(const Client::Impl& c, std::ostream& out,
                           const prometheus::ExpositionOptions& options,
                           const std::function<void(const ClientMetric&)>& extra) {
   prometheus::Exposition scrape(options);  // validates the options
-  scrape.add(c.hosts.registry());
+  c.hosts.visit([&](const auto& registry) { scrape.add(registry); });
   scrape.write(out);
 
   const ClientStats s = read_stats(c);
@@ -967,6 +1075,14 @@ void write_client_metrics(const Client::Impl& c, std::ostream& out,
          s.handles_created);
   metric("requests_in_flight", "gauge", "Requests started and not yet returned.", s.in_flight);
   metric("transfers_in_flight", "gauge", "Transfers in progress.", s.transfers_in_flight);
+  if (c.config.fallback) {
+    metric("fallback_used_total", "counter",
+           "Failed requests answered by the fallback (per key: <prefix>_fallback_calls_total).",
+           s.fallbacks_used);
+    metric("fallback_failed_total", "counter",
+           "Failed requests whose fallback failed too (the request's error was returned).",
+           s.fallbacks_failed);
+  }
   if (extra) extra(metric);
 }
 
@@ -1001,10 +1117,10 @@ Subscription Client::subscribe(EventMask kinds, EventListener listener) {
   return impl_->hosts.events().subscribe(kinds, std::move(listener));
 }
 
-const Breaker* Client::breaker_for(const std::string& url, const std::string& route) {
+BreakerRef Client::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);
   if (!u) return nullptr;
-  return &impl_->hosts.get(impl_->key_of(*u, route)).breaker();
+  return impl_->hosts.get(impl_->key_of(*u, route)).breaker();
 }
 
 }  // namespace bulwark::http
@@ -1275,7 +1391,18 @@ class AsyncClient::Impl {
   // One attempt. Holds the Impl, as every coroutine of a request does.
   static ::asio::awaitable<Expected<Response, Error>> attempt(std::shared_ptr<Impl> self, CURL* h,
                                                               const Request& req,
-                                                              curl_slist* headers, Context ctx) {
+                                                              curl_slist* headers, Context ctx,
+                                                              Client::Impl::Trail* trail) {
+    // Not in one expression with the co_await (GCC 12 and temporaries).
+    auto op = attempt_once(std::move(self), h, req, headers, std::move(ctx));
+    auto r = co_await std::move(op);
+    Client::Impl::note_attempt(*trail, r);
+    co_return r;
+  }
+  static ::asio::awaitable<Expected<Response, Error>> attempt_once(std::shared_ptr<Impl> self,
+                                                                   CURL* h, const Request& req,
+                                                                   curl_slist* headers,
+                                                                   Context ctx) {
     Impl& impl = *self;
     if (impl.closed) co_return Unexpected(shutdown_error());
     Transfer t;
@@ -1297,6 +1424,21 @@ class AsyncClient::Impl {
                                       "cancelled: the transfer was aborted"));
     }
     co_return impl.core.finish(h, rc, t, ctx, req.url);
+  }
+
+  // One hop through the pipeline of `breaker` (the key's registry Handle), the
+  // client's bulkhead and the key's retry. The references outlive it: send() awaits it.
+  template <class B, class Call>
+  static ::asio::awaitable<Expected<Response, Failure<Error>>> hop(
+      B& breaker, bulwark::asio::AsyncBulkhead& bulkhead, Retry& retry, bool retry_allowed,
+      Context ctx, Call call) {
+    const auto pipe = bulwark::asio::pipeline(
+        bulwark::breaker(breaker), bulwark::asio::bulkhead(bulkhead),
+        bulwark::retry(retry, [retry_allowed](const Error& e) {
+          return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
+        }));
+    auto op = pipe.execute(std::move(ctx), std::move(call));
+    co_return co_await std::move(op);
   }
 
   // The request itself, run by run() under the Pending's signal.
@@ -1326,23 +1468,22 @@ class AsyncClient::Impl {
       Prepared& p = *prepared;
       detail::HostState& state = p.host.state();
       const bool retry_allowed = p.retry_allowed;
-      const auto pipe = bulwark::asio::pipeline(
-          bulwark::breaker(p.host.breaker()), bulwark::asio::bulkhead(impl.bulkhead),
-          bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
-            return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
-          }));
       std::uint32_t calls = 0;
       const Request* cur = hops.cur;
       curl_slist* headers = p.headers.list;
       CURL* easy = h.easy;
-      auto call = [self, easy, cur, headers, &calls](const Context& c) {
-        ++calls;
-        return attempt(self, easy, *cur, headers, c);
+      Client::Impl::Trail trail;
+      Prepared* hop_p = &p;
+      auto call = [self, easy, cur, headers, &calls, &trail, hop_p](const Context& c) {
+        self->core.announce_retry(*hop_p, ++calls, trail);
+        return attempt(self, easy, *cur, headers, c, &trail);
       };
       // GCC 12 destroys twice a temporary with a destructor that is created in a
       // full-expression holding a co_await (here the lambda, which owns a reference to
       // the Impl, and the Context): made in statements of their own.
-      auto op = pipe.execute(p.ctx, std::move(call));
+      auto op = p.host.with_handle([&](auto& breaker) {
+        return hop(breaker, impl.bulkhead, *state.retry, retry_allowed, p.ctx, std::move(call));
+      });
       auto result = co_await std::move(op);
       if (auto answer = impl.core.after_hop(hops, prepared, std::move(result), calls)) {
         if (!*answer && answer->error().kind == ErrorKind::cancelled && impl.closed) {
@@ -1407,10 +1548,10 @@ AsyncClient::~AsyncClient() {
   return Impl::run(impl_, std::move(request), std::move(ctx));
 }
 
-const Breaker* AsyncClient::breaker_for(const std::string& url, const std::string& route) {
+BreakerRef AsyncClient::breaker_for(const std::string& url, const std::string& route) {
   auto u = parse_url(url);
   if (!u) return nullptr;
-  return &impl_->core.hosts.get(impl_->core.key_of(*u, route)).breaker();
+  return impl_->core.hosts.get(impl_->core.key_of(*u, route)).breaker();
 }
 
 Subscription AsyncClient::on_transition(EventListener listener) {

@@ -375,6 +375,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   }
   // Half-open leases due: near the end of a shared open period.
   std::vector<std::uint32_t> leased;
+  std::vector<std::size_t> leased_op;  // the op of each, in req.ops
   const std::int64_t lead = 2 * config_.sync_interval.count();
   for (std::uint32_t i = 0; i < members_.size(); ++i) {
     if (!members_[i]) continue;
@@ -385,11 +386,13 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
     if (now + store_offset_ms_ < m.record.until_ms - lead || !opened(m.state())) continue;
     push(i, {FleetOp::Kind::lease, m.key, m.record.reason, 0, config_.lease_duration.count()});
     leased.push_back(i);
+    leased_op.push_back(req.ops.size() - 1);
   }
   // Fleet-wide counts: what each breaker completed since the last successful count.
   struct Counted {
     std::uint32_t member;
     std::uint64_t successes, failures;
+    std::size_t op;
   };
   std::vector<Counted> counted;
   if (config_.count_bucket > std::chrono::milliseconds::zero()) {
@@ -405,12 +408,13 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
       op.successes = ds;
       op.failures = df;
       push(i, std::move(op));
-      counted.push_back({i, succ, fail});
+      counted.push_back({i, succ, fail, req.ops.size() - 1});
     }
   }
   // Fleet windows: the opens they caused, and every level that changed (or that the
   // store would soon forget: a level unchanged for two sync intervals is sent again).
   std::vector<std::uint32_t> windowed;
+  std::vector<std::size_t> windowed_op;
   std::vector<Level> levels;
   for (std::uint32_t i = 0; i < members_.size(); ++i) {
     if (!members_[i]) continue;
@@ -430,6 +434,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
     op.slow = level.slow;
     push(i, std::move(op));
     windowed.push_back(i);
+    windowed_op.push_back(req.ops.size() - 1);
     levels.push_back(level);
   }
   if (!windowed.empty()) req.window_ttl_ms = 3 * config_.sync_interval.count();
@@ -482,8 +487,22 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   }
   rescan_ = false;
   republish_ = false;
-  for (const auto& mp : members_) {
-    if (mp) mp->close_unconfirmed = mp->vote_unconfirmed = false;
+  // Ops the store could not deliver (a sharded store, one of whose nodes failed): their
+  // members keep what is unconfirmed, and the next sync re-reads every breaker.
+  auto lost = [&](std::size_t op) { return op < reply->lost.size() && reply->lost[op] != 0; };
+  std::vector<bool> member_lost(members_.size(), false);
+  for (std::size_t i = 0; i < op_member.size(); ++i) {
+    if (lost(i)) member_lost[op_member[i]] = true;
+  }
+  if (!reply->partial_error.empty()) {
+    ++counters_.sync_errors;
+    counters_.last_error = "partial: " + reply->partial_error;
+    counters_.connected = false;
+    rescan_ = true;
+  }
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i] && !member_lost[i])
+      members_[i]->close_unconfirmed = members_[i]->vote_unconfirmed = false;
   }
   // The records this run wrote: its own, never adopted back.
   const std::size_t n_written = std::min(op_member.size(), reply->written.size());
@@ -517,7 +536,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   for (std::size_t i = 0; i < n_leases; ++i) {
     Member& m = *members_[leased[i]];
     const std::string& holder = reply->lease_holders[i];
-    if (holder.empty()) continue;  // expired in between: ask again next time
+    if (holder.empty() || lost(leased_op[i])) continue;  // expired in between: ask again next time
     m.lease_asked = m.record.sequence;
     m.lease_holder = holder == config_.instance;
     if (!m.lease_holder) {
@@ -528,6 +547,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
 
   const std::size_t n_counts = std::min(counted.size(), reply->counts.size());
   for (std::size_t i = 0; i < n_counts; ++i) {
+    if (lost(counted[i].op)) continue;  // not added: sent again next time
     Member& m = *members_[counted[i].member];
     m.counted_successes = counted[i].successes;
     m.counted_failures = counted[i].failures;
@@ -545,12 +565,13 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
     m.fleet_failures = f;
   }
 
-  for (auto& mp : members_) {
-    if (mp) mp->window_open_pending = false;  // sent
+  for (std::size_t i = 0; i < members_.size(); ++i) {
+    if (members_[i] && !member_lost[i]) members_[i]->window_open_pending = false;  // sent
   }
   const std::size_t n_windows = std::min(windowed.size(), reply->windows.size());
   std::vector<std::uint32_t> judged;  // valid fleet totals read: judged after the changes
   for (std::size_t i = 0; i < n_windows; ++i) {
+    if (lost(windowed_op[i])) continue;  // sent again next time
     Member& m = *members_[windowed[i]];
     m.sent = levels[i];
     m.sent_ms = now;

@@ -14,9 +14,10 @@
 #include <vector>
 
 #include "bulwark/config_error.h"
+#include "redis_wire.h"
 
 namespace bulwark::redis {
-namespace {
+namespace wire {
 
 // KEYS[1]: <prefix>seq (so that a Cluster-aware proxy routes the script to its slot).
 // ARGV: prefix, instance, now_ms (the sender's), quorum, quorum window ms (votes that
@@ -461,48 +462,6 @@ for _, x in ipairs(pairs_out) do out[#out + 1] = x end
 return out
 )lua";
 
-// hiredis writes with write(2): to a server that went away that raises SIGPIPE, whose
-// default action ends the process. While alive, this blocks SIGPIPE on this thread and
-// discards one that the writes raised, leaving the application's handling untouched.
-class SigpipeGuard {
- public:
-  SigpipeGuard() {
-    sigemptyset(&pipe_);
-    sigaddset(&pipe_, SIGPIPE);
-    sigset_t pending;
-    sigpending(&pending);
-    was_pending_ = sigismember(&pending, SIGPIPE) == 1;
-    blocked_ = pthread_sigmask(SIG_BLOCK, &pipe_, &old_) == 0;
-  }
-  ~SigpipeGuard() {
-    if (!blocked_) return;
-    if (!was_pending_) {
-      sigset_t pending;
-      sigpending(&pending);
-      if (sigismember(&pending, SIGPIPE) == 1) {
-        const timespec zero{0, 0};
-        while (sigtimedwait(&pipe_, nullptr, &zero) < 0 && errno == EINTR) {
-        }
-      }
-    }
-    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
-  }
-  SigpipeGuard(const SigpipeGuard&) = delete;
-  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
-
- private:
-  sigset_t pipe_, old_;
-  bool was_pending_ = false;
-  bool blocked_ = false;
-};
-
-struct ReplyDeleter {
-  void operator()(redisReply* r) const noexcept { freeReplyObject(r); }
-};
-using ReplyPtr = std::unique_ptr<redisReply, ReplyDeleter>;
-
-using Deadline = std::chrono::steady_clock::time_point;
-
 // What is left until `deadline`, in whole microseconds (0 once it passed).
 std::chrono::microseconds left_until(Deadline deadline) {
   const auto now = std::chrono::steady_clock::now();
@@ -533,11 +492,6 @@ bool wait_for(int fd, short events, Deadline deadline) {
 
 std::string reply_text(const redisReply* r) { return std::string(r->str, r->len); }
 
-[[noreturn]] void bad(std::string field, std::string message) {
-  detail::raise_config_error(
-      ConfigError{"redis fleet store", std::move(field), std::move(message)});
-}
-
 bool parse_u64(const redisReply* r, std::uint64_t& out) {
   if (r->type != REDIS_REPLY_STRING || r->len == 0) return false;
   const auto [p, ec] = std::from_chars(r->str, r->str + r->len, out);
@@ -564,7 +518,123 @@ const char* op_name(FleetOp::Kind k) {
   return "?";
 }
 
-}  // namespace
+std::vector<std::string> script_args(const std::string& sha_or_script, bool eval,
+                                     const std::string& prefix, const SyncRequest& req,
+                                     const std::vector<const FleetOp*>& ops, std::uint64_t cursor,
+                                     std::chrono::milliseconds retention,
+                                     std::chrono::milliseconds idle_ttl) {
+  std::vector<std::string> args;
+  args.reserve(20 + 5 * ops.size());
+  args.push_back(eval ? "EVAL" : "EVALSHA");
+  args.push_back(sha_or_script);
+  args.push_back("1");
+  args.push_back(prefix + "seq");
+  args.push_back(prefix);
+  args.push_back(req.instance);
+  args.push_back(std::to_string(req.now_ms));
+  args.push_back(std::to_string(req.quorum));
+  args.push_back(std::to_string(req.quorum_window_ms));
+  args.push_back(std::to_string(2 * req.quorum_window_ms));
+  args.push_back(std::to_string(cursor));
+  args.push_back(std::to_string(ops.size()));
+  const bool counting = req.count_bucket_ms > 0 && req.count_buckets > 0;
+  args.push_back(std::to_string(counting ? req.count_bucket_ms : 0));
+  args.push_back(std::to_string(counting ? req.count_buckets : 0));
+  args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
+  args.push_back(std::to_string(std::max<std::uint32_t>(req.max_changes, 1)));
+  args.push_back(std::to_string(std::max<std::int64_t>(req.window_ttl_ms, 1)));
+  args.push_back(std::to_string(retention.count()));
+  args.push_back(std::to_string(idle_ttl.count()));
+  for (const FleetOp* one : ops) {
+    const FleetOp& op = *one;
+    const bool assert_window = op.kind == FleetOp::Kind::assert_open && op.fleet_window;
+    args.push_back(assert_window ? "assertw" : op_name(op.kind));
+    args.push_back(op.key);
+    switch (op.kind) {
+      case FleetOp::Kind::count:
+        args.push_back(std::to_string(op.successes));
+        args.push_back(std::to_string(op.failures));
+        args.push_back("0");
+        break;
+      case FleetOp::Kind::window:
+        args.push_back(std::to_string(op.calls));
+        args.push_back(std::to_string(op.failures));
+        args.push_back(std::to_string(op.slow));
+        break;
+      default:
+        args.push_back(std::string(to_string(op.reason)));
+        args.push_back(std::to_string(op.until_ms));
+        args.push_back(std::to_string(op.kind == FleetOp::Kind::lease ? op.lease_ms
+                                      : op.kind == FleetOp::Kind::assert_open
+                                          ? static_cast<std::int64_t>(op.known_sequence)
+                                          : std::max<std::int64_t>(op.max_open_ms, 0)));
+        break;
+    }
+  }
+  return args;
+}
+
+Expected<SyncReply, StoreError> parse_script_reply(const redisReply* r, std::size_t n_ops) {
+  auto protocol = [](std::string what) {
+    return Unexpected(StoreError{StoreError::Kind::protocol, "the fleet script returned " + what});
+  };
+  if (r->type != REDIS_REPLY_ARRAY || r->elements < 4)
+    return protocol("something else than its array");
+  for (size_t i = 0; i < r->elements; ++i) {
+    if (r->element[i]->type != REDIS_REPLY_STRING) return protocol("a non-string element");
+  }
+  SyncReply out;
+  out.incarnation = reply_text(r->element[0]);
+  // The server's time goes to the Fleet as read, 0 if it is not a number: the Fleet
+  // refuses such a reply and says why.
+  std::uint64_t server_ms = 0;
+  if (parse_u64(r->element[1], server_ms) && server_ms <= (std::uint64_t{1} << 53))
+    out.server_ms = static_cast<std::int64_t>(server_ms);
+  if (!parse_u64(r->element[2], out.sequence) || out.sequence >= (std::uint64_t{1} << 53))
+    return protocol("a sequence that is not a number below 2^53");
+  // A list: its count at `at`, then that many elements (at most what is left).
+  size_t at = 3;
+  auto list = [&](std::uint64_t per, std::uint64_t& count) {
+    if (at >= r->elements || !parse_u64(r->element[at], count) ||
+        count > (r->elements - at - 1) / per)
+      return false;
+    ++at;
+    return true;
+  };
+  std::uint64_t leases = 0, counts = 0, windows = 0, written = 0, repairs = 0;
+  if (!list(1, leases)) return protocol("a bad lease count");
+  for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[at++]));
+  if (!list(2, counts)) return protocol("a bad count of counts");
+  for (size_t i = 0; i < counts; ++i, at += 2)
+    out.counts.push_back({reply_text(r->element[at]), reply_text(r->element[at + 1])});
+  if (!list(1, windows)) return protocol("a bad count of windows");
+  for (size_t i = 0; i < windows; ++i) out.windows.push_back(reply_text(r->element[at++]));
+  if (!list(1, written) || written != n_ops) return protocol("a bad count of writes");
+  for (size_t i = 0; i < written; ++i) {
+    std::uint64_t seq = 0;
+    if (!parse_u64(r->element[at++], seq)) return protocol("a write that is not a sequence");
+    out.written.push_back(seq);
+  }
+  if (!list(1, repairs)) return protocol("a bad count of repairs");
+  for (size_t i = 0; i < repairs; ++i) out.repairs.push_back(reply_text(r->element[at++]));
+  if ((r->elements - at) % 2 != 0) return protocol("an odd number of key/value elements");
+  out.changes.reserve((r->elements - at) / 2);
+  for (size_t i = at; i < r->elements; i += 2) {
+    out.changes.push_back(RawRecord{reply_text(r->element[i]), reply_text(r->element[i + 1])});
+  }
+  return out;
+}
+
+const char* fleet_script() noexcept { return kScript; }
+
+void bad(std::string field, std::string message) {
+  bulwark::detail::raise_config_error(
+      ConfigError{"redis fleet store", std::move(field), std::move(message)});
+}
+
+}  // namespace wire
+
+using namespace wire;
 
 const char* RedisFleetStore::script() noexcept { return kScript; }
 
@@ -745,53 +815,11 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange_locked(const SyncReque
     auto ok = connect(deadline);
     if (!ok) return Unexpected(ok.error());
   }
-  std::vector<std::string> args;
-  args.reserve(20 + 5 * req.ops.size());
-  args.push_back("EVALSHA");
-  args.push_back(sha_);
-  args.push_back("1");
-  args.push_back(config_.prefix + "seq");
-  args.push_back(config_.prefix);
-  args.push_back(req.instance);
-  args.push_back(std::to_string(req.now_ms));
-  args.push_back(std::to_string(req.quorum));
-  args.push_back(std::to_string(req.quorum_window_ms));
-  args.push_back(std::to_string(2 * req.quorum_window_ms));
-  args.push_back(std::to_string(req.cursor));
-  args.push_back(std::to_string(req.ops.size()));
-  const bool counting = req.count_bucket_ms > 0 && req.count_buckets > 0;
-  args.push_back(std::to_string(counting ? req.count_bucket_ms : 0));
-  args.push_back(std::to_string(counting ? req.count_buckets : 0));
-  args.push_back(std::to_string(counting ? req.count_bucket_ms * (req.count_buckets + 1) : 1));
-  args.push_back(std::to_string(std::max<std::uint32_t>(req.max_changes, 1)));
-  args.push_back(std::to_string(std::max<std::int64_t>(req.window_ttl_ms, 1)));
-  args.push_back(std::to_string(config_.retention.count()));
-  args.push_back(std::to_string(config_.idle_ttl.count()));
-  for (const FleetOp& op : req.ops) {
-    const bool assert_window = op.kind == FleetOp::Kind::assert_open && op.fleet_window;
-    args.push_back(assert_window ? "assertw" : op_name(op.kind));
-    args.push_back(op.key);
-    switch (op.kind) {
-      case FleetOp::Kind::count:
-        args.push_back(std::to_string(op.successes));
-        args.push_back(std::to_string(op.failures));
-        args.push_back("0");
-        break;
-      case FleetOp::Kind::window:
-        args.push_back(std::to_string(op.calls));
-        args.push_back(std::to_string(op.failures));
-        args.push_back(std::to_string(op.slow));
-        break;
-      default:
-        args.push_back(std::string(to_string(op.reason)));
-        args.push_back(std::to_string(op.until_ms));
-        args.push_back(std::to_string(op.kind == FleetOp::Kind::lease ? op.lease_ms
-                                      : op.kind == FleetOp::Kind::assert_open
-                                          ? static_cast<std::int64_t>(op.known_sequence)
-                                          : std::max<std::int64_t>(op.max_open_ms, 0)));
-        break;
-    }
-  }
+  std::vector<const FleetOp*> ops;
+  ops.reserve(req.ops.size());
+  for (const FleetOp& op : req.ops) ops.push_back(&op);
+  const std::vector<std::string> args = script_args(
+      sha_, false, config_.prefix, req, ops, req.cursor, config_.retention, config_.idle_ttl);
   std::vector<const char*> argv;
   std::vector<size_t> lens;
   argv.reserve(args.size());
@@ -818,54 +846,7 @@ Expected<SyncReply, StoreError> RedisFleetStore::exchange_locked(const SyncReque
     return Unexpected(StoreError{StoreError::Kind::rejected, "the fleet script failed: " + why});
   }
   failures_ = 0;
-  auto protocol = [](std::string what) {
-    return Unexpected(StoreError{StoreError::Kind::protocol, "the fleet script returned " + what});
-  };
-  if (r->type != REDIS_REPLY_ARRAY || r->elements < 4)
-    return protocol("something else than its array");
-  for (size_t i = 0; i < r->elements; ++i) {
-    if (r->element[i]->type != REDIS_REPLY_STRING) return protocol("a non-string element");
-  }
-  SyncReply out;
-  out.incarnation = reply_text(r->element[0]);
-  // The server's time goes to the Fleet as read, 0 if it is not a number: the Fleet
-  // refuses such a reply and says why.
-  std::uint64_t server_ms = 0;
-  if (parse_u64(r->element[1], server_ms) && server_ms <= (std::uint64_t{1} << 53))
-    out.server_ms = static_cast<std::int64_t>(server_ms);
-  if (!parse_u64(r->element[2], out.sequence) || out.sequence >= (std::uint64_t{1} << 53))
-    return protocol("a sequence that is not a number below 2^53");
-  // A list: its count at `at`, then that many elements (at most what is left).
-  size_t at = 3;
-  auto list = [&](std::uint64_t per, std::uint64_t& count) {
-    if (at >= r->elements || !parse_u64(r->element[at], count) ||
-        count > (r->elements - at - 1) / per)
-      return false;
-    ++at;
-    return true;
-  };
-  std::uint64_t leases = 0, counts = 0, windows = 0, written = 0, repairs = 0;
-  if (!list(1, leases)) return protocol("a bad lease count");
-  for (size_t i = 0; i < leases; ++i) out.lease_holders.push_back(reply_text(r->element[at++]));
-  if (!list(2, counts)) return protocol("a bad count of counts");
-  for (size_t i = 0; i < counts; ++i, at += 2)
-    out.counts.push_back({reply_text(r->element[at]), reply_text(r->element[at + 1])});
-  if (!list(1, windows)) return protocol("a bad count of windows");
-  for (size_t i = 0; i < windows; ++i) out.windows.push_back(reply_text(r->element[at++]));
-  if (!list(1, written) || written != req.ops.size()) return protocol("a bad count of writes");
-  for (size_t i = 0; i < written; ++i) {
-    std::uint64_t seq = 0;
-    if (!parse_u64(r->element[at++], seq)) return protocol("a write that is not a sequence");
-    out.written.push_back(seq);
-  }
-  if (!list(1, repairs)) return protocol("a bad count of repairs");
-  for (size_t i = 0; i < repairs; ++i) out.repairs.push_back(reply_text(r->element[at++]));
-  if ((r->elements - at) % 2 != 0) return protocol("an odd number of key/value elements");
-  out.changes.reserve((r->elements - at) / 2);
-  for (size_t i = at; i < r->elements; i += 2) {
-    out.changes.push_back(RawRecord{reply_text(r->element[i]), reply_text(r->element[i + 1])});
-  }
-  return out;
+  return parse_script_reply(r.get(), req.ops.size());
 }
 
 }  // namespace bulwark::redis

@@ -76,6 +76,10 @@ Json configuration_json(const ConfigurationResult& c, std::uint32_t workers, boo
                   {"alert_when_open_for_ms", ms(c.alert_when_open_for)},
                   {"alert_at_ms", ms(c.alert_at)},
                   {"reasons", reasons}};
+  if (c.limit_lowest) {
+    summary["limit_settled"] = c.limit_settled ? Json(*c.limit_settled) : Json(nullptr);
+    summary["limit_lowest"] = *c.limit_lowest;
+  }
   if (server) {
     summary["refused"] = c.refused;
     summary["wasted"] = c.wasted;
@@ -103,6 +107,7 @@ Json configuration_json(const ConfigurationResult& c, std::uint32_t workers, boo
                         {"peak_in_flight", s.peak_in_flight},
                         {"peak_busy", s.peak_busy},
                         {"state", state_json(s.state)}});
+    if (s.limit) timeline.back()["limit"] = *s.limit;
   }
   return {
       {"name", c.name}, {"summary", summary}, {"transitions", transitions}, {"timeline", timeline}};

@@ -141,8 +141,24 @@ void write_load_goals(std::ostream& out, const SimulationResult& r) {
     if (!goal) continue;
     if (first) out << "\n";
     first = false;
+    const bool met = goal->overloaded_to_end
+                         ? !c.recovered_after
+                         : c.recovered_after && *c.recovered_after <= *goal->recover_within;
     const std::string after =
         c.recovered_after ? "back after " + format_readable(*c.recovered_after) : "never back";
+    if (goal->limit_settles_near) {
+      const double target = *goal->limit_settles_near;
+      const bool near = c.limit_settled && std::abs(*c.limit_settled - target) <= 0.3 * target;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%.1f", c.limit_settled.value_or(0));
+      if (first) out << "\n";
+      first = false;
+      out << "  goal: " << printable(c.name) << "'s adaptive limit settles within 30% of "
+          << *goal->limit_settles_near << " before any trigger: "
+          << (c.limit_settled ? std::string(buf) : std::string("no steps to tell")) << " -- "
+          << (near ? "met" : "MISSED") << "\n";
+      if (!goal->overloaded_to_end && !goal->recover_within) continue;
+    }
     if (goal->overloaded_to_end) {
       out << "  goal: " << printable(c.name)
           << " stays overloaded to the end once the trigger is over (the metastable failure): "
@@ -151,7 +167,7 @@ void write_load_goals(std::ostream& out, const SimulationResult& r) {
       out << "  goal: " << printable(c.name) << " back to full goodput within "
           << format_readable(*goal->recover_within) << " of the trigger's end: " << after;
     }
-    out << " -- " << (*c.goal_met ? "met" : "MISSED") << "\n";
+    out << " -- " << (met ? "met" : "MISSED") << "\n";
   }
 }
 
@@ -263,6 +279,18 @@ void write_summary(std::ostream& out, const SimulationResult& r) {
   }
   row("page latency p50", [](const auto& c) { return format_readable(c.p50); });
   row("page latency p99", [](const auto& c) { return format_readable(c.p99); });
+  if (std::any_of(configs.begin(), configs.end(),
+                  [](const auto& c) { return c.limit_lowest.has_value(); })) {
+    row("adaptive limit, settled before any trigger", [](const auto& c) -> std::string {
+      if (!c.limit_settled) return "-";
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f", *c.limit_settled);
+      return buf;
+    });
+    row("adaptive limit, lowest", [](const auto& c) -> std::string {
+      return c.limit_lowest ? group_thousands(*c.limit_lowest) : "-";
+    });
+  }
   if (r.scenario.dependency.server) {
     const double seconds = std::chrono::duration<double>(r.scenario.duration).count();
     row("goodput (pages served fully per s)", [&](const auto& c) {

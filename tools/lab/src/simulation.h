@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "breakers.h"
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/backoff.h"
 #include "bulwark/bulkhead.h"
 #include "bulwark/lab/duration.h"
@@ -26,6 +27,7 @@
 #include "bulwark/lab/simulate.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
+#include "bulwark/throttle.h"
 
 namespace bulwark::lab::detail {
 
@@ -172,6 +174,7 @@ class Simulation {
   using Permit = typename B::Permit;
   using Bulkhead = BasicBulkhead<ManualClock>;
   using Budget = BasicRetryBudget<ManualClock>;
+  using Limit = BasicAdaptiveLimit<ManualClock>;
 
  public:
   Simulation(const Scenario& scenario, const ResilienceConfig& config,
@@ -193,6 +196,8 @@ class Simulation {
       result_.has_breaker = true;
     }
     if (config.bulkhead) bulkhead_.emplace(*config.bulkhead, clock_);
+    if (config.adaptive_limit) limit_.emplace(*config.adaptive_limit, clock_);
+    if (config.throttle) throttle_.emplace(*config.throttle, clock_);
     if (config.retry) {
       RetryConfig rc = config.retry->config;
       // A fresh generator per run: the same scenario always simulates the same way.
@@ -264,7 +269,13 @@ class Simulation {
         dispatch(e);
       }
     }
+    if (limit_) summarize_limit();
     if (server_) summarize_load(end);
+    if (config_.goal && config_.goal->limit_settles_near && result_.limit_settled) {
+      const double target = *config_.goal->limit_settles_near;
+      const bool near = std::abs(*result_.limit_settled - target) <= 0.3 * target;
+      result_.goal_met = result_.goal_met.value_or(true) && near;
+    }
     result_.p50 = latency_.quantile(0.50);
     result_.p99 = latency_.quantile(0.99);
     result_.max = latency_.max();
@@ -414,6 +425,7 @@ class Simulation {
     std::optional<Permit> permit;
     std::optional<typename Bulkhead::Permit> slot;
     std::optional<typename Budget::Ticket> ticket;
+    std::optional<typename Limit::Permit> limit_permit;
   };
 
   struct Waiter {
@@ -478,6 +490,7 @@ class Simulation {
   TimelineStep& step() { return draining_ ? scratch_ : result_.timeline.back(); }
 
   void close_step() {
+    if (limit_) result_.timeline.back().limit = limit_->limit();
     if constexpr (kHasBreaker) result_.timeline.back().state = breaker_->state();
   }
 
@@ -585,6 +598,18 @@ class Simulation {
         r.permit.emplace(std::move(*p));
       }
     }
+    if (throttle_ && !throttle_->try_acquire()) {
+      r.ticket.reset();
+      return finish(id, t, Reason::throttled);
+    }
+    if (limit_) {
+      auto p = limit_->try_acquire();
+      if (!p) {
+        r.ticket.reset();
+        return finish(id, t, Reason::bulkhead_full);
+      }
+      r.limit_permit.emplace(std::move(*p));
+    }
     if (r.ticket) {
       r.ticket->commit();
       r.ticket.reset();
@@ -617,6 +642,16 @@ class Simulation {
     // and the other is stale from here on.
     if (server_) ++r.gen;
     --in_flight_;
+    if (throttle_) throttle_->record(!e.failed);
+    if (r.limit_permit) {
+      // A failure (timeout, refusal, error) says "too much"; a success gives its round trip.
+      if (e.failed) {
+        r.limit_permit->drop();
+      } else {
+        r.limit_permit->complete(Nanos(e.t - r.attempt_started));
+      }
+      r.limit_permit.reset();
+    }
     const Outcome outcome = e.failed ? Outcome::failure : Outcome::success;
     if constexpr (kHasBreaker) {
       if (config_.breaker_scope == BreakerScope::attempt && r.permit) {
@@ -659,6 +694,7 @@ class Simulation {
       r.permit.reset();
     }
     r.ticket.reset();
+    r.limit_permit.reset();
     const bool freed = r.slot.has_value();
     r.slot.reset();
     PageResult result = PageResult::full;
@@ -781,6 +817,22 @@ class Simulation {
     pump(e.t);
   }
 
+  void summarize_limit() {
+    const auto& phases = scenario_.dependency.phases;
+    const Ticks first_end = phases.size() > 1 ? phases[1].start.count() : end();
+    double sum = 0;
+    std::uint32_t n = 0, lowest = std::numeric_limits<std::uint32_t>::max();
+    for (const TimelineStep& st : result_.timeline) {
+      if (!st.limit) continue;
+      lowest = std::min(lowest, *st.limit);
+      if (st.start.count() >= first_end / 2 && st.start.count() + step_ <= first_end) {
+        sum += *st.limit, ++n;
+      }
+    }
+    if (n > 0) result_.limit_settled = sum / n;
+    if (lowest != std::numeric_limits<std::uint32_t>::max()) result_.limit_lowest = lowest;
+  }
+
   // Goodput after the trigger, the successful pages' p99 and the goal.
   void summarize_load(Ticks end) {
     result_.success_p99 = success_latency_.quantile(0.99);
@@ -798,7 +850,7 @@ class Simulation {
       if (from < steps.size())
         result_.recovered_after = Nanos(steps[from].start.count() - trigger_end);
     }
-    if (config_.goal) {
+    if (config_.goal && (config_.goal->overloaded_to_end || config_.goal->recover_within)) {
       result_.goal_met = config_.goal->overloaded_to_end
                              ? !result_.recovered_after
                              : result_.recovered_after &&
@@ -882,6 +934,8 @@ class Simulation {
   ManualClock clock_;
   std::unique_ptr<B> breaker_;
   std::optional<Bulkhead> bulkhead_;
+  std::optional<Limit> limit_;
+  std::optional<BasicThrottle<ManualClock>> throttle_;
   std::optional<RetryPolicy> retry_;
   std::optional<Budget> budget_;
 

@@ -107,18 +107,20 @@ class AsyncClient {
   void write_metrics(std::ostream& out) const;
   void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
 
-  // The breaker of `url`'s host (or route: Config::key_by), created if needed, for
-  // inspection (state(), snapshot()) and tests. Null for a URL that does not parse.
+  // The breaker of `url`'s host (or route: Config::key_by), created if needed, of the
+  // kind the config chose (Config::any_breaker), for inspection (state(), snapshot())
+  // and tests. Null for a URL that does not parse.
   // Valid while the client lives. Cost: a registry lookup (allocates only to create
   // the key). Thread-safe: any thread; the breaker's readers are too.
-  const Breaker* breaker_for(const std::string& url, const std::string& route = {});
+  BreakerRef breaker_for(const std::string& url, const std::string& route = {});
 
   // As Client::on_transition and Client::subscribe (client.h): every breaker's
   // transitions (or the events of `kinds`), with the origin as Event::key. A listener
   // runs on the executor's thread, inside the request whose outcome caused the
   // transition; it must not block (it would stall every request of the executor).
-  // The client-wide bulkhead emits no events; its rejections are counted by
-  // write_metrics. Subscribing is thread-safe (any thread); the Subscription must not
+  // The client-wide bulkhead's rejections come as `rejection` events too
+  // (BulkheadRejectionInfo, the request's key, the bulkhead's name); write_metrics
+  // counts them. Subscribing is thread-safe (any thread); the Subscription must not
   // outlive the client.
   Subscription on_transition(EventListener listener);
   Subscription subscribe(EventMask kinds, EventListener listener);

@@ -113,6 +113,8 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <variant>
 #include <vector>
 
 #include "bulwark/bulkhead.h"
@@ -133,9 +135,65 @@ struct ExpositionOptions;
 
 namespace bulwark::http {
 
-// The breaker kept per host: a count window, so that rate and slow-call rules are
-// available (with only consecutive_failures set, the window is unused).
+// The breaker kept per host by default (Config::breaker): a count window, so that rate
+// and slow-call rules are available (with only consecutive_failures set, the window is
+// unused). Config::any_breaker picks another kind.
 using Breaker = CountWindowBreaker;
+
+// A breaker of any of the three kinds (circuit_breaker.h), for Config::any_breaker:
+// what `bulwark calibrate` proposes may be any of them. monostate: Config::breaker.
+using AnyBreakerConfig =
+    std::variant<std::monostate, BreakerConfig, CountWindowConfig, TimeWindowConfig>;
+
+// A key's breaker, whatever its kind: what breaker_for() returns. Pointer-like (null
+// for a URL that does not parse), a copyable view; valid while the client lives.
+// Thread-safe as the breaker's own members are.
+class BreakerRef {
+ public:
+  BreakerRef() noexcept = default;
+  BreakerRef(std::nullptr_t) noexcept {}  // NOLINT: a null reference
+  template <class B>
+  requires(std::is_same_v<B, CircuitBreaker> || std::is_same_v<B, CountWindowBreaker> ||
+           std::is_same_v<B, TimeWindowBreaker>) explicit BreakerRef(B* b) noexcept
+      : b_(b) {}
+
+  explicit operator bool() const noexcept { return b_.index() != 0; }
+  // Calls f(breaker) with the breaker as its own type. Must not be null.
+  template <class F>
+  decltype(auto) visit(F&& f) const noexcept {
+    if (auto* b = get_if<CircuitBreaker>()) return f(*b);
+    if (auto* b = get_if<TimeWindowBreaker>()) return f(*b);
+    return f(*get_if<CountWindowBreaker>());
+  }
+  friend bool operator==(const BreakerRef& r, std::nullptr_t) noexcept { return !r; }
+  const BreakerRef* operator->() const noexcept { return this; }
+
+  // The breaker as its own type, or null if it is of another kind.
+  template <class B>
+  B* get_if() const noexcept {
+    auto* p = std::get_if<B*>(&b_);
+    return p != nullptr ? *p : nullptr;
+  }
+
+  // The breaker's state(), snapshot(), name() and reset() (circuit_breaker.h). Must
+  // not be null.
+  State state() const noexcept {
+    return visit([](auto& b) { return b.state(); });
+  }
+  BreakerSnapshot snapshot() const noexcept {
+    return visit([](auto& b) { return b.snapshot(); });
+  }
+  std::string_view name() const noexcept {
+    return visit([](auto& b) { return b.name(); });
+  }
+  // Back to CLOSED, a new generation: an operator's action (and tests').
+  void reset() const noexcept {
+    visit([](auto& b) { b.reset(); });
+  }
+
+ private:
+  std::variant<std::monostate, CircuitBreaker*, CountWindowBreaker*, TimeWindowBreaker*> b_;
+};
 
 struct Header {
   std::string name;
@@ -213,8 +271,9 @@ struct Error {
 
   // Set by the client as it classifies the error; read through the functions above.
   Outcome outcome_ = Outcome::failure;
-  bool has_hint_ = false;  // retry_after holds the server's valid Retry-After
-  bool retryable_ = true;  // a retry could succeed (false for a body cap, a redirect, ...)
+  bool has_hint_ = false;      // retry_after holds the server's valid Retry-After
+  bool retryable_ = true;      // a retry could succeed (false for a body cap, a redirect, ...)
+  bool hint_ignored_ = false;  // the server sent a Retry-After the client ignored
 };
 
 // Totals since the client was built. Relaxed atomics.
@@ -225,6 +284,8 @@ struct ClientStats {
   std::uint64_t handles_created;      // curl easy handles made (reuse keeps this small)
   std::uint64_t in_flight;            // requests started and not yet returned (a gauge)
   std::uint64_t transfers_in_flight;  // transfers in progress now (a gauge)
+  std::uint64_t fallbacks_used;       // failed requests Config::fallback answered
+  std::uint64_t fallbacks_failed;     // failed requests whose fallback failed too
 };
 
 enum class KeyBy : std::uint8_t {
@@ -238,6 +299,15 @@ struct Config {
   // Each host's (or route's) breaker. Rate and slow-call rules use a count window.
   typename Breaker::Config breaker{
       .name = "http", .consecutive_failures = 5, .open_duration = std::chrono::seconds(30)};
+  // Another kind of breaker per key, in place of `breaker` when set: a BreakerConfig
+  // (consecutive failures: the lightest), a CountWindowConfig or a TimeWindowConfig
+  // (rates over the last N calls or the last T). Validated as the registry validates it.
+  //   config.any_breaker = bulwark::TimeWindowConfig{.name = "reviews", ...};
+  AnyBreakerConfig any_breaker{};
+  // Keep a BreakerMetrics block per key (registry.h): write_metrics() then exports
+  // <prefix>_circuitbreaker_transitions_total{from,to} — which the flapping alert of
+  // docs/alerts uses — and the call-duration histogram. sizeof(BreakerMetrics) per key.
+  bool detailed_metrics = false;
   // Each host's bulkhead; max_wait > 0 lets a request queue for a slot (within its deadline).
   BulkheadConfig bulkhead{.name = "http", .max_concurrent = 64};
   // Each host's retry. Its idempotency_key hook is not used (see Request).
@@ -270,6 +340,25 @@ struct Config {
   bool make_idempotency_keys = false;
   // Makes keys; empty: 128 random bits in hex. Called concurrently: thread-safe.
   std::function<std::string()> key_generator = {};
+
+  // Optional: an answer for a request that failed on a key (host, or host and route:
+  // the registry key), in place of the error — a cached page, a default. Called with
+  // the key, the request (the redirect hop that failed) and its error, for the errors
+  // that protect or report the server (a failure, rejected_by_breaker, bulkhead_full,
+  // timeout), never for the caller's own (invalid_request, a 4xx, cancelled,
+  // shutdown). Returns:
+  //   std::nullopt   no fallback for this key or error: the error stands, not counted;
+  //   a Response     returned to the caller; counted in <prefix>_fallback_calls_total
+  //                  {kind="rejected"|"failed"} of the key (rejected: no attempt reached
+  //                  the server) and <prefix>_http_client_fallback_used_total, and
+  //                  announced as a `fallback` event;
+  //   an Error       the fallback failed: the request's own error stands, counted in
+  //                  <prefix>_http_client_fallback_failed_total.
+  // A fallback that throws has failed. Runs on the request's thread (AsyncClient: the
+  // executor's): keep it short, it must not block. Called concurrently: thread-safe.
+  std::function<std::optional<Expected<Response, Error>>(
+      const std::string& key, const Request& request, const Error& error)>
+      fallback = {};
 
   std::size_t max_idle_handles = 16;  // curl handles kept for reuse
   std::string user_agent = "bulwark-http/0.1";
@@ -307,10 +396,11 @@ class Client {
   void write_metrics(std::ostream& out, const prometheus::ExpositionOptions& options) const;
 
   // The breaker of `url`'s host (or route: Config::key_by), created if needed, for
-  // inspection (state(), snapshot()) and tests. Null for a URL that does not parse.
-  // Valid while the client lives. Cost: a registry lookup (allocates only to create
-  // the key). Thread-safe: any thread; the breaker's readers are too.
-  const Breaker* breaker_for(const std::string& url, const std::string& route = {});
+  // inspection (state(), snapshot()), an operator's reset() and tests; of the kind the
+  // config chose (BreakerRef::get_if gives the typed breaker). Null for a URL that does
+  // not parse. Valid while the client lives. Cost: a registry lookup (allocates only to
+  // create the key). Thread-safe: any thread; the breaker's readers are too.
+  BreakerRef breaker_for(const std::string& url, const std::string& route = {});
 
   // Calls `listener` on every state change of every host's (or route's) breaker, so a
   // service can log them without polling: Event (observe.h) with key = the breaker's
@@ -325,8 +415,10 @@ class Client {
   // outlive the client (release() keeps it for the client's lifetime).
   Subscription on_transition(EventListener listener);
   // The same for any kinds of event the client's registry emits (observe.h): breaker
-  // rejections, per-host bulkhead rejections, key creation, flapping, ... Rejections
-  // come on every rejected request during an outage: count or sample them.
+  // rejections, per-host bulkhead rejections, Config::fallback's answers (fallback),
+  // retries (retry: RetryInfo, as each retry starts, with what became of the failed
+  // attempt's Retry-After: none, honoured, ignored), key creation, flapping. Rejections
+  // and retries come by the thousand during an outage: count or sample them.
   Subscription subscribe(EventMask kinds, EventListener listener);
 
   class Impl;

@@ -167,6 +167,14 @@ struct SyncReply {
   // removed (a counter that is not a number, a key of the wrong type, a record that is
   // not one), one line each naming the key: the Fleet counts them (store_repairs).
   std::vector<std::string> repairs;
+  // A store that spreads the keys over several groups (RedisFleetStore with groups > 1)
+  // may answer for some of them only, when the others' node failed: then partial_error
+  // says why, and `lost` (one per op, else empty) marks with 1 each op it could not
+  // deliver, whose lease holder, counts and window totals in the reply mean nothing. The
+  // Fleet sends them again (and re-reads every breaker) next time. The changes of the
+  // groups that answered are in `changes` as usual.
+  std::vector<std::uint8_t> lost;
+  std::string partial_error;
 };
 
 struct StoreError {

@@ -50,8 +50,10 @@
 // hiredis 0.14 (Debian 12) speaks plain TCP to one server: no TLS, no Redis Cluster,
 // no Sentinel. A deployment that needs them runs a local TLS proxy (stunnel, a
 // service mesh sidecar) and points host/port at it, or a proxy that follows the
-// primary (HAProxy with a role check, or Sentinel-aware clients in front), or for a
-// Cluster a Cluster-aware proxy that routes a script by its first key (above).
+// primary (HAProxy with a role check, or Sentinel-aware clients in front). For a
+// Cluster, RedisClusterStore (cluster_store.h) routes by itself and spreads the keys
+// over several slots; a Cluster-aware proxy that routes a script by its first key
+// (above) works with this store too.
 //
 // Thread-safety: one exchange() at a time (one Fleet's sync()); a second one that
 // starts while the first runs on another thread returns `rejected` at once, naming

@@ -79,7 +79,8 @@ struct TimelineStep {
   std::uint64_t calls = 0;     // attempts sent to the dependency
   std::uint32_t peak_in_flight = 0;
   std::uint32_t peak_busy = 0;
-  std::optional<State> state;  // the breaker's state at the step's end (none: no breaker)
+  std::optional<State> state;          // the breaker's state at the step's end (none: no breaker)
+  std::optional<std::uint32_t> limit;  // the adaptive limit at the step's end (none: no limit)
 };
 
 struct BreakerTransition {
@@ -136,6 +137,10 @@ struct ConfigurationResult {
   // requests lost) were served fully;
   // empty when that never happens (still overloaded at the end) or with no trigger.
   std::optional<Nanos> recovered_after;
+  // With an adaptive limit: its mean at the ends of the steps in the second half of the
+  // first phase (where it settled before any trigger), and its lowest at a step's end.
+  std::optional<double> limit_settled;
+  std::optional<std::uint32_t> limit_lowest;
   // The configuration's LoadGoal, checked (empty without one).
   std::optional<bool> goal_met;
 };
