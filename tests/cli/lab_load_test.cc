@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <string>
@@ -170,7 +171,7 @@ TEST(Load, BadServerConfigurationsAreRefusedNamingTheKey) {
            Case{kBase + server + phase + "[config.a.goal]\nrecover_within = \"bad\"\n",
                 "config.a.goal.recover_within:"},
            Case{kBase + server + phase + "[config.a.goal]\n",
-                "config.a.goal: needs recover_within or overloaded_to_end"},
+                "config.a.goal: needs recover_within, overloaded_to_end or limit_settles_near"},
        }) {
     EXPECT_NE(error_of(c.toml).find(c.error), std::string::npos) << c.toml << "\n---\n"
                                                                  << error_of(c.toml);
@@ -214,6 +215,53 @@ TEST(Load, OverloadKeepsGoodputWithTheRecommendedCombination) {
   EXPECT_EQ(recommended.goal_met, true);
   EXPECT_GT(recommended.served_full, 3 * none.served_full);
   EXPECT_EQ(recommended.refused, 0u) << "the caller's bulkhead keeps the server's queue short";
+}
+
+TEST(Load, TheAdaptiveLimitAndTheThrottleEndTheStormToo) {
+  const SimulationResult r = simulate(builtin_scenario("retry-storm"));
+  const ConfigurationResult& limit = named(r, "adaptive_limit");
+  const ConfigurationResult& throttle = named(r, "throttle");
+  ASSERT_TRUE(limit.recovered_after);
+  EXPECT_LE(*limit.recovered_after, 10s);
+  ASSERT_TRUE(limit.limit_settled);
+  // Found without being told: near the server's 60 workers plus a short queue.
+  EXPECT_GT(*limit.limit_settled, 48);
+  EXPECT_LT(*limit.limit_settled, 120);
+  EXPECT_LT(*limit.limit_lowest, 40u) << "the trigger halved what the server takes";
+  ASSERT_TRUE(throttle.recovered_after) << "slower: its window remembers the storm";
+  EXPECT_GT(throttle.reasons[static_cast<std::size_t>(Reason::throttled)], 0u);
+}
+
+TEST(Load, TheAdaptiveLimitOnTheIncidentKeepsTheBestBulkheadsGoodput) {
+  // The incident, with an adaptive limit (defaults: gradient2) instead of a breaker and
+  // a bulkhead, against a fixed bulkhead of 80 (the incident's own) and of 48 (what
+  // 400/s x 120 ms needs).
+  Scenario s = builtin_scenario();
+  ResilienceConfig base = plain();
+  base.timeout = 800ms;
+  base.fallback = Reasons::all();
+  ResilienceConfig adaptive = base, fixed80 = base, fixed48 = base;
+  adaptive.name = "adaptive";
+  AdaptiveLimitConfig limit;
+  limit.min_limit = 4;
+  limit.max_limit = 1000;
+  adaptive.adaptive_limit = limit;
+  fixed80.name = "fixed80";
+  fixed80.bulkhead = BulkheadConfig{};
+  fixed80.bulkhead->max_concurrent = 80;
+  fixed48.name = "fixed48";
+  fixed48.bulkhead = BulkheadConfig{};
+  fixed48.bulkhead->max_concurrent = 48;
+  s.configurations = {adaptive, fixed80, fixed48};
+  const SimulationResult r = simulate(s);
+  const std::uint64_t best =
+      std::max(named(r, "fixed80").served_full, named(r, "fixed48").served_full);
+  EXPECT_GE(named(r, "adaptive").served_full * 10, best * 9) << "at least 90 % of the best";
+  ASSERT_TRUE(named(r, "adaptive").limit_settled);
+  // Where it settles before the incident: measured 118, well above the 48 in flight
+  // the traffic needs (gradient2 grows while round trips are steady, used or not).
+  EXPECT_GT(*named(r, "adaptive").limit_settled, 48 * 1.3);
+  EXPECT_LE(*named(r, "adaptive").limit_lowest, 8u) << "the 14 s latency shrinks it";
 }
 
 TEST(Load, BuiltinScenariosByName) {
