@@ -359,6 +359,30 @@ TEST(Simulate, ThePrintedScenarioRunsAsAFile) {
   std::remove(file.c_str());
 }
 
+TEST(Simulate, TheBuiltinLoadScenariosPrintAndRun) {
+  for (const char* name : {"overload", "retry-storm"}) {
+    const CliRun printed = run({"simulate", "--builtin", name, "--print-scenario"});
+    ASSERT_EQ(printed.status, 0) << printed.err;
+    const std::string file = temp_path(name);
+    std::ofstream(file) << printed.out;
+    const CliRun from_file = run({"simulate", file, "--json", "-", "--duration", "100s"});
+    const CliRun built_in =
+        run({"simulate", "--builtin", name, "--json", "-", "--duration", "100s"});
+    ASSERT_EQ(from_file.status, 0) << from_file.err;
+    ASSERT_EQ(built_in.status, 0) << built_in.err;
+    auto a = nlohmann::json::parse(from_file.out), b = nlohmann::json::parse(built_in.out);
+    a["scenario"].erase("source");
+    b["scenario"].erase("source");
+    EXPECT_EQ(a, b);
+    EXPECT_TRUE(b["scenario"]["dependency"].contains("server"));
+    std::remove(file.c_str());
+  }
+  const CliRun unknown = run({"simulate", "--builtin", "storm"});
+  EXPECT_EQ(unknown.status, 2);
+  EXPECT_NE(unknown.err.find("--builtin: no built-in scenario named \"storm\""), std::string::npos)
+      << unknown.err;
+}
+
 TEST(Help, EverySubcommandHasIt) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"--help"}, {"simulate", "--help"}, {"replay", "--help"}}) {

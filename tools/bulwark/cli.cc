@@ -157,6 +157,11 @@ void check_simulate(SimulateArgs& a) {
     }
     return;
   }
+  if (a.builtin.given && (a.scenario.given || a.fleet)) {
+    throw InputError({}, "--builtin",
+                     std::string("picks a built-in scenario, so it takes no ") +
+                         (a.fleet ? "--fleet" : "SCENARIO file"));
+  }
   if (a.fleet && !a.only.empty()) {
     throw InputError({}, "--only",
                      "does not apply to --fleet: the [fleet] table's configurations key picks "
@@ -457,15 +462,21 @@ struct Progress {
 
 int run_simulate(const SimulateArgs& a) {
   if (a.print_scenario) {
+    if (a.builtin.given) {
+      bulwark::lab::builtin_scenario(a.builtin.value);  // an unknown name: the error
+      write_stdout(bulwark::lab::builtin_scenario_toml(a.builtin.value));
+      return 0;
+    }
     write_stdout(a.fleet ? bulwark::lab::builtin_fleet_scenario_toml()
                          : bulwark::lab::builtin_scenario_toml());
     return 0;
   }
   Output json("--json", a.json), svg("--svg", a.svg);
-  bulwark::lab::Scenario scenario = a.scenario.given
-                                        ? bulwark::lab::load_scenario_file(a.scenario.value)
-                                    : a.fleet ? bulwark::lab::builtin_fleet_scenario()
-                                              : bulwark::lab::builtin_scenario();
+  bulwark::lab::Scenario scenario =
+      a.scenario.given  ? bulwark::lab::load_scenario_file(a.scenario.value)
+      : a.builtin.given ? bulwark::lab::builtin_scenario(a.builtin.value)
+      : a.fleet         ? bulwark::lab::builtin_fleet_scenario()
+                        : bulwark::lab::builtin_scenario();
   if (scenario.fleet) return run_fleet(a, scenario, json, svg);
   if (a.fleet) {
     throw InputError({scenario.source}, "--fleet",
@@ -669,6 +680,12 @@ CommandLine::CommandLine() {
   simulate_->add_flag("--no-timeline", sim.no_timeline, "Print the summary without the timeline");
   simulate_->add_flag("--print-scenario", sim.print_scenario,
                       "Print the built-in scenario's TOML (a starting point) and exit");
+  simulate_
+      ->add_option("--builtin", sim.builtin.value,
+                   "Run (or with --print-scenario print) a built-in scenario: incident (the\n"
+                   "default), overload (traffic past a server's capacity) or retry-storm (a\n"
+                   "30 s trigger that unbudgeted retries keep going)")
+      ->type_name("NAME");
   simulate_->add_flag("--fleet", sim.fleet,
                       "Run the built-in fleet scenario: the incident over 100 instances, single,\n"
                       "isolated and sharing breaker decisions (a SCENARIO with a [fleet] table\n"
@@ -756,7 +773,8 @@ Command CommandLine::parse(int argc, const char* const* argv) {
                                {"--json", &sim.json},
                                {"--svg", &sim.svg},
                                {"--duration", &sim.duration},
-                               {"--timeline-step", &sim.timeline_step}}) {
+                               {"--timeline-step", &sim.timeline_step},
+                               {"--builtin", &sim.builtin}}) {
     given->given = simulate_->get_option(option)->count() > 0;
   }
   CalibrateArgs& cal = command_.cal;

@@ -39,6 +39,7 @@ struct SimulateArgs {
   bool no_timeline = false;
   bool print_scenario = false;
   bool fleet = false;  // --fleet: the built-in fleet scenario, or SCENARIO's [fleet]
+  Given builtin;       // --builtin NAME: a built-in scenario other than the incident
   // Set by parse(): the durations, read.
   Nanos step = std::chrono::seconds(1);
   std::optional<Nanos> duration_value;

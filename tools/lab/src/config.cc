@@ -830,6 +830,69 @@ Reasons read_fallback(Reader& r) {
   return on;
 }
 
+// [config.NAME.adaptive_limit]: the library's AdaptiveLimitConfig, by its field names.
+AdaptiveLimitConfig read_adaptive_limit(Reader& r) {
+  AdaptiveLimitConfig c;
+  if (auto v = r.string("name")) c.name = *v;
+  if (auto v = r.choice("algorithm", {"aimd", "vegas", "gradient2"})) {
+    c.algorithm = *v == "aimd"    ? AdaptiveAlgorithm::aimd
+                  : *v == "vegas" ? AdaptiveAlgorithm::vegas
+                                  : AdaptiveAlgorithm::gradient2;
+  }
+  if (auto v = r.count("min_limit", kMaxConcurrent)) c.min_limit = *v;
+  if (auto v = r.count("max_limit", kMaxConcurrent)) c.max_limit = *v;
+  if (auto v = r.count("initial_limit", kMaxConcurrent)) c.initial_limit = *v;
+  if (auto v = r.count("window_samples", kMaxConcurrent)) c.window_samples = *v;
+  if (auto v = r.duration("min_window")) c.min_window = *v;
+  if (auto t = r.table("aimd")) {
+    if (auto v = t->number("backoff_ratio")) c.aimd.backoff_ratio = *v;
+    if (auto v = t->number("increase")) c.aimd.increase = *v;
+    if (auto v = t->duration("timeout")) c.aimd.timeout = *v;
+    t->finish();
+  }
+  if (auto t = r.table("gradient2")) {
+    if (auto v = t->number("tolerance")) c.gradient2.tolerance = *v;
+    if (auto v = t->count("long_window", kMaxConcurrent)) c.gradient2.long_window = *v;
+    if (auto v = t->number("queue_size")) c.gradient2.queue_size = *v;
+    if (auto v = t->number("smoothing")) c.gradient2.smoothing = *v;
+    t->finish();
+  }
+  r.finish();
+  if (auto ok = validate(c); !ok) r.fail_config(ok.error());
+  return c;
+}
+
+// [config.NAME.throttle]: the library's ThrottleConfig, by its field names; seeded (1
+// unless given) so a simulation is reproducible.
+ThrottleConfig read_throttle(Reader& r) {
+  ThrottleConfig c;
+  if (auto v = r.string("name")) c.name = *v;
+  if (auto v = r.number("k")) c.k = *v;
+  if (auto v = r.duration("window")) c.window = *v;
+  if (auto v = r.count("buckets", 256)) c.buckets = *v;
+  c.seed = r.unsigned_integer("seed", std::numeric_limits<std::int64_t>::max()).value_or(1);
+  r.finish();
+  if (auto ok = validate(c); !ok) r.fail_config(ok.error());
+  return c;
+}
+
+// [config.NAME.goal]: what the configuration must do after the trigger (server only).
+LoadGoal read_goal(Reader& r) {
+  LoadGoal g;
+  if (auto v = r.duration("recover_within", kMaxScenarioDuration)) g.recover_within = *v;
+  if (auto v = r.boolean("overloaded_to_end")) g.overloaded_to_end = *v;
+  if (auto v = r.count("limit_settles_near", kMaxConcurrent)) g.limit_settles_near = *v;
+  r.finish();
+  if (g.limit_settles_near) return g;
+  if (g.recover_within && g.overloaded_to_end) {
+    r.fail("overloaded_to_end", "contradicts recover_within: give one of them");
+  }
+  if (!g.recover_within && !g.overloaded_to_end) {
+    r.fail_here("needs recover_within, overloaded_to_end or limit_settles_near");
+  }
+  return g;
+}
+
 ResilienceConfig read_configuration(Reader& r, std::string name) {
   ResilienceConfig c;
   c.name = std::move(name);
@@ -852,7 +915,13 @@ ResilienceConfig read_configuration(Reader& r, std::string name) {
   if (auto t = r.table("retry")) c.retry = read_retry(*t);
   if (auto t = r.table("retry_budget")) c.retry_budget = read_retry_budget(*t);
   if (auto t = r.table("fallback")) c.fallback = read_fallback(*t);
+  if (auto t = r.table("goal")) c.goal = read_goal(*t);
+  if (auto t = r.table("adaptive_limit")) c.adaptive_limit = read_adaptive_limit(*t);
+  if (auto t = r.table("throttle")) c.throttle = read_throttle(*t);
   r.finish();
+  if (c.goal && c.goal->limit_settles_near && !c.adaptive_limit) {
+    r.fail("goal", "limit_settles_near needs a [" + r.key_path("adaptive_limit") + "] table");
+  }
   if (c.retry_budget && !c.retry) {
     r.fail("retry_budget", "needs a [" + r.key_path("retry") + "] table (a budget limits retries)");
   }
@@ -869,27 +938,29 @@ ResilienceConfig read_configuration(Reader& r, std::string name) {
 
 constexpr double kZ99 = 2.3263478740408408;  // the standard normal's 99th percentile
 
-Latency read_latency(Reader& phase) {
+Latency read_latency(Reader& phase, std::string_view key = "latency") {
   Latency l;
-  const toml::node* n = phase.get("latency");
-  if (n == nullptr) phase.fail_here("missing required key \"latency\" in " + phase.table_name());
+  const toml::node* n = phase.get(key);
+  if (n == nullptr) {
+    phase.fail_here("missing required key " + in_quotes(key) + " in " + phase.table_name());
+  }
   if (n->is_string()) {  // "14s": a constant latency
-    l.value = phase.required(phase.duration("latency", kMaxCallDuration), "latency");
+    l.value = phase.required(phase.duration(key, kMaxCallDuration), key);
     return l;
   }
   if (!n->is_table()) {
-    phase.fail("latency",
+    phase.fail(key,
                "expected a duration string such as \"120ms\" or a table such as "
                "{ distribution = \"lognormal\", median = \"120ms\", p99 = \"350ms\" }, "
                "got " +
                    type_name(*n));
   }
-  auto r = phase.table("latency");
+  auto r = phase.table(key);
   const std::string d =
       r->required(r->choice("distribution", {"constant", "uniform", "exponential", "lognormal"}),
                   "distribution");
-  auto positive = [&](std::string_view key, Nanos v) {
-    if (v <= Nanos::zero()) r->fail(key, "must be positive (got " + format_duration(v) + ")");
+  auto positive = [&](std::string_view k, Nanos v) {
+    if (v <= Nanos::zero()) r->fail(k, "must be positive (got " + format_duration(v) + ")");
     return v;
   };
   if (d == "constant") {
@@ -936,11 +1007,40 @@ Latency read_latency(Reader& phase) {
   return l;
 }
 
-Phase read_phase(Reader& r) {
+Phase read_phase(Reader& r, const std::optional<Server>& server) {
   Phase p;
   if (auto v = r.string("name")) p.name = *v;
   p.start = r.required(r.duration("start", kMaxScenarioDuration), "start");
-  p.latency = read_latency(r);
+  if (server) {
+    // The server's queueing makes the latency: a phase changes what makes it.
+    if (r.has("latency")) {
+      r.get("latency");
+      r.fail("latency",
+             "is not used with a [dependency.server]: the latency is queueing plus service "
+             "time; give the phase a service_time (or workers) instead");
+    }
+    if (r.has("service_time")) p.service_time = read_latency(r, "service_time");
+    if (auto v = r.count("workers", kMaxServerWorkers)) {
+      if (*v < 1) r.fail("workers", "must be at least 1 (got 0)");
+      p.workers = *v;
+    }
+    p.latency = p.service_time ? *p.service_time : server->service_time;
+  } else {
+    for (std::string_view key : {"workers", "service_time"}) {
+      if (r.has(key)) {
+        r.get(key);
+        r.fail(key, "needs a [dependency.server] table (a dependency with finite capacity)");
+      }
+    }
+    p.latency = read_latency(r);
+  }
+  if (auto v = r.number("arrival_rate")) {
+    if (*v <= 0 || *v > kMaxRate) {
+      r.fail("arrival_rate",
+             "must be in (0, 1000000] requests per second (got " + number_text(*v) + ")");
+    }
+    p.arrival_rate = *v;
+  }
   if (auto v = r.number("error_rate")) {
     if (*v < 0 || *v > 1) r.fail("error_rate", "must be in [0, 1] (got " + number_text(*v) + ")");
     p.error_rate = *v;
@@ -948,6 +1048,17 @@ Phase read_phase(Reader& r) {
   if (auto v = r.boolean("degraded")) p.degraded = *v;
   r.finish();
   return p;
+}
+
+// [dependency.server]: a dependency with finite capacity.
+Server read_server(Reader& r) {
+  Server s;
+  s.workers = r.required(r.count("workers", kMaxServerWorkers), "workers");
+  if (s.workers < 1) r.fail("workers", "must be at least 1 (got 0)");
+  if (auto v = r.count("queue", kMaxServerQueue)) s.queue = *v;
+  s.service_time = read_latency(r, "service_time");
+  r.finish();
+  return s;
 }
 
 // [fleet]: checked against the scenario it belongs to (its duration, its configurations).
@@ -1106,6 +1217,7 @@ Scenario read_scenario(Reader& root) {
     auto r = root.table("dependency");
     if (!r) root.fail_here("missing required table [dependency]");
     if (auto v = r->string("name")) s.dependency.name = *v;
+    if (auto t = r->table("server")) s.dependency.server = read_server(*t);
     const toml::node* phases = r->get("phases");
     if (phases == nullptr) r->fail_here("missing required key \"phases\" in " + r->table_name());
     const toml::array* list = phases->as_array();
@@ -1119,7 +1231,7 @@ Scenario read_scenario(Reader& root) {
     for (std::size_t i = 0; i < list->size(); ++i) {
       Reader pr(*list->get(i)->as_table(), r->key_path("phases") + "[" + std::to_string(i) + "]",
                 root.file());
-      Phase p = read_phase(pr);
+      Phase p = read_phase(pr, s.dependency.server);
       if (i == 0 && p.start != Nanos::zero()) {
         pr.fail("start",
                 "the first phase must start at \"0s\" (got " + format_duration(p.start) + ")");
@@ -1168,6 +1280,11 @@ Scenario read_scenario(Reader& root) {
     r->finish();
   }
   if (auto r = root.table("fleet")) s.fleet = read_fleet(*r, s);
+  if (s.fleet && s.dependency.server) {
+    root.fail("fleet",
+              "cannot run with a [dependency.server] yet: each instance would get a "
+              "server of its own");
+  }
   root.finish();
   // The run it describes must end while a person waits for it: refused naming the key
   // most of its work comes from, at its line.
@@ -1237,7 +1354,9 @@ std::string rounded(double v) {
 
 WorkEstimate estimate_work(const Scenario& s, bool as_fleet) {
   WorkEstimate w;
-  w.requests = s.arrivals.rate * std::chrono::duration<double>(s.duration).count();
+  double rate = s.arrivals.rate;  // the highest a phase sets, for a bound
+  for (const Phase& p : s.dependency.phases) rate = std::max(rate, p.arrival_rate.value_or(0));
+  w.requests = rate * std::chrono::duration<double>(s.duration).count();
   w.heaviest = "duration";
   double heaviest_cost = -1;
   const auto blame = [&](double cost, const ResilienceConfig* c) {
@@ -1355,6 +1474,19 @@ Scenario load_scenario_file(const std::string& path, std::vector<InputError>* wa
 }
 
 Scenario builtin_scenario() { return parse_scenario(builtin_scenario_toml(), "built-in"); }
+
+Scenario builtin_scenario(std::string_view name, const std::string& field) {
+  const std::string_view text = builtin_scenario_toml(name);
+  if (text.empty()) {
+    std::string names;
+    for (std::string_view n : kBuiltinScenarioNames)
+      names += (names.empty() ? "" : ", ") + in_quotes(n);
+    throw InputError(
+        {}, field, "no built-in scenario named " + in_quotes(name) + " (there are " + names + ")");
+  }
+  if (name == "incident") return builtin_scenario();
+  return parse_scenario(text, "built-in " + std::string(name));
+}
 
 BreakerSpec parse_breaker(std::string_view text, const std::string& source_name,
                           std::vector<InputError>* warnings) {

@@ -27,6 +27,14 @@ Json scenario_json(const Scenario& s) {
                       {"latency", describe(p.latency)},
                       {"error_rate", p.error_rate},
                       {"degraded", p.degraded}});
+    if (p.workers) phases.back()["workers"] = *p.workers;
+    if (p.arrival_rate) phases.back()["arrival_rate"] = *p.arrival_rate;
+  }
+  Json dependency = {{"name", s.dependency.name}, {"phases", phases}};
+  if (s.dependency.server) {
+    dependency["server"] = {{"workers", s.dependency.server->workers},
+                            {"queue", s.dependency.server->queue},
+                            {"service_time", describe(s.dependency.server->service_time)}};
   }
   return {{"name", s.name},
           {"description", s.description},
@@ -36,12 +44,12 @@ Json scenario_json(const Scenario& s) {
           {"arrivals",
            {{"process", std::string(to_string(s.arrivals.process))}, {"rate", s.arrivals.rate}}},
           {"caller", {{"workers", s.caller.workers}, {"work_ms", ms(s.caller.work)}}},
-          {"dependency", {{"name", s.dependency.name}, {"phases", phases}}},
+          {"dependency", dependency},
           {"degraded_from_ms", ms(s.degraded_from())},
           {"degraded_until_ms", s.degraded_from() ? ms(s.degraded_until()) : Json(nullptr)}};
 }
 
-Json configuration_json(const ConfigurationResult& c, std::uint32_t workers) {
+Json configuration_json(const ConfigurationResult& c, std::uint32_t workers, bool server) {
   Json reasons = Json::object();
   for (int k = 0; k < kReasonCount; ++k) {
     reasons[std::string(to_string(static_cast<Reason>(k)))] =
@@ -68,6 +76,18 @@ Json configuration_json(const ConfigurationResult& c, std::uint32_t workers) {
                   {"alert_when_open_for_ms", ms(c.alert_when_open_for)},
                   {"alert_at_ms", ms(c.alert_at)},
                   {"reasons", reasons}};
+  if (c.limit_lowest) {
+    summary["limit_settled"] = c.limit_settled ? Json(*c.limit_settled) : Json(nullptr);
+    summary["limit_lowest"] = *c.limit_lowest;
+  }
+  if (server) {
+    summary["refused"] = c.refused;
+    summary["wasted"] = c.wasted;
+    summary["peak_queued"] = c.peak_queued;
+    summary["success_p99_ms"] = ms(c.success_p99);
+    summary["recovered_after_ms"] = ms(c.recovered_after);
+    summary["goal_met"] = c.goal_met ? Json(*c.goal_met) : Json(nullptr);
+  }
   Json transitions = Json::array();
   for (const BreakerTransition& t : c.transitions) {
     transitions.push_back({{"t_ms", ms(t.at)},
@@ -87,6 +107,7 @@ Json configuration_json(const ConfigurationResult& c, std::uint32_t workers) {
                         {"peak_in_flight", s.peak_in_flight},
                         {"peak_busy", s.peak_busy},
                         {"state", state_json(s.state)}});
+    if (s.limit) timeline.back()["limit"] = *s.limit;
   }
   return {
       {"name", c.name}, {"summary", summary}, {"transitions", transitions}, {"timeline", timeline}};
@@ -97,7 +118,8 @@ Json configuration_json(const ConfigurationResult& c, std::uint32_t workers) {
 std::string to_json(const SimulationResult& result) {
   Json configs = Json::array();
   for (const ConfigurationResult& c : result.configurations) {
-    configs.push_back(configuration_json(c, result.scenario.caller.workers));
+    configs.push_back(configuration_json(c, result.scenario.caller.workers,
+                                         result.scenario.dependency.server.has_value()));
   }
   const Json doc = {{"scenario", scenario_json(result.scenario)},
                     {"timeline_step_ms", ms(result.timeline_step)},

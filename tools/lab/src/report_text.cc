@@ -107,13 +107,68 @@ void write_scenario(std::ostream& out, const Scenario& s) {
   std::string label = "  ";  // appended, not concatenated: GCC 12 misreads a + here
   label += printable(s.dependency.name);
   label += ": ";
+  const std::optional<Server>& server = s.dependency.server;
+  if (server) {
+    out << label << "a server of " << group_thousands(server->workers) << " workers and a queue of "
+        << group_thousands(server->queue) << " (beyond it, refused)\n";
+  }
   for (std::size_t i = 0; i < s.dependency.phases.size(); ++i) {
     const Phase& p = s.dependency.phases[i];
-    out << (i == 0 ? label : std::string(label.size(), ' ')) << "from "
-        << pad_right(format_clock(p.start), 6) << printable(p.name) << ": " << describe(p.latency)
-        << ", " << percent(p.error_rate) << " errors" << (p.degraded ? "  [degraded]" : "") << "\n";
+    out << (i == 0 && !server ? label : std::string(label.size(), ' ')) << "from "
+        << pad_right(format_clock(p.start), 6) << printable(p.name) << ": ";
+    if (server) {
+      out << group_thousands(p.workers.value_or(server->workers)) << " workers, service time ";
+    }
+    out << describe(p.latency) << ", " << percent(p.error_rate) << " errors";
+    if (p.arrival_rate) {
+      char phase_rate[32];
+      std::snprintf(phase_rate, sizeof phase_rate, "%g", *p.arrival_rate);
+      out << ", arrivals at " << phase_rate << "/s";
+    }
+    out << (p.degraded ? "  [degraded]" : "") << "\n";
   }
   out << "\n";
+}
+
+// The configurations' LoadGoals, one line each (full goodput: in every timeline step
+// from then on, 95 % of the pages done were served fully).
+void write_load_goals(std::ostream& out, const SimulationResult& r) {
+  bool first = true;
+  for (std::size_t i = 0; i < r.configurations.size(); ++i) {
+    const ConfigurationResult& c = r.configurations[i];
+    if (!c.goal_met) continue;
+    const std::optional<LoadGoal>& goal = r.scenario.configurations[i].goal;
+    if (!goal) continue;
+    if (first) out << "\n";
+    first = false;
+    const bool met = goal->overloaded_to_end
+                         ? !c.recovered_after
+                         : c.recovered_after && *c.recovered_after <= *goal->recover_within;
+    const std::string after =
+        c.recovered_after ? "back after " + format_readable(*c.recovered_after) : "never back";
+    if (goal->limit_settles_near) {
+      const double target = *goal->limit_settles_near;
+      const bool near = c.limit_settled && std::abs(*c.limit_settled - target) <= 0.3 * target;
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%.1f", c.limit_settled.value_or(0));
+      if (first) out << "\n";
+      first = false;
+      out << "  goal: " << printable(c.name) << "'s adaptive limit settles within 30% of "
+          << *goal->limit_settles_near << " before any trigger: "
+          << (c.limit_settled ? std::string(buf) : std::string("no steps to tell")) << " -- "
+          << (near ? "met" : "MISSED") << "\n";
+      if (!goal->overloaded_to_end && !goal->recover_within) continue;
+    }
+    if (goal->overloaded_to_end) {
+      out << "  goal: " << printable(c.name)
+          << " stays overloaded to the end once the trigger is over (the metastable failure): "
+          << after;
+    } else {
+      out << "  goal: " << printable(c.name) << " back to full goodput within "
+          << format_readable(*goal->recover_within) << " of the trigger's end: " << after;
+    }
+    out << " -- " << (met ? "met" : "MISSED") << "\n";
+  }
 }
 
 constexpr std::size_t kCol = 6;
@@ -224,6 +279,39 @@ void write_summary(std::ostream& out, const SimulationResult& r) {
   }
   row("page latency p50", [](const auto& c) { return format_readable(c.p50); });
   row("page latency p99", [](const auto& c) { return format_readable(c.p99); });
+  if (std::any_of(configs.begin(), configs.end(),
+                  [](const auto& c) { return c.limit_lowest.has_value(); })) {
+    row("adaptive limit, settled before any trigger", [](const auto& c) -> std::string {
+      if (!c.limit_settled) return "-";
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f", *c.limit_settled);
+      return buf;
+    });
+    row("adaptive limit, lowest", [](const auto& c) -> std::string {
+      return c.limit_lowest ? group_thousands(*c.limit_lowest) : "-";
+    });
+  }
+  if (r.scenario.dependency.server) {
+    const double seconds = std::chrono::duration<double>(r.scenario.duration).count();
+    row("goodput (pages served fully per s)", [&](const auto& c) {
+      char buf[32];
+      std::snprintf(buf, sizeof buf, "%.1f", static_cast<double>(c.served_full) / seconds);
+      return std::string(buf);
+    });
+    row("p99 latency of pages served fully",
+        [](const auto& c) { return format_readable(c.success_p99); });
+    row("calls refused by " + dep + " (queue full)",
+        [](const auto& c) { return group_thousands(c.refused); });
+    row("calls " + dep + " served after the caller gave up",
+        [](const auto& c) { return group_thousands(c.wasted); });
+    row("peak calls queued at " + dep,
+        [](const auto& c) { return group_thousands(c.peak_queued); });
+    if (r.scenario.degraded_from()) {
+      row("back to full goodput after the trigger", [](const auto& c) -> std::string {
+        return c.recovered_after ? "after " + format_readable(*c.recovered_after) : "never";
+      });
+    }
+  }
   for (int k = 0; k < kReasonCount; ++k) {
     const auto reason = static_cast<Reason>(k);
     if (std::none_of(configs.begin(), configs.end(),
@@ -252,6 +340,7 @@ void write_summary(std::ostream& out, const SimulationResult& r) {
     for (std::size_t j = 0; j < cells.size(); ++j) line += pad_left(cells[j], widths[j]);
     out << line << "\n";
   }
+  write_load_goals(out, r);
 }
 
 }  // namespace

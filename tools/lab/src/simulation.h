@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "breakers.h"
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/backoff.h"
 #include "bulwark/bulkhead.h"
 #include "bulwark/lab/duration.h"
@@ -26,6 +27,7 @@
 #include "bulwark/lab/simulate.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
+#include "bulwark/throttle.h"
 
 namespace bulwark::lab::detail {
 
@@ -172,6 +174,7 @@ class Simulation {
   using Permit = typename B::Permit;
   using Bulkhead = BasicBulkhead<ManualClock>;
   using Budget = BasicRetryBudget<ManualClock>;
+  using Limit = BasicAdaptiveLimit<ManualClock>;
 
  public:
   Simulation(const Scenario& scenario, const ResilienceConfig& config,
@@ -193,6 +196,8 @@ class Simulation {
       result_.has_breaker = true;
     }
     if (config.bulkhead) bulkhead_.emplace(*config.bulkhead, clock_);
+    if (config.adaptive_limit) limit_.emplace(*config.adaptive_limit, clock_);
+    if (config.throttle) throttle_.emplace(*config.throttle, clock_);
     if (config.retry) {
       RetryConfig rc = config.retry->config;
       // A fresh generator per run: the same scenario always simulates the same way.
@@ -201,6 +206,8 @@ class Simulation {
       retry_.emplace(std::move(rc));
       if (config.retry_budget) budget_.emplace(*config.retry_budget, clock_);
     }
+    if (scenario.dependency.server) server_ = &*scenario.dependency.server;
+    for (const Phase& p : scenario.dependency.phases) varying_rate_ |= p.arrival_rate.has_value();
     arrivals_rng_ = SplitMix64(scenario.seed ^ 0x243F6A8885A308D3ull);
     draws_seed_ = draws_seed(scenario.seed);
     result_.timeline.push_back(TimelineStep{});
@@ -262,6 +269,13 @@ class Simulation {
         dispatch(e);
       }
     }
+    if (limit_) summarize_limit();
+    if (server_) summarize_load(end);
+    if (config_.goal && config_.goal->limit_settles_near && result_.limit_settled) {
+      const double target = *config_.goal->limit_settles_near;
+      const bool near = std::abs(*result_.limit_settled - target) <= 0.3 * target;
+      result_.goal_met = result_.goal_met.value_or(true) && near;
+    }
     result_.p50 = latency_.quantile(0.50);
     result_.p99 = latency_.quantile(0.99);
     result_.max = latency_.max();
@@ -284,7 +298,14 @@ class Simulation {
   ManualClock& clock() noexcept { return clock_; }
 
  private:
-  enum class Kind : std::uint8_t { arrival, attempt_done, retry, wait_expired, page_done };
+  enum class Kind : std::uint8_t {
+    arrival,
+    attempt_done,
+    retry,
+    wait_expired,
+    page_done,
+    server_done
+  };
 
   struct Event {
     Ticks t;
@@ -404,6 +425,7 @@ class Simulation {
     std::optional<Permit> permit;
     std::optional<typename Bulkhead::Permit> slot;
     std::optional<typename Budget::Ticket> ticket;
+    std::optional<typename Limit::Permit> limit_permit;
   };
 
   struct Waiter {
@@ -431,6 +453,9 @@ class Simulation {
       case Kind::page_done:
         if (live(e)) page_done(e.req, e.t, e.result);
         break;
+      case Kind::server_done:
+        on_server_done(e);
+        break;
     }
   }
 
@@ -451,6 +476,7 @@ class Simulation {
         break;
       case Kind::attempt_done:
       case Kind::retry:
+      case Kind::server_done:
         heap_push(e);
         break;
       case Kind::arrival:
@@ -464,6 +490,7 @@ class Simulation {
   TimelineStep& step() { return draining_ ? scratch_ : result_.timeline.back(); }
 
   void close_step() {
+    if (limit_) result_.timeline.back().limit = limit_->limit();
     if constexpr (kHasBreaker) result_.timeline.back().state = breaker_->state();
   }
 
@@ -489,9 +516,19 @@ class Simulation {
   // ---- the request's way ---------------------------------------------------------
 
   void schedule_next_arrival() {
-    const double rate = scenario_.arrivals.rate;
+    double rate = scenario_.arrivals.rate;
     double at = 0;
-    if (scenario_.arrivals.process == ArrivalProcess::constant) {
+    if (varying_rate_) {
+      // Phases set the rate: each gap at the rate in effect now (the last arrival's).
+      rate = phase_at(clock_.now().time_since_epoch().count()).arrival_rate.value_or(rate);
+      if (scenario_.arrivals.process == ArrivalProcess::constant) {
+        at = next_poisson_;
+        next_poisson_ += 1e9 / rate;
+      } else {
+        next_poisson_ += -std::log1p(-unit_interval(arrivals_rng_())) * 1e9 / rate;
+        at = next_poisson_;
+      }
+    } else if (scenario_.arrivals.process == ArrivalProcess::constant) {
       at = static_cast<double>(arrival_index_) * 1e9 / rate;
     } else {
       next_poisson_ += -std::log1p(-unit_interval(arrivals_rng_())) * 1e9 / rate;
@@ -561,6 +598,18 @@ class Simulation {
         r.permit.emplace(std::move(*p));
       }
     }
+    if (throttle_ && !throttle_->try_acquire()) {
+      r.ticket.reset();
+      return finish(id, t, Reason::throttled);
+    }
+    if (limit_) {
+      auto p = limit_->try_acquire();
+      if (!p) {
+        r.ticket.reset();
+        return finish(id, t, Reason::bulkhead_full);
+      }
+      r.limit_permit.emplace(std::move(*p));
+    }
     if (r.ticket) {
       r.ticket->commit();
       r.ticket.reset();
@@ -569,6 +618,7 @@ class Simulation {
     if (n > 1) ++result_.retries;
     const Phase& phase = phase_at(t);
     SplitMix64 g = draws_for_mixed(draws_seed_, r.index, n);
+    if (server_) return submit(id, t, phase, g);
     bool failed = unit_interval(g()) < phase.error_rate;
     Nanos took = sample(phase.latency, g);
     bool timed_out = false;
@@ -588,7 +638,20 @@ class Simulation {
 
   void on_attempt_done(const Event& e) {
     Request& r = requests_[e.req];
+    // With a server, the answer and the timeout race: the first one ends the attempt
+    // and the other is stale from here on.
+    if (server_) ++r.gen;
     --in_flight_;
+    if (throttle_) throttle_->record(!e.failed);
+    if (r.limit_permit) {
+      // A failure (timeout, refusal, error) says "too much"; a success gives its round trip.
+      if (e.failed) {
+        r.limit_permit->drop();
+      } else {
+        r.limit_permit->complete(Nanos(e.t - r.attempt_started));
+      }
+      r.limit_permit.reset();
+    }
     const Outcome outcome = e.failed ? Outcome::failure : Outcome::success;
     if constexpr (kHasBreaker) {
       if (config_.breaker_scope == BreakerScope::attempt && r.permit) {
@@ -631,6 +694,7 @@ class Simulation {
       r.permit.reset();
     }
     r.ticket.reset();
+    r.limit_permit.reset();
     const bool freed = r.slot.has_value();
     r.slot.reset();
     PageResult result = PageResult::full;
@@ -672,6 +736,7 @@ class Simulation {
     latency_.add(Nanos(t - r.arrived));
     switch (result) {
       case PageResult::full:
+        if (server_) success_latency_.add(Nanos(t - r.arrived));
         ++result_.served_full, ++step().full;
         break;
       case PageResult::degraded:
@@ -682,6 +747,115 @@ class Simulation {
         break;
     }
     release(id);
+  }
+
+  // ---- the server ------------------------------------------------------------------
+
+  struct Job {
+    Ticks service = 0;
+    std::uint32_t req = 0;
+    std::uint32_t gen = 0;
+    bool failed = false;
+  };
+
+  // The attempt goes to the server: served now by a free worker, queued, or refused.
+  void submit(std::uint32_t id, Ticks t, const Phase& phase, SplitMix64& g) {
+    Request& r = requests_[id];
+    const bool failed = unit_interval(g()) < phase.error_rate;
+    const Nanos service =
+        sample(phase.service_time ? *phase.service_time : server_->service_time, g);
+    r.attempt_started = t;
+    ++in_flight_;  // until its attempt_done, even a refused one's at once
+    ++result_.calls;
+    ++step().calls;
+    if (phase.degraded) ++result_.calls_while_degraded;
+    const Job job{service.count(), id, r.gen, failed};
+    pump(t);
+    if (server_busy_ < capacity(phase) && queued_ == 0) {
+      serve(job, t);
+    } else if (queued_ < server_->queue) {
+      queue_.push(job);
+      ++queued_;
+      result_.peak_queued = std::max(result_.peak_queued, queued_);
+    } else {
+      ++result_.refused;  // refused at once: a fast failure, never in flight for long
+      return push(t, id, Kind::attempt_done, true, false);
+    }
+    note_levels();
+    if (config_.timeout)
+      push(saturating_add(t, config_.timeout->count()), id, Kind::attempt_done, true, true);
+  }
+
+  std::uint32_t capacity(const Phase& phase) const {
+    return phase.workers.value_or(server_->workers);
+  }
+
+  void serve(const Job& job, Ticks t) {
+    ++server_busy_;
+    heap_push(Event{saturating_add(t, job.service), seq_++, job.req, job.gen, Kind::server_done,
+                    job.failed});
+  }
+
+  // Queued attempts take the workers free (the phase's number may have grown).
+  void pump(Ticks t) {
+    const std::uint32_t n = capacity(phase_at(t));
+    while (queued_ > 0 && server_busy_ < n) {
+      const Job job = queue_.front();
+      queue_.pop();
+      --queued_;
+      serve(job, t);
+    }
+  }
+
+  void on_server_done(const Event& e) {
+    --server_busy_;
+    if (live(e)) {
+      on_attempt_done(e);
+    } else {
+      ++result_.wasted;  // the caller gave up on it (or the page is over)
+    }
+    pump(e.t);
+  }
+
+  void summarize_limit() {
+    const auto& phases = scenario_.dependency.phases;
+    const Ticks first_end = phases.size() > 1 ? phases[1].start.count() : end();
+    double sum = 0;
+    std::uint32_t n = 0, lowest = std::numeric_limits<std::uint32_t>::max();
+    for (const TimelineStep& st : result_.timeline) {
+      if (!st.limit) continue;
+      lowest = std::min(lowest, *st.limit);
+      if (st.start.count() >= first_end / 2 && st.start.count() + step_ <= first_end) {
+        sum += *st.limit, ++n;
+      }
+    }
+    if (n > 0) result_.limit_settled = sum / n;
+    if (lowest != std::numeric_limits<std::uint32_t>::max()) result_.limit_lowest = lowest;
+  }
+
+  // Goodput after the trigger, the successful pages' p99 and the goal.
+  void summarize_load(Ticks end) {
+    result_.success_p99 = success_latency_.quantile(0.99);
+    if (!scenario_.degraded_from()) return;
+    const Ticks trigger_end = scenario_.degraded_until().count();
+    if (trigger_end < end) {
+      const auto& steps = result_.timeline;
+      std::size_t from = steps.size();
+      for (std::size_t i = steps.size(); i-- > 0;) {
+        if (steps[i].start.count() < trigger_end) break;
+        const TimelineStep& st = steps[i];
+        if (20 * st.full < 19 * (st.full + st.degraded + st.failed + st.lost)) break;
+        from = i;
+      }
+      if (from < steps.size())
+        result_.recovered_after = Nanos(steps[from].start.count() - trigger_end);
+    }
+    if (config_.goal && (config_.goal->overloaded_to_end || config_.goal->recover_within)) {
+      result_.goal_met = config_.goal->overloaded_to_end
+                             ? !result_.recovered_after
+                             : result_.recovered_after &&
+                                   *result_.recovered_after <= *config_.goal->recover_within;
+    }
   }
 
   // ---- bookkeeping ---------------------------------------------------------------
@@ -760,6 +934,8 @@ class Simulation {
   ManualClock clock_;
   std::unique_ptr<B> breaker_;
   std::optional<Bulkhead> bulkhead_;
+  std::optional<Limit> limit_;
+  std::optional<BasicThrottle<ManualClock>> throttle_;
   std::optional<RetryPolicy> retry_;
   std::optional<Budget> budget_;
 
@@ -783,6 +959,14 @@ class Simulation {
   std::uint64_t seq_ = 0;
   std::uint32_t in_flight_ = 0;
   std::uint32_t busy_ = 0;
+
+  // The server (none without [dependency.server]).
+  const Server* server_ = nullptr;
+  Fifo<Job> queue_;
+  std::uint32_t queued_ = 0;
+  std::uint32_t server_busy_ = 0;
+  Histogram success_latency_;
+  bool varying_rate_ = false;
 };
 
 }  // namespace bulwark::lab::detail

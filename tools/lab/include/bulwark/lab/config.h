@@ -48,6 +48,7 @@
 #include <variant>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/breaker_config.h"
 #include "bulwark/bulkhead.h"
 #include "bulwark/clock.h"
@@ -56,6 +57,7 @@
 #include "bulwark/pipeline.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
+#include "bulwark/throttle.h"
 
 namespace bulwark::lab {
 
@@ -77,9 +79,11 @@ inline constexpr Nanos kMaxScenarioDuration = std::chrono::hours(24 * 30);
 inline constexpr std::uint32_t kMaxAttempts = 100;  // retry.max_attempts
 inline constexpr double kMaxMultiplier = 1000;      // open_duration_multiplier, backoff
 inline constexpr std::uint32_t kMaxMinimumCalls = 1'000'000;
-inline constexpr std::uint32_t kMaxConcurrent = 1'000'000;  // bulkhead.max_concurrent
-inline constexpr std::uint32_t kMaxWorkers = 1'000'000;     // caller.workers
-inline constexpr double kMaxRate = 1e6;                     // arrivals.rate, per second
+inline constexpr std::uint32_t kMaxConcurrent = 1'000'000;     // bulkhead.max_concurrent
+inline constexpr std::uint32_t kMaxWorkers = 1'000'000;        // caller.workers
+inline constexpr std::uint32_t kMaxServerWorkers = 1'000'000;  // dependency.server.workers
+inline constexpr std::uint32_t kMaxServerQueue = 1'000'000;    // dependency.server.queue
+inline constexpr double kMaxRate = 1e6;                        // arrivals.rate, per second
 inline constexpr std::size_t kMaxPhases = 1000;
 inline constexpr std::size_t kMaxConfigurations = 16;
 inline constexpr std::uint32_t kMaxInstances = 10000;  // fleet.instances
@@ -116,6 +120,17 @@ struct RetrySpec {
 };
 
 // One named way of calling the dependency: the pipeline's stages, each optional.
+// What a configuration is expected to do once the trigger (the degraded phases) is
+// over, with a server dependency: be back to full goodput within `recover_within`, or
+// (to show a metastable failure) still be overloaded at the scenario's end; and where
+// its adaptive limit settles.
+struct LoadGoal {
+  std::optional<Nanos> recover_within{};
+  bool overloaded_to_end = false;
+  // With an adaptive limit: where it should settle before any trigger (±30 %).
+  std::optional<std::uint32_t> limit_settles_near{};
+};
+
 struct ResilienceConfig {
   std::string name;
   std::optional<Nanos> timeout;  // per attempt; none: the call takes what it takes
@@ -127,6 +142,14 @@ struct ResilienceConfig {
   std::optional<Reasons> fallback;                // the reasons a degraded page answers
   // Report when the breaker has been away from CLOSED this long (the "open too long" alert).
   std::optional<Nanos> alert_when_open_for;
+  std::optional<LoadGoal> goal{};
+  // An adaptive concurrency limit on the attempts (adaptive_limit.h): a refusal is
+  // reported as bulkhead_full; a failed attempt is a drop, a successful one a round trip.
+  std::optional<AdaptiveLimitConfig> adaptive_limit{};
+  // Client-side adaptive throttling (throttle.h) before each attempt: a local rejection
+  // is reported as `throttled`; an attempt's success counts as accepted.
+  std::optional<ThrottleConfig>
+      throttle{};  // [config.NAME.goal]: checked and reported after the run
 };
 
 enum class ArrivalProcess : std::uint8_t { constant, poisson };
@@ -162,11 +185,29 @@ struct Phase {
   Latency latency;
   double error_rate = 0;
   bool degraded = false;  // counts for "time to open" and "calls while degraded"
+  // With a server (Dependency::server): its workers and service time while the phase
+  // runs (none: the server's own). `latency` is then the service time, for reports.
+  std::optional<std::uint32_t> workers{};
+  std::optional<Latency> service_time{};
+  // The arrival rate while the phase runs (none: the scenario's [arrivals] rate).
+  std::optional<double> arrival_rate{};
+};
+
+// A dependency with finite capacity ([dependency.server]): `workers` serve attempts
+// first come first served, each for a service time drawn from `service_time`; up to
+// `queue` more wait in a FIFO; an attempt that finds the queue full is refused at once
+// (a failure). A caller's timeout abandons the attempt, but the server still serves it
+// when its turn comes (wasted work). Latency is then queueing plus service time.
+struct Server {
+  std::uint32_t workers = 0;  // >= 1
+  std::uint32_t queue = 0;    // 0: nothing waits
+  Latency service_time;
 };
 
 struct Dependency {
   std::string name = "dependency";
-  std::vector<Phase> phases;  // the first starts at 0; starts strictly increase
+  std::vector<Phase> phases;       // the first starts at 0; starts strictly increase
+  std::optional<Server> server{};  // none: each attempt takes its phase's latency
 };
 
 // A window of time during which the fleet's store is down: every exchange fails.
@@ -269,6 +310,15 @@ Scenario parse_scenario(std::string_view toml, const std::string& source_name,
 // The built-in incident (tools/examples/incident.toml, compiled in), as text and parsed.
 std::string_view builtin_scenario_toml();
 Scenario builtin_scenario();
+
+// The built-in scenarios by name: "incident" (the above), "overload"
+// (tools/examples/overload.toml: traffic ramps past a server's capacity) and
+// "retry-storm" (tools/examples/retry_storm.toml: a short trigger and unbudgeted
+// retries keep a server overloaded). An unknown name: empty text, and InputError
+// naming `field` with the names there are.
+std::string_view builtin_scenario_toml(std::string_view name);
+Scenario builtin_scenario(std::string_view name, const std::string& field = "--builtin");
+inline constexpr std::string_view kBuiltinScenarioNames[] = {"incident", "overload", "retry-storm"};
 
 // Reads a file whose only table is [breaker] (what `bulwark replay --config` takes;
 // "-": standard input). Throws InputError; deprecated keys as for load_scenario_file.

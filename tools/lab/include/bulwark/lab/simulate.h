@@ -21,6 +21,9 @@
 //   bulkhead     try_acquire(); when full, waits up to max_wait for a slot, FIFO
 //   attempts     each samples the dependency's phase at its start: latency and error.
 //                A call that would take longer than the timeout fails at the timeout.
+//                With a server ([dependency.server]) the attempt is served by one of its
+//                workers, after waiting in its FIFO queue, or refused when the queue is
+//                full; a caller's timeout abandons it, but the server still serves it.
 //   retry        after a failed attempt: RetryPolicy::decide, then the budget's ticket;
 //                the worker stays busy through the backoff
 //   fallback     a failure whose reason it covers serves the page degraded
@@ -76,7 +79,8 @@ struct TimelineStep {
   std::uint64_t calls = 0;     // attempts sent to the dependency
   std::uint32_t peak_in_flight = 0;
   std::uint32_t peak_busy = 0;
-  std::optional<State> state;  // the breaker's state at the step's end (none: no breaker)
+  std::optional<State> state;          // the breaker's state at the step's end (none: no breaker)
+  std::optional<std::uint32_t> limit;  // the adaptive limit at the step's end (none: no limit)
 };
 
 struct BreakerTransition {
@@ -122,6 +126,23 @@ struct ConfigurationResult {
   std::vector<BreakerTransition> transitions;  // up to the scenario's end
 
   std::vector<TimelineStep> timeline;  // [0, duration) in steps of the timeline step
+
+  // With a server dependency (Dependency::server); zero/empty without one.
+  std::uint64_t refused = 0;          // attempts the server refused (its queue was full)
+  std::uint64_t wasted = 0;           // attempts the server served after the caller gave up
+  std::uint32_t peak_queued = 0;      // attempts waiting in the server's queue
+  Nanos success_p99 = Nanos::zero();  // page latency of the pages served fully
+  // From the end of the trigger (Scenario::degraded_until) to the start of the first
+  // timeline step from which, in every step, at least 95 % of the pages done (and the
+  // requests lost) were served fully;
+  // empty when that never happens (still overloaded at the end) or with no trigger.
+  std::optional<Nanos> recovered_after;
+  // With an adaptive limit: its mean at the ends of the steps in the second half of the
+  // first phase (where it settled before any trigger), and its lowest at a step's end.
+  std::optional<double> limit_settled;
+  std::optional<std::uint32_t> limit_lowest;
+  // The configuration's LoadGoal, checked (empty without one).
+  std::optional<bool> goal_met;
 };
 
 struct SimulationResult {
