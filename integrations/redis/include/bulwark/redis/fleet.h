@@ -119,8 +119,9 @@ struct FleetConfig {
   // How long the half-open lease holds; the others stay open at most this long
   // waiting for the holder's verdict. Zero (the default): derived per key from the
   // key's call rate and probe fraction ("Half-open lease" above; FleetKeyReading::
-  // lease_ms says what it is now). A positive value: every key's lease, as given;
-  // longer than the holder's wait for a probe, plus the probe, plus a sync.
+  // lease_ms says what it is now); costs one snapshot() of each attached breaker per
+  // sync, to measure the rate. A positive value: every key's lease, as given; longer
+  // than the holder's wait for a probe, plus the probe, plus a sync.
   std::chrono::milliseconds lease_duration = std::chrono::milliseconds::zero();
   // Local transitions queued between two syncs; beyond it they are dropped, counted,
   // and the next sync re-reads every attached breaker's state instead.
