@@ -193,6 +193,90 @@ TEST(FleetTest, WithoutAVerdictTheOthersProbeOnceTheLeaseExpires) {
   EXPECT_TRUE(probe->is_probe());
 }
 
+// The default lease is derived per key from the key's own traffic on each instance:
+// 2 x sync_interval + probe timeout + 8 mean gaps between probes (calls/s x probe
+// fraction), within the breaker's longest open period. A waiting instance stays open
+// that long past the lease, where a fixed 2 s lease would already let it probe.
+TEST(FleetTest, TheDefaultLeaseIsDerivedFromTheKeysCallRate) {
+  World w;
+  const auto config = [] {
+    auto c = breaker_config("reviews");
+    c.open_duration = 30s;
+    c.half_open.fraction = 0.10;
+    return c;
+  };
+  const auto fleet_config = [&w](std::string id) {
+    return FleetConfig{
+        .instance = std::move(id), .sync_interval = 200ms, .wall_ms = [&w] { return w.wall; }};
+  };
+  testing::FleetMember<Breaker> a(config(), w.clock, fleet_config("a"), w.store,
+                                  AttachOptions{.probe_timeout = 800ms});
+  testing::FleetMember<Breaker> b(config(), w.clock, fleet_config("b"), w.store,
+                                  AttachOptions{.probe_timeout = 800ms});
+  // Nothing seen yet: the longest open period.
+  EXPECT_EQ(a.key().lease_ms, 30'000);
+  // a: 8 calls/s, b: 4 calls/s (admitted or rejected: the offered traffic counts).
+  int ticks = 0;
+  auto tick = [&](bool a_calls, bool b_calls) {
+    w.advance(std::chrono::milliseconds(125));
+    ++ticks;
+    if (a_calls) {
+      if (auto p = a.breaker.try_acquire()) p->record_success();
+    }
+    if (b_calls && ticks % 2 == 0) {
+      if (auto p = b.breaker.try_acquire()) p->record_success();
+    }
+    // Syncs every 250 ms here; the lease is asked 2 x 200 ms (the configured interval)
+    // before the open period ends.
+    if (ticks % 2 == 0) a.sync(), b.sync();
+  };
+  for (int i = 0; i < 480; ++i) tick(true, true);  // a minute
+  EXPECT_NEAR(a.key().calls_per_second, 8.0, 0.3);
+  EXPECT_NEAR(b.key().calls_per_second, 4.0, 0.2);
+  // 400 + 800 + 8 / (8 x 0.1) s and 400 + 800 + 8 / (4 x 0.1) s.
+  EXPECT_NEAR(static_cast<double>(a.key().lease_ms), 11'200, 600);
+  EXPECT_NEAR(static_cast<double>(b.key().lease_ms), 21'200, 1'200);
+  // b's own opening, shared; b's calls go on (rejected: still counted), a's stop.
+  b.fail();
+  ASSERT_EQ(b.breaker.state(), State::open);
+  for (int i = 0; i < 4; ++i) tick(false, true);
+  ASSERT_EQ(a.breaker.state(), State::open);
+  const std::int64_t until = b.key().until_ms;
+  while (w.wall < until - 100) tick(false, true);
+  // Both asked for the lease; a's sync came first and holds it; b waits for its verdict
+  // as long as b's own derived lease.
+  ASSERT_TRUE(a.key().lease_holder);
+  ASSERT_FALSE(b.key().lease_holder);
+  const std::int64_t lease = b.key().lease_ms;
+  EXPECT_NEAR(static_cast<double>(lease), 21'200, 1'200);
+  while (w.wall < until + lease - 1'000) tick(false, false);  // a never reports
+  EXPECT_FALSE(b.breaker.try_acquire()) << "b still waits for a's verdict";
+  EXPECT_EQ(b.breaker.state(), State::open);
+  while (w.wall < until + lease) tick(false, false);
+  (void)b.breaker.try_acquire();  // probe drawn or not, b now probes on its own
+  EXPECT_EQ(b.breaker.state(), State::half_open);
+}
+
+// An explicit lease is every key's, whatever its traffic; a negative one is refused.
+TEST(FleetTest, AnExplicitLeaseIsKeptAsGiven) {
+  World w;
+  Instance a(w, "a");
+  for (int i = 0; i < 100; ++i) {
+    w.advance(100ms);
+    if (auto p = a.breaker.try_acquire()) p->record_success();
+    a.sync();
+  }
+  EXPECT_EQ(a.key().lease_ms, 2'000);
+  EXPECT_NEAR(a.key().calls_per_second, 0.0, 0.0);  // not measured: not needed
+  MemoryFleetStore store;
+  try {
+    Fleet f(FleetConfig{.instance = "a", .lease_duration = -1ms}, store);
+    FAIL();
+  } catch (const InvalidConfig& e) {
+    EXPECT_EQ(e.error().field, "lease_duration");
+  }
+}
+
 TEST(FleetTest, QuorumTwoKeepsASickInstanceOpenAlone) {
   World w;
   Instance a(w, "a", 2), b(w, "b", 2), c(w, "c", 2);

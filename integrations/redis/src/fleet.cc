@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <iterator>
 #include <limits>
 
@@ -13,6 +14,10 @@ namespace {
 // Held opens checked in the store per sync at most, and how often each (ms).
 constexpr std::size_t kChecksPerSync = 64;
 constexpr std::int64_t kCheckEveryMs = 5'000;
+// The derived lease: the call rate's averaging time (ms), and the mean probe gaps the
+// holder is given to see its first probe (e^-8: about one open period in 3,000 misses).
+constexpr double kRateTauMs = 10'000;
+constexpr double kProbeGaps = 8;
 
 std::int64_t system_ms() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -87,8 +92,8 @@ Fleet::Fleet(FleetConfig config, FleetStore& store) : config_(std::move(config))
     bad(config_, "quorum_window", "must be positive");
   if (config_.sync_interval <= std::chrono::milliseconds::zero())
     bad(config_, "sync_interval", "must be positive");
-  if (config_.lease_duration <= std::chrono::milliseconds::zero())
-    bad(config_, "lease_duration", "must be positive");
+  if (config_.lease_duration < std::chrono::milliseconds::zero())
+    bad(config_, "lease_duration", "must not be negative (0: derived per key)");
   if (config_.queue_capacity == 0) bad(config_, "queue_capacity", "must be at least 1");
   if (config_.max_changes_per_sync == 0 || config_.max_changes_per_sync > 100000)
     bad(config_, "max_changes_per_sync", "must be in 1..100000");
@@ -373,6 +378,12 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
       check_next_ = i + 1;
     }
   }
+  // The derived lease: each key's call rate, measured at every sync.
+  if (counts_as_sync && config_.lease_duration == std::chrono::milliseconds::zero()) {
+    for (const auto& mp : members_) {
+      if (mp) measure_rate(*mp, now);
+    }
+  }
   // Half-open leases due: near the end of a shared open period.
   std::vector<std::uint32_t> leased;
   std::vector<std::size_t> leased_op;  // the op of each, in req.ops
@@ -384,7 +395,13 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
     // The record's end is the store's: compared with the store's time now, as estimated
     // from the last reply.
     if (now + store_offset_ms_ < m.record.until_ms - lead || !opened(m.state())) continue;
-    push(i, {FleetOp::Kind::lease, m.key, m.record.reason, 0, config_.lease_duration.count()});
+    // Derived: the store holds the lease for the longest any instance of the key may
+    // wait (the breaker's longest open period, the same everywhere: the store removes a
+    // lease held longer than twice what a request asks), and this instance waits its own.
+    const bool fixed = config_.lease_duration > std::chrono::milliseconds::zero();
+    m.lease_ms = fixed ? config_.lease_duration.count() : derived_lease_ms(m);
+    const std::int64_t held = fixed ? m.lease_ms : longest_lease_ms(m);
+    push(i, {FleetOp::Kind::lease, m.key, m.record.reason, 0, held});
     leased.push_back(i);
     leased_op.push_back(req.ops.size() - 1);
   }
@@ -541,7 +558,7 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
     m.lease_holder = holder == config_.instance;
     if (!m.lease_holder) {
       // Someone else probes: stay open until its verdict or the lease's end.
-      if (m.adopt_open(std::chrono::milliseconds(config_.lease_duration))) ++summary.adopted;
+      if (m.adopt_open(std::chrono::milliseconds(m.lease_ms))) ++summary.adopted;
     }
   }
 
@@ -653,6 +670,42 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   return summary;
 }
 
+// The key's calls on this instance (admitted and rejected, in every state) as two
+// exponentially decayed sums: calls, and the ms they came in. Their ratio is the rate
+// averaged over about kRateTauMs, unbiased from the first interval on.
+void Fleet::measure_rate(Member& m, std::int64_t now) {
+  const std::uint64_t calls = m.calls();
+  if (m.rate_seen_ms < 0 || now < m.rate_seen_ms) {  // the first sync, or the clock went back
+    m.rate_seen_ms = now;
+    m.rate_calls_seen = calls;
+    return;
+  }
+  const std::int64_t dt = now - m.rate_seen_ms;
+  if (dt == 0) return;
+  const double decay = std::exp(-static_cast<double>(dt) / kRateTauMs);
+  m.rate_calls = m.rate_calls * decay + static_cast<double>(calls - m.rate_calls_seen);
+  m.rate_ms = m.rate_ms * decay + static_cast<double>(dt);
+  m.rate_seen_ms = now;
+  m.rate_calls_seen = calls;
+}
+
+// fleet.h, "Half-open lease": 2 x sync_interval (the lease is asked that long before the
+// open period ends) + the probe's timeout + kProbeGaps mean gaps between probes, within
+// [2 x sync_interval + probe timeout, the breaker's longest open period].
+std::int64_t Fleet::longest_lease_ms(const Member& m) const {
+  return std::max(2 * config_.sync_interval.count() + m.probe_timeout_ms, m.max_open_ms);
+}
+
+std::int64_t Fleet::derived_lease_ms(const Member& m) const {
+  const std::int64_t lo = 2 * config_.sync_interval.count() + m.probe_timeout_ms;
+  const std::int64_t hi = longest_lease_ms(m);
+  if (m.rate_calls <= 0 || m.rate_ms <= 0) return hi;
+  const double probes_per_ms = m.rate_calls / m.rate_ms * m.probe_fraction;
+  const double lease = static_cast<double>(lo) + kProbeGaps / probes_per_ms;
+  if (!(lease < static_cast<double>(hi))) return hi;
+  return static_cast<std::int64_t>(std::ceil(lease));
+}
+
 // A valid decision for a key not attached: kept (open ones only, until their end) so
 // that a breaker attached later starts with it; at most kMaxUnattachedRecords, the
 // soonest-ending dropped first.
@@ -748,6 +801,11 @@ FleetReading Fleet::reading() const {
         m.record.instance, m.record.reason, m.lease_holder, m.fleet_successes, m.fleet_failures,
         m.record.fleet_window, m.fleet_window, m.fleet.calls, m.fleet.failures, m.fleet.slow,
         m.fleet_instances});
+    FleetKeyReading& k = r.keys.back();
+    k.lease_ms = config_.lease_duration > std::chrono::milliseconds::zero()
+                     ? config_.lease_duration.count()
+                     : derived_lease_ms(m);
+    k.calls_per_second = m.rate_ms > 0 ? m.rate_calls / m.rate_ms * 1000.0 : 0.0;
   }
   return r;
 }

@@ -1102,7 +1102,7 @@ FleetSpec read_fleet(Reader& r, const Scenario& s) {
   if (auto v = whole_ms("quorum_window", std::chrono::milliseconds(1), kMaxConfigDuration)) {
     f.quorum_window = *v;
   }
-  if (auto v = whole_ms("lease_duration", std::chrono::milliseconds(1), kMaxConfigDuration)) {
+  if (auto v = whole_ms("lease_duration", std::chrono::milliseconds(0), kMaxConfigDuration)) {
     f.lease_duration = *v;
   }
   if (auto v = r.boolean("sync_on_open")) f.sync_on_open = *v;

@@ -106,7 +106,8 @@ void write_fleet_text(std::ostream& out, const FleetSimulationResult& result) {
   out << "  store: sync every " << format_duration(f.sync_interval) << " (phases spread)"
       << (f.sync_on_open ? " and at once on a local opening" : "") << ", round trip "
       << format_duration(f.store_latency) << ", quorum " << f.quorum << ", lease "
-      << format_duration(f.lease_duration)
+      << (f.lease_duration > Nanos::zero() ? format_duration(f.lease_duration)
+                                           : std::string("derived per key"))
       << (f.fleet_window ? ", fleet windows (rate rules on every instance's counts)" : "");
   if (!f.outages.empty()) {
     out << ", down";

@@ -117,8 +117,13 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
       fc.wall_ms = [sim] { return sim->clock().now().time_since_epoch().count() / kMs; };
       try {
         fleets.push_back(std::make_unique<redis::Fleet>(std::move(fc), store));
+        // The call's timeout bounds a probe, for the derived lease.
+        const auto probe_timeout =
+            config.timeout ? std::chrono::duration_cast<std::chrono::milliseconds>(*config.timeout)
+                           : std::chrono::milliseconds::zero();
         fleets.back()->attach(key, *sim->breaker(),
-                              redis::AttachOptions{.fleet_window = spec.fleet_window});
+                              redis::AttachOptions{.fleet_window = spec.fleet_window,
+                                                   .probe_timeout = probe_timeout});
       } catch (const InvalidConfig& e) {
         throw InputError({scenario.source}, "fleet." + e.error().field, e.error().message);
       }

@@ -26,9 +26,21 @@
 // the others' succeed stays open alone (its decision is "local").
 //
 // Half-open lease. Only one instance probes per open period: near the end of a shared
-// open period each instance asks for the key's lease (SET NX PX lease_duration); the
-// holder probes, the others stay open until its verdict arrives (closed, or reopened
-// with a new end) or the lease expires.
+// open period each instance asks for the key's lease (SET NX PX lease); the holder
+// probes, the others stay open until its verdict arrives (closed, or reopened with a
+// new end) or the lease expires. The lease must outlast the holder's wait for its first
+// probe: at 10 % of 4 calls/s that is 2.5 s on average and often 10 s, so by default
+// (lease_duration = 0) each key's lease is derived from the key's own traffic:
+//   clamp(2 x sync_interval + 8 / (calls/s x probe fraction) + probe timeout,
+//         2 x sync_interval + probe timeout, the breaker's longest open period)
+// where calls/s is this instance's rate of calls to the key (admitted and rejected,
+// from the breaker's snapshot totals, averaged over about 10 s), the probe fraction is
+// the breaker's half_open.fraction (1 in count mode) and the probe timeout
+// AttachOptions::probe_timeout (default 1 s). With Poisson calls the holder sees no
+// probe within 8 mean gaps once in e^8 (about 3,000) open periods. A key with no calls
+// seen yet gets the longest open period. The store holds a derived lease for the
+// longest open period (the most any instance of the key waits); each instance that is
+// not the holder waits its own derived lease.
 //
 // Fleet windows. Attached with AttachOptions{.fleet_window = true}, a windowed breaker's
 // rate rules (its own failure_rate, slow_call_rate and minimum_calls) are judged on the
@@ -105,8 +117,12 @@ struct FleetConfig {
   // this long (twice over) before a shared open period ends.
   std::chrono::milliseconds sync_interval = std::chrono::milliseconds(200);
   // How long the half-open lease holds; the others stay open at most this long
-  // waiting for the holder's verdict. Longer than a probe call takes, plus a sync.
-  std::chrono::milliseconds lease_duration = std::chrono::seconds(2);
+  // waiting for the holder's verdict. Zero (the default): derived per key from the
+  // key's call rate and probe fraction ("Half-open lease" above; FleetKeyReading::
+  // lease_ms says what it is now); costs one snapshot() of each attached breaker per
+  // sync, to measure the rate. A positive value: every key's lease, as given; longer
+  // than the holder's wait for a probe, plus the probe, plus a sync.
+  std::chrono::milliseconds lease_duration = std::chrono::milliseconds::zero();
   // Local transitions queued between two syncs; beyond it they are dropped, counted,
   // and the next sync re-reads every attached breaker's state instead.
   std::size_t queue_capacity = 4096;
@@ -163,6 +179,9 @@ struct AttachOptions {
   // of the breaker per sync, and a window op in the sync's exchange when its counts
   // changed.
   bool fleet_window = false;
+  // How long a probe call may take (its timeout), for the derived lease
+  // (FleetConfig::lease_duration = 0). Zero: 1 s.
+  std::chrono::milliseconds probe_timeout = std::chrono::milliseconds::zero();
 };
 
 struct FleetKeyReading {
@@ -189,6 +208,11 @@ struct FleetKeyReading {
   std::uint64_t window_failures = 0;
   std::uint64_t window_slow = 0;
   std::uint32_t window_instances = 0;
+  // The half-open lease this instance asks for the key now (FleetConfig::lease_duration,
+  // or the derived one), and the key's call rate on this instance it was derived from
+  // (calls/s, admitted and rejected, averaged over about 10 s; 0 until measured).
+  std::int64_t lease_ms = 0;
+  double calls_per_second = 0;
 };
 
 struct FleetReading {
@@ -321,12 +345,21 @@ class Fleet {
     std::function<State()> state;
     std::function<Nanos()> remaining;
     std::function<std::pair<std::uint64_t, std::uint64_t>()> totals;
-    std::function<Level()> level;      // fleet_window: the window now (zero unless CLOSED)
-    std::function<Nanos()> next_open;  // fleet_window: how long an opening now would last
-    std::shared_ptr<void> keep;        // a registry handle pinning the breaker, if any
+    std::function<std::uint64_t()> calls;  // derived lease: admitted + rejected, all states
+    std::function<Level()> level;          // fleet_window: the window now (zero unless CLOSED)
+    std::function<Nanos()> next_open;      // fleet_window: how long an opening now would last
+    std::shared_ptr<void> keep;            // a registry handle pinning the breaker, if any
     // The breaker's longest open period (ms): an open read from the store that would
     // last longer is refused.
     std::int64_t max_open_ms = 0;
+    // The derived lease: the probe fraction and timeout, and the call rate as two
+    // exponentially decayed sums (calls, ms) since attach.
+    double probe_fraction = 1.0;
+    std::int64_t probe_timeout_ms = 1000;
+    std::uint64_t rate_calls_seen = 0;
+    std::int64_t rate_seen_ms = -1;  // this instance's wall clock; -1: not yet
+    double rate_calls = 0, rate_ms = 0;
+    std::int64_t lease_ms = 0;  // the lease asked for (and waited for) now
     // fleet_window: the breaker's rate rules, and the last level the store acknowledged.
     bool fleet_window = false;
     std::uint32_t minimum_calls = 0;
@@ -391,7 +424,10 @@ class Fleet {
       const auto& c = breaker.config();
       const Nanos longest = std::max(c.open_duration, c.open_growth.max);
       m.max_open_ms = std::chrono::duration_cast<std::chrono::milliseconds>(longest).count();
+      m.probe_fraction = c.half_open.fraction.value_or(1.0);
     }
+    if (options.probe_timeout > std::chrono::milliseconds::zero())
+      m.probe_timeout_ms = options.probe_timeout.count();
     m.breaker = &breaker;
     m.adopt_open = [&breaker](Nanos remaining) { return breaker.adopt_open(remaining); };
     m.adopt_close = [&breaker] { return breaker.adopt_close(); };
@@ -400,6 +436,10 @@ class Fleet {
     m.totals = [&breaker] {
       const BreakerSnapshot s = breaker.snapshot();
       return std::pair<std::uint64_t, std::uint64_t>(s.successes, s.failures);
+    };
+    m.calls = [&breaker] {
+      const BreakerSnapshot s = breaker.snapshot();
+      return s.permitted + s.rejected;
     };
     m.remaining = [&breaker] {
       const BreakerSnapshot s = breaker.snapshot();
@@ -422,6 +462,9 @@ class Fleet {
                   const std::function<std::function<void()>()>& listen);
   void on_transition(const TransitionEvent& e) noexcept;
   void apply(Member& m, const FleetRecord& r, std::int64_t now, SyncSummary& s);
+  void measure_rate(Member& m, std::int64_t now);
+  std::int64_t derived_lease_ms(const Member& m) const;
+  std::int64_t longest_lease_ms(const Member& m) const;
   void remember(const std::string& key, const FleetRecord& r, std::int64_t now);
   std::int64_t wall_now() const { return config_.wall_ms(); }
 

@@ -226,7 +226,7 @@ struct FleetSpec {
   Nanos store_latency = std::chrono::milliseconds(1);    // an exchange's round trip
   std::uint32_t quorum = 1;                              // 1..instances
   Nanos quorum_window = std::chrono::seconds(10);        // whole ms
-  Nanos lease_duration = std::chrono::seconds(2);        // whole ms
+  Nanos lease_duration = Nanos::zero();  // whole ms; 0: derived per key (FleetConfig)
   // An instance whose breaker opens syncs at once (its timer woken by the transition)
   // instead of waiting for its next tick.
   bool sync_on_open = false;
