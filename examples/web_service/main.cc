@@ -13,10 +13,14 @@
 //                  service's load shedder
 //   GET /health    200 "ok"
 //
-// Every route runs behind a LoadShedder, the service's own entry point protection: at
-// most 64 requests served at once, /health as critical (never refused while other
+// Every route runs behind a load shedder, the service's own entry point protection: at
+// most `limit` requests served at once, /health as critical (never refused while other
 // routes are served: the last slots are kept for it), the others normal; the excess
-// waits in a short controlled-delay queue or is refused with 503 and Retry-After.
+// waits in a short controlled-delay queue or is refused with 503 and Retry-After. The
+// limit is adaptive (Gradient2 between 8 and 256, from 32): the time each request held
+// its slot feeds it, so it rises while service times stay flat and falls when they grow
+// (a request served past its deadline counts as dropped). /metrics shows it as
+// bulwark_load_shedder_limit and bulwark_adaptive_limit.
 //
 // The upstream runs in the same process, on its own port, and can be broken and
 // healed: POST /upstream/fail, POST /upstream/heal. (The server, cpp-httplib, answers
@@ -41,6 +45,7 @@
 #include <string>
 #include <thread>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/http/client.h"
 #include "bulwark/load_shedder.h"
 
@@ -115,12 +120,13 @@ void serve_reviews(bulwark::http::Client& reviews, const std::string& url, httpl
   }
 }
 
+using Shedder = bulwark::BasicLoadShedder<bulwark::AdaptiveLimitSource>;
+
 // Runs `handler` behind the shedder: a refusal is a 503 with Retry-After (and the
 // reason, for people reading the response). Each request gets the service's own
 // deadline of 1 s, so one the service could not finish in time is refused at once.
 template <class Handler>
-httplib::Server::Handler shed(bulwark::LoadShedder& shedder, bulwark::Priority priority,
-                              Handler handler) {
+httplib::Server::Handler shed(Shedder& shedder, bulwark::Priority priority, Handler handler) {
   return [&shedder, priority, handler](const httplib::Request& req, httplib::Response& res) {
     const auto ctx = bulwark::Context(bulwark::SteadyClock{}).with_timeout(1s);
     auto admitted = shedder.acquire(ctx, priority);
@@ -177,7 +183,8 @@ bool demo(int port, Upstream& upstream, bulwark::http::Client& reviews, const st
     if (line.rfind("bulwark_circuitbreaker_calls_total", 0) == 0 ||
         line.rfind("bulwark_retry_retries_total", 0) == 0 ||
         line.rfind("bulwark_http_client_requests_total", 0) == 0 ||
-        line.rfind("bulwark_load_shedder_admitted_total", 0) == 0) {
+        line.rfind("bulwark_load_shedder_admitted_total", 0) == 0 ||
+        line.rfind("bulwark_load_shedder_limit", 0) == 0) {
       std::printf("  %s\n", line.c_str());
       ++shown;
     }
@@ -203,7 +210,14 @@ int main(int argc, char** argv) {
   Upstream upstream;
   const std::string url = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/reviews";
   bulwark::http::Client reviews(reviews_config());
-  bulwark::LoadShedder shedder({.name = "web_service", .max_queue = 64}, bulwark::FixedLimit(64));
+  bulwark::AdaptiveLimitConfig limit_config;
+  limit_config.name = "web_service";
+  limit_config.algorithm = bulwark::AdaptiveAlgorithm::gradient2;
+  limit_config.min_limit = 8;
+  limit_config.max_limit = 256;
+  limit_config.initial_limit = 32;
+  bulwark::AdaptiveLimit limit(limit_config);
+  Shedder shedder({.name = "web_service", .max_queue = 64}, bulwark::AdaptiveLimitSource(limit));
   using bulwark::Priority;
   httplib::Server server;
   server.Get("/reviews",
@@ -219,6 +233,9 @@ int main(int argc, char** argv) {
                std::ostringstream out;
                reviews.write_metrics(out);
                bulwark::prometheus::write_load_shedder(out, "web_service", shedder.snapshot());
+               const bulwark::prometheus::AdaptiveLimitReading readings[] = {
+                   bulwark::prometheus::reading(limit)};
+               bulwark::prometheus::write_adaptive_limits(out, readings);
                res.set_content(out.str(), "text/plain; version=0.0.4");
              }));
   server.Post("/upstream/fail",
