@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/config_error.h"
 #include "bulwark/http/async_client.h"
 #include "bulwark/prometheus.h"
@@ -252,6 +253,71 @@ TEST(HttpAsyncClient, WriteMetricsReportsTheOriginAndTheClientBulkhead) {
             std::string::npos);
   EXPECT_THROW(client.write_metrics(prefixed, prometheus::ExpositionOptions{.prefix = "1 bad"}),
                InvalidConfig);
+}
+
+// Config::adaptive_limit: the origin's adaptive limit gates requests in place of the
+// client's bulkhead. With the limit at 1 one held request takes it and a second is
+// refused at once, as a `rejection` event; the metrics show the limit and the refusal.
+TEST(HttpAsyncClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
+  Upstream* self = nullptr;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    self->hold();
+    res.set_content("ok", "text/plain");
+  });
+  self = &up;
+  ::asio::io_context io;
+  Config c = quick();
+  c.name = "svc";
+  AdaptiveLimitConfig a;
+  a.name = "svc-limit";
+  a.algorithm = AdaptiveAlgorithm::aimd;
+  a.min_limit = 1;
+  a.initial_limit = 1;
+  a.max_limit = 10;
+  a.window_samples = 100;
+  c.adaptive_limit = a;
+  AsyncClient client(io.get_executor(), c);
+  int rejections = 0;
+  std::string rejected_by;
+  Subscription sub = client.subscribe(EventKind::rejection, [&](const Event& e) {
+    ++rejections;
+    rejected_by = std::string(e.name) + " " + std::string(e.key);
+  });
+  std::optional<Result> held, rejected;
+  std::string during;
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        spawn(io, client, {.url = up.url("/held")}, held);
+        rejected.emplace(co_await client.async_get(up.url("/b")));
+        std::ostringstream out;
+        client.write_metrics(out);
+        during = out.str();
+        up.release();
+      },
+      ::asio::detached);
+  io.run();
+  ASSERT_TRUE(held && rejected);
+  ASSERT_TRUE(*held) << held->error().message;
+  ASSERT_FALSE(*rejected);
+  EXPECT_EQ(rejected->error().kind, ErrorKind::bulkhead_full);
+  EXPECT_EQ(rejected->error().attempts, 0u);
+  EXPECT_EQ(rejections, 1);
+  EXPECT_EQ(rejected_by, "svc-limit " + up.url(""));
+
+  const std::string name = "name=\"svc-limit " + up.url("") + "\"";
+  auto has = [](const std::string& text, const std::string& line) {
+    return text.find(line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has(during, "bulwark_adaptive_limit{" + name + "} 1")) << during;
+  EXPECT_TRUE(has(during, "bulwark_adaptive_inflight{" + name + "} 1")) << during;
+  EXPECT_TRUE(has(during, "bulwark_adaptive_rejections_total{" + name + "} 1")) << during;
+  // The client's bulkhead gated nothing.
+  EXPECT_TRUE(has(during, "bulwark_http_client_bulkhead_rejected_calls_total{client=\"svc\"} 0"))
+      << during;
+  std::ostringstream after;
+  client.write_metrics(after);
+  EXPECT_TRUE(has(after.str(), "bulwark_adaptive_inflight{" + name + "} 0")) << after.str();
 }
 
 // breaker_for: the origin's breaker, the one the requests went through: OPEN once the

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stop_token>
@@ -15,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/config_error.h"
 #include "bulwark/http/client.h"
 #include "bulwark/http/retry_after.h"
@@ -510,6 +513,65 @@ TEST(HttpClient, BulkheadFullRejectsAtOnce) {
   t.join();
   ASSERT_TRUE(held && *held);
   EXPECT_EQ(up.requests(), 1);
+}
+
+// Config::adaptive_limit: the host's adaptive limit gates requests in the bulkhead's
+// place. With the limit at 2 (windows too long to move it here) two held requests take
+// it, a third is refused at once, without an attempt, as a `rejection` event; the
+// metrics show the limit, the two in flight and the refusal.
+TEST(HttpClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
+  Upstream* self = nullptr;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    self->hold();
+    res.set_content("done", "text/plain");
+  });
+  self = &up;
+  Config c = quick();
+  c.bulkhead = {.name = "test", .max_concurrent = 1};  // not used: the limit replaces it
+  AdaptiveLimitConfig a;
+  a.name = "test-limit";
+  a.algorithm = AdaptiveAlgorithm::aimd;
+  a.min_limit = 1;
+  a.initial_limit = 2;
+  a.max_limit = 10;
+  a.window_samples = 100;
+  c.adaptive_limit = a;
+  Client client(c);
+  std::vector<std::string> rejections;
+  std::mutex heard_mu;
+  Subscription sub = client.subscribe(EventKind::rejection, [&](const Event& e) {
+    std::lock_guard lock(heard_mu);
+    rejections.push_back(std::string(e.name) + " " + std::string(e.key));
+  });
+  std::optional<Expected<Response, Error>> held1, held2;
+  std::thread t1([&] { held1.emplace(client.get(up.url())); });
+  std::thread t2([&] { held2.emplace(client.get(up.url())); });
+  ASSERT_TRUE(up.wait_in_handler(2));
+  auto r = client.get(up.url());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::bulkhead_full);
+  EXPECT_EQ(r.error().attempts, 0u);
+
+  const std::string name = "name=\"test-limit " + up.url("") + "\"";
+  std::ostringstream out;
+  client.write_metrics(out);
+  const std::string text = out.str();
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("bulwark_adaptive_limit{" + name + "} 2")) << text;
+  EXPECT_TRUE(has("bulwark_adaptive_inflight{" + name + "} 2")) << text;
+  EXPECT_TRUE(has("bulwark_adaptive_rejections_total{" + name + "} 1")) << text;
+  // The host's bulkhead does not gate requests: not reported.
+  EXPECT_EQ(text.find("bulwark_bulkhead_max_allowed_concurrent_calls{"), std::string::npos) << text;
+
+  up.release();
+  t1.join();
+  t2.join();
+  ASSERT_TRUE(held1 && *held1);
+  ASSERT_TRUE(held2 && *held2);
+  EXPECT_EQ(up.requests(), 2);
+  std::lock_guard lock(heard_mu);
+  ASSERT_EQ(rejections.size(), 1u);
+  EXPECT_EQ(rejections[0], "test-limit " + up.url(""));
 }
 
 // Many threads share one client (its handle pool, its per-host breaker and bulkhead).

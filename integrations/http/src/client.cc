@@ -259,6 +259,9 @@ Expected<void, ConfigError> validate_config(const Config& c) {
     if (!is_token(h)) return bad("origin_headers", "must hold header names (got '" + h + "')");
   }
   if (auto ok = validate(c.bulkhead); !ok) return ok;
+  if (c.adaptive_limit) {
+    if (auto ok = validate(*c.adaptive_limit); !ok) return ok;
+  }
   if (auto ok = validate(c.retry); !ok) return ok;
   if (auto ok = validate(c.budget); !ok) return ok;
   return {};
@@ -903,9 +906,10 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
     std::uint32_t calls = 0;
     const Request& cur = *hops.cur;
     // The Handle as the breaker stage: its rejections are the registry's events.
-    auto result = p.host.with_handle([&](auto& breaker) {
+    // The key's adaptive limit takes the bulkhead's place when configured.
+    const auto run = [&](auto& breaker, auto gate) {
       const auto pipe = bulwark::pipeline(
-          bulwark::breaker(breaker), bulwark::bulkhead(*state.bulkhead),
+          bulwark::breaker(breaker), gate,
           bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
             return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
           }));
@@ -916,6 +920,10 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
         note_attempt(trail, r);
         return r;
       });
+    };
+    auto result = p.host.with_handle([&](auto& breaker) {
+      return state.limit ? run(breaker, bulwark::adaptive_limit(*state.limit))
+                         : run(breaker, bulwark::bulkhead(*state.bulkhead));
     });
     if (auto answer = after_hop(hops, prepared, std::move(result), calls))
       return std::move(*answer);
@@ -985,12 +993,15 @@ std::optional<Expected<Response, Error>> Client::Impl::settle_hop(
   using Answer = Expected<Response, Error>;
   if (!result) {
     Error e = convert(std::move(result).error(), p.key);
-    if (e.kind == ErrorKind::bulkhead_full && !own_bulkheads &&
+    const bool adaptive = p.host.state().limit != nullptr;
+    if (e.kind == ErrorKind::bulkhead_full && (!own_bulkheads || adaptive) &&
         hosts.events().wants(EventKind::rejection)) {
-      // The client-wide bulkhead's refusal, with the key of the request it refused (a
-      // per-host bulkhead's come from the registry, as its own).
-      hosts.events().emit(Event{EventKind::rejection, config.bulkhead.name, p.key, this,
-                                now_ticks(SteadyClock{}),
+      // The client-wide bulkhead's or the key's adaptive limit's refusal, with the key of
+      // the request it refused (a per-host bulkhead's come from the registry, as its own).
+      hosts.events().emit(Event{EventKind::rejection,
+                                adaptive ? std::string_view(config.adaptive_limit->name)
+                                         : std::string_view(config.bulkhead.name),
+                                p.key, this, now_ticks(SteadyClock{}),
                                 BulkheadRejectionInfo{BulkheadRejectReason::full}});
     }
     if (e.kind == ErrorKind::cancelled && closed.load(std::memory_order_acquire)) {
@@ -1054,6 +1065,10 @@ void write_client_metrics(const Client::Impl& c, std::ostream& out,
   prometheus::Exposition scrape(options);  // validates the options
   c.hosts.visit([&](const auto& registry) { scrape.add(registry); });
   scrape.write(out);
+  if (c.config.adaptive_limit) {
+    const auto limits = c.hosts.adaptive_limits();
+    prometheus::write_adaptive_limits(out, limits, options.prefix);
+  }
 
   const ClientStats s = read_stats(c);
   std::string labels = "client=\"";
@@ -1428,13 +1443,13 @@ class AsyncClient::Impl {
 
   // One hop through the pipeline of `breaker` (the key's registry Handle), the
   // client's bulkhead and the key's retry. The references outlive it: send() awaits it.
-  template <class B, class Call>
-  static ::asio::awaitable<Expected<Response, Failure<Error>>> hop(
-      B& breaker, bulwark::asio::AsyncBulkhead& bulkhead, Retry& retry, bool retry_allowed,
-      Context ctx, Call call) {
+  // `gate`: the client's bulkhead, or the key's adaptive limit (Config::adaptive_limit).
+  template <class B, class Gate, class Call>
+  static ::asio::awaitable<Expected<Response, Failure<Error>>> hop(B& breaker, Gate gate,
+                                                                   Retry& retry, bool retry_allowed,
+                                                                   Context ctx, Call call) {
     const auto pipe = bulwark::asio::pipeline(
-        bulwark::breaker(breaker), bulwark::asio::bulkhead(bulkhead),
-        bulwark::retry(retry, [retry_allowed](const Error& e) {
+        bulwark::breaker(breaker), gate, bulwark::retry(retry, [retry_allowed](const Error& e) {
           return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
         }));
     auto op = pipe.execute(std::move(ctx), std::move(call));
@@ -1482,7 +1497,10 @@ class AsyncClient::Impl {
       // full-expression holding a co_await (here the lambda, which owns a reference to
       // the Impl, and the Context): made in statements of their own.
       auto op = p.host.with_handle([&](auto& breaker) {
-        return hop(breaker, impl.bulkhead, *state.retry, retry_allowed, p.ctx, std::move(call));
+        return state.limit ? hop(breaker, bulwark::adaptive_limit(*state.limit), *state.retry,
+                                 retry_allowed, p.ctx, std::move(call))
+                           : hop(breaker, bulwark::asio::bulkhead(impl.bulkhead), *state.retry,
+                                 retry_allowed, p.ctx, std::move(call));
       });
       auto result = co_await std::move(op);
       if (auto answer = impl.core.after_hop(hops, prepared, std::move(result), calls)) {

@@ -117,6 +117,7 @@
 #include <variant>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/bulkhead.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
@@ -310,6 +311,15 @@ struct Config {
   bool detailed_metrics = false;
   // Each host's bulkhead; max_wait > 0 lets a request queue for a slot (within its deadline).
   BulkheadConfig bulkhead{.name = "http", .max_concurrent = 64};
+  // Optional: an adaptive concurrency limit per host (or route: key_by) in the bulkhead's
+  // place (adaptive_limit.h): AsyncClient's client-wide bulkhead and Client's per-host one
+  // are then not used. Each key gets its own limiter (named "<name> <key>"), fed by its
+  // requests: a success completes with the hop's round trip, a timeout drops, other
+  // errors are ignored. A request it refuses fails at once with ErrorKind::bulkhead_full,
+  // announced as a `rejection` event (BulkheadRejectionInfo, name = this name, key);
+  // write_metrics() exports each key's limit, in-flight, rejections and drops as
+  // <prefix>_adaptive_{limit,inflight,rejections_total,drops_total}{name="<name> <key>"}.
+  std::optional<AdaptiveLimitConfig> adaptive_limit = std::nullopt;
   // Each host's retry. Its idempotency_key hook is not used (see Request).
   RetryConfig retry{};
   // Each host's retry budget.
