@@ -11,6 +11,7 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include "bulwark/adaptive_limit.h"
 #include "bulwark/config_error.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/http/async_client.h"
 #include "bulwark/prometheus.h"
 #include "upstream.h"
@@ -318,6 +320,37 @@ TEST(HttpAsyncClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
   std::ostringstream after;
   client.write_metrics(after);
   EXPECT_TRUE(has(after.str(), "bulwark_adaptive_inflight{" + name + "} 0")) << after.str();
+}
+
+// Deadline propagation: the async client's attempts carry the time they have left; the
+// server reading it (same steady clock) gets a deadline no later than the client's.
+TEST(HttpAsyncClient, DeadlineHeaderCarriesTheRemainingTimeToTheServer) {
+  std::mutex mu;
+  std::string value;
+  Ticks server_deadline = -1;
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    value = req.get_header_value("X-Request-Timeout");
+    auto d = parse_deadline_header(value, Nanos::zero(), now_ticks(SteadyClock{}));
+    if (d) server_deadline = d->ticks();
+    res.set_content("ok", "text/plain");
+  });
+  ::asio::io_context io;
+  AsyncClient client(io.get_executor(), quick());
+  const Context ctx = Context(SteadyClock{}).with_timeout(2s);
+  std::optional<Result> r;
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        auto op = client.async_request({.url = up.url()}, ctx);  // GCC 12: not in the co_await
+        r.emplace(co_await std::move(op));
+      },
+      ::asio::detached);
+  io.run();
+  ASSERT_TRUE(r && *r);
+  std::lock_guard lock(mu);
+  ASSERT_NE(server_deadline, -1) << value;
+  EXPECT_LE(server_deadline, ctx.deadline().ticks()) << value;
 }
 
 // breaker_for: the origin's breaker, the one the requests went through: OPEN once the

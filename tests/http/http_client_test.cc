@@ -19,6 +19,7 @@
 
 #include "bulwark/adaptive_limit.h"
 #include "bulwark/config_error.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/http/client.h"
 #include "bulwark/http/retry_after.h"
 #include "bulwark/prometheus.h"
@@ -572,6 +573,77 @@ TEST(HttpClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
   std::lock_guard lock(heard_mu);
   ASSERT_EQ(rejections.size(), 1u);
   EXPECT_EQ(rejections[0], "test-limit " + up.url(""));
+}
+
+// Deadline propagation: each attempt carries the time it has left, and the server that
+// reads it (parse_deadline_header, on the same steady clock here) gets a deadline no
+// later than the client's.
+TEST(HttpClient, DeadlineHeaderCarriesTheRemainingTimeToTheServer) {
+  std::mutex mu;
+  std::vector<std::string> values;
+  std::vector<Ticks> server_deadlines;
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    const std::string v = req.get_header_value("X-Request-Timeout");
+    auto d = parse_deadline_header(v, Nanos::zero(), now_ticks(SteadyClock{}));
+    std::lock_guard lock(mu);
+    values.push_back(v);
+    server_deadlines.push_back(d ? d->ticks() : -1);
+    res.set_content("ok", "text/plain");
+  });
+  Client client(quick());
+  const Context ctx = Context(SteadyClock{}).with_timeout(2s);
+  ASSERT_TRUE(client.request({.url = up.url()}, ctx));
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(server_deadlines.size(), 1u);
+    ASSERT_NE(server_deadlines[0], -1) << values[0];
+    EXPECT_LE(server_deadlines[0], ctx.deadline().ticks()) << values[0];
+    EXPECT_EQ(values[0].back(), 'm') << values[0];  // milliseconds: 2 s left at most
+  }
+
+  // An attempt's own cap is what the server is told, in the format configured.
+  Config c = quick();
+  c.attempt_timeout = 300ms;
+  c.deadline_header = "X-Deadline-Ms";
+  c.deadline_header_format = DeadlineHeaderFormat::milliseconds;
+  std::string ms;
+  Upstream up2([&](int, const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    ms = req.get_header_value("X-Deadline-Ms");
+    values.push_back(req.get_header_value("X-Request-Timeout"));
+    res.set_content("ok", "text/plain");
+  });
+  Client capped(c);
+  ASSERT_TRUE(capped.get(up2.url()));
+  std::lock_guard lock(mu);
+  auto t = parse_timeout_header(ms, DeadlineHeaderFormat::milliseconds);
+  ASSERT_TRUE(t) << ms;
+  EXPECT_LE(*t, 300ms);
+  EXPECT_EQ(values.back(), "");  // only the configured header
+}
+
+TEST(HttpClient, DeadlineHeaderSetByTheRequestOrTurnedOff) {
+  std::mutex mu;
+  std::vector<std::string> values;
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    values.push_back(req.get_header_value("X-Request-Timeout") + "|" +
+                     std::to_string(req.get_header_value_count("X-Request-Timeout")));
+    res.set_content("ok", "text/plain");
+  });
+  Client client(quick());
+  ASSERT_TRUE(client.request({.url = up.url(), .headers = {{"x-request-timeout", "5m"}}}));
+  Config c = quick();
+  c.deadline_header = "";
+  Client off(c);
+  ASSERT_TRUE(off.get(up.url()));
+  std::lock_guard lock(mu);
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values[0], "5m|1");  // the request's own value, sent once
+  EXPECT_EQ(values[1], "|0");
+  Config bad = quick();
+  bad.deadline_header = "X Timeout";
+  EXPECT_THROW(Client{bad}, InvalidConfig);
 }
 
 // Many threads share one client (its handle pool, its per-host breaker and bulkhead).

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bulwark/config_error.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/http/retry_after.h"
 #include "bulwark/metrics.h"
 #include "bulwark/pipeline.h"
@@ -148,6 +149,20 @@ Error shutdown_error() {
 }
 
 // One transfer's state, shared with libcurl's callbacks.
+struct SList {
+  curl_slist* list = nullptr;
+  SList() = default;
+  SList(SList&& o) noexcept : list(std::exchange(o.list, nullptr)) {}
+  SList& operator=(SList&& o) noexcept {
+    std::swap(list, o.list);
+    return *this;
+  }
+  ~SList() { curl_slist_free_all(list); }
+  void add(const std::string& line) {
+    if (curl_slist* l = curl_slist_append(list, line.c_str())) list = l;
+  }
+};
+
 struct Transfer {
   Response response;
   std::size_t max_body = 0;
@@ -161,6 +176,7 @@ struct Transfer {
   std::optional<std::string> content_length;
   const Context* ctx = nullptr;
   std::array<char, CURL_ERROR_SIZE> errbuf{};
+  SList headers;  // the request's headers and the deadline header (Config::deadline_header)
 };
 
 std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
@@ -258,6 +274,9 @@ Expected<void, ConfigError> validate_config(const Config& c) {
   for (const std::string& h : c.origin_headers) {
     if (!is_token(h)) return bad("origin_headers", "must hold header names (got '" + h + "')");
   }
+  if (!c.deadline_header.empty() && !is_token(c.deadline_header))
+    return bad("deadline_header",
+               "must be a header name or empty (got '" + c.deadline_header + "')");
   if (auto ok = validate(c.bulkhead); !ok) return ok;
   if (c.adaptive_limit) {
     if (auto ok = validate(*c.adaptive_limit); !ok) return ok;
@@ -312,19 +331,6 @@ std::optional<Nanos> Error::retry_after_hint() const noexcept {
 }
 
 // A curl header list, freed with its owner.
-struct SList {
-  curl_slist* list = nullptr;
-  SList() = default;
-  SList(SList&& o) noexcept : list(std::exchange(o.list, nullptr)) {}
-  SList& operator=(SList&& o) noexcept {
-    std::swap(list, o.list);
-    return *this;
-  }
-  ~SList() { curl_slist_free_all(list); }
-  void add(const std::string& line) {
-    if (curl_slist* l = curl_slist_append(list, line.c_str())) list = l;
-  }
-};
 
 // A request checked and ready for the pipeline.
 struct Prepared {
@@ -543,6 +549,23 @@ std::optional<Error> Client::Impl::prepare(CURL* h, const Request& req, curl_sli
   curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(config.max_body_bytes));
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t.errbuf.data());
+  if (!config.deadline_header.empty() && budget != Nanos::max()) {
+    // The time this attempt has (what curl will wait), truncated: the server's
+    // deadline is never later than ours. A request that set the header keeps its own.
+    bool own = false;
+    for (curl_slist* l = headers; l != nullptr; l = l->next) {
+      const std::string_view line(l->data);
+      own = own || (line.size() > config.deadline_header.size() &&
+                    line[config.deadline_header.size()] == ':' &&
+                    iequals(line.substr(0, config.deadline_header.size()), config.deadline_header));
+      t.headers.add(l->data);
+    }
+    if (!own) {
+      t.headers.add(config.deadline_header + ": " +
+                    format_timeout_header(budget, config.deadline_header_format));
+      headers = t.headers.list;
+    }
+  }
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(h, CURLOPT_USERAGENT, config.user_agent.c_str());
   if (req.method == "GET") {

@@ -122,6 +122,7 @@
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
 #include "bulwark/context.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/error_traits.h"
 #include "bulwark/expected.h"
 #include "bulwark/fallback.h"
@@ -343,6 +344,14 @@ struct Config {
   // another one — beside those always dropped (Authorization, Proxy-Authorization,
   // Cookie, Cookie2 and idempotency_header). An API key header, say.
   std::vector<std::string> origin_headers = {};
+
+  // Every attempt tells the server the time it has left (Time, above: what the
+  // attempt will wait, truncated) in this header, so a server can stop before its
+  // caller gives up (bulwark/deadline_header.h reads it). Default format: gRPC's
+  // grpc-timeout, "X-Request-Timeout: 850m" (850 ms); milliseconds: "850". A request
+  // that sets the header itself keeps its value. Empty: not sent.
+  std::string deadline_header = "X-Request-Timeout";
+  DeadlineHeaderFormat deadline_header_format = DeadlineHeaderFormat::grpc_timeout;
 
   std::string idempotency_header = "Idempotency-Key";
   // Make a key for POST/PATCH requests that have none, so they can be retried. Only
