@@ -274,24 +274,65 @@ PolicyCore::PolicyCore(BreakerSpec spec_in, std::uint32_t bucket_capacity)
                  static_cast<std::uint64_t>(std::max<Ticks>(2, spec.slow_call_duration.count())) -
                  1))},
       rng_(spec.half_open.random_seed) {
-  // The r-th consecutive opening lasts base * multiplier^(r-1), capped. Computed once
-  // in long double and clamped, so no later arithmetic can overflow or go negative.
-  const Nanos max =
-      spec.open_growth.max == Nanos::zero() ? spec.open_duration : spec.open_growth.max;
-  const long double base = static_cast<long double>(spec.open_duration.count());
-  const long double cap = static_cast<long double>(max.count());
-  long double period = base;
-  for (std::uint32_t r = 1; r <= Word::kReopenMax; ++r) {
-    open_periods_[r] = static_cast<Ticks>(std::min(period, cap));
-    period = std::min(period * static_cast<long double>(spec.open_growth.multiplier), cap);
-  }
-  open_periods_[0] = open_periods_[1];
+  set_open_periods(spec);
   if (spec.half_open.fraction) {
     stage_fraction_[0] = *spec.half_open.fraction;
     for (std::size_t i = 0; i < spec.half_open.ramp.size(); ++i)
       stage_fraction_[i + 1] = spec.half_open.ramp[i];
     last_stage = static_cast<std::uint32_t>(spec.half_open.ramp.size());
   }
+}
+
+void PolicyCore::set_open_periods(const BreakerSpec& s) noexcept {
+  // The r-th consecutive opening lasts base * multiplier^(r-1), capped. Computed once
+  // in long double and clamped, so no later arithmetic can overflow or go negative.
+  const Nanos max = s.open_growth.max == Nanos::zero() ? s.open_duration : s.open_growth.max;
+  const long double base = static_cast<long double>(s.open_duration.count());
+  const long double cap = static_cast<long double>(max.count());
+  long double period = base;
+  for (std::uint32_t r = 1; r <= Word::kReopenMax; ++r) {
+    open_periods_[r].store(static_cast<Ticks>(std::min(period, cap)), std::memory_order_relaxed);
+    period = std::min(period * static_cast<long double>(s.open_growth.multiplier), cap);
+  }
+  open_periods_[0].store(open_periods_[1].load(std::memory_order_relaxed),
+                         std::memory_order_relaxed);
+}
+
+void PolicyCore::retune(const BreakerSpec& next) noexcept {
+  constexpr auto relaxed = std::memory_order_relaxed;
+  consecutive_failures.store(next.consecutive_failures, relaxed);
+  failure_rate.store(next.failure_rate.value_or(-1.0), relaxed);
+  slow_call_rate.store(next.slow_call_rate.value_or(-1.0), relaxed);
+  minimum_calls.store(next.minimum_calls, relaxed);
+  flapping_period.store(next.flapping_period.count(), relaxed);
+  half_open_max_wait.store(next.half_open.max_wait.count(), relaxed);
+  set_open_periods(next);
+}
+
+void check_retunable(const BreakerSpec& now, const BreakerSpec& next) {
+  const auto refuse = [&](const char* field) {
+    raise_config_error(
+        ConfigError{"circuit breaker '" + now.name + "'", field,
+                    "cannot change on a live breaker (reconfigure takes consecutive_failures, "
+                    "failure_rate, slow_call_rate, minimum_calls, open_duration, open_growth, "
+                    "flapping_period and half_open.max_wait): build a new one"});
+  };
+  if (now.name != next.name) refuse("name");
+  if (now.window_size != next.window_size) refuse("window.size");
+  if (now.window_length != next.window_length) refuse("window.length");
+  if (now.window_buckets != next.window_buckets) refuse("window.buckets");
+  if (now.slow_call_duration != next.slow_call_duration) refuse("slow_call_duration");
+  if (now.count_in_flight_slow_calls != next.count_in_flight_slow_calls) {
+    refuse("count_in_flight_slow_calls");
+  }
+  if (now.half_open.probes != next.half_open.probes) refuse("half_open.probes");
+  if (now.half_open.max_in_flight != next.half_open.max_in_flight) {
+    refuse("half_open.max_in_flight");
+  }
+  if (now.half_open.fraction != next.half_open.fraction) refuse("half_open.fraction");
+  if (now.half_open.ramp != next.half_open.ramp) refuse("half_open.ramp");
+  if (now.half_open.random_seed != next.half_open.random_seed) refuse("half_open.random_seed");
+  // Switching a rule on or off is a threshold change; the window always counts both.
 }
 
 double PolicyCore::draw() const noexcept {

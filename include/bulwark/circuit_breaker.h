@@ -171,8 +171,33 @@ class BreakerPolicy {
   }
   ~BreakerPolicy() { release(data_); }
 
-  // The configuration as given. No copy.
-  const Config& config() const noexcept { return data_->config; }
+  // The configuration as given (the latest reconfigure()'s). No copy; the reference
+  // stays valid as long as the policy.
+  const Config& config() const noexcept { return *data_->config.load(std::memory_order_acquire); }
+
+  // Gives every breaker of this policy new thresholds for the decisions it makes from
+  // now on: consecutive_failures, failure_rate, slow_call_rate (on, off or changed),
+  // minimum_calls, open_duration, open_growth, flapping_period, half_open.max_wait.
+  // Breakers keep their state: counts, window, state, a half-open round and permits in
+  // flight; an OPEN period in progress stays OPEN and its end is judged against the new
+  // open_duration / open_growth from the next request on (a shorter one may end it). `config` is
+  // checked first, and one that is invalid or changes anything else (the window,
+  // slow_call_duration, the half-open round's shape, the name) throws InvalidConfig naming the
+  // field and changes nothing. A decision racing with it may see some old and some new thresholds.
+  // Costs an allocation: every configuration given is kept until the policy dies (config()'s
+  // references stay valid), so reload on a change, not in a loop. Calls are never blocked.
+  void reconfigure(Config next) {
+    detail::BreakerSpec spec = detail::spec_of(next);
+    if (auto ok = detail::validate_spec(spec, detail::window_capacity<Window>()); !ok) {
+      detail::raise_config_error(std::move(ok).error());
+    }
+    std::lock_guard lock(data_->reconfigure_mutex);
+    detail::check_retunable(data_->spec_now, spec);
+    data_->configs.push_back(std::make_unique<const Config>(std::move(next)));
+    data_->spec_now = std::move(spec);
+    data_->retune(data_->spec_now);
+    data_->config.store(data_->configs.back().get(), std::memory_order_release);
+  }
 
   // Adds a listener for every breaker built from this policy; see breaker_events.h.
   ListenerId on_transition(TransitionListener listener) {
@@ -351,8 +376,11 @@ class alignas(64) BasicCircuitBreaker {
 
   // The configured name, the configuration as given, and the (shared) policy. The
   // first two read the immutable policy; policy() adds a reference to it.
-  std::string_view name() const noexcept { return policy_->config.name; }
-  const Config& config() const noexcept { return policy_->config; }
+  std::string_view name() const noexcept {
+    return policy_->config.load(std::memory_order_acquire)->name;
+  }
+  // The policy's configuration (the latest BreakerPolicy::reconfigure()'s).
+  const Config& config() const noexcept { return *policy_->config.load(std::memory_order_acquire); }
   Policy policy() const noexcept { return Policy(policy_); }
 
   // Manually moves the breaker to `target`:

@@ -48,9 +48,11 @@ enum class Reason : std::uint8_t {
   retries_exhausted,  // every allowed attempt failed
   budget_exhausted,   // the retry budget refused the next retry
   timeout,            // the attempt ran past its per-attempt timeout, and was not retried
-  call_error,  // the call's own error, not retried (not retryable, ignored, or no retry stage)
+  call_error,    // the call's own error, not retried (not retryable, ignored, or no retry stage)
+  rate_limited,  // the rate limiter had no permit (and no time left to wait for one)
+  throttled,     // client-side throttling rejected the call locally (throttle.h)
 };
-inline constexpr int kReasonCount = 10;
+inline constexpr int kReasonCount = 12;
 
 constexpr std::string_view to_string(Reason r) noexcept {
   switch (r) {
@@ -74,12 +76,16 @@ constexpr std::string_view to_string(Reason r) noexcept {
       return "timeout";
     case Reason::call_error:
       return "call_error";
+    case Reason::rate_limited:
+      return "rate_limited";
+    case Reason::throttled:
+      return "throttled";
   }
   return "unknown";
 }
 
 // The stage that stopped a call.
-enum class Stage : std::uint8_t { breaker, bulkhead, retry, timeout, call };
+enum class Stage : std::uint8_t { breaker, bulkhead, retry, timeout, call, rate_limiter, throttle };
 
 constexpr std::string_view to_string(Stage s) noexcept {
   switch (s) {
@@ -93,6 +99,10 @@ constexpr std::string_view to_string(Stage s) noexcept {
       return "timeout";
     case Stage::call:
       return "call";
+    case Stage::rate_limiter:
+      return "rate_limiter";
+    case Stage::throttle:
+      return "throttle";
   }
   return "unknown";
 }

@@ -1,11 +1,12 @@
 // bulwark/pipeline.h — the resilience stages composed around one dependency call.
 //
-// A resilient call composes up to six patterns, from the inside out: a per-attempt
-// timeout, retry with backoff and jitter (under a retry budget), a bulkhead, a circuit
-// breaker and a fallback. A pipeline composes any subset of
-// them in that one order, written outermost first where it is composed:
+// A resilient call composes up to eight patterns, from the inside out: a per-attempt
+// timeout, retry with backoff and jitter (under a retry budget), a bulkhead,
+// client-side adaptive throttling, a circuit breaker, a rate limiter and a fallback. A
+// pipeline composes any subset of them in that one order, written outermost first
+// where it is composed:
 //
-//   fallback ∘ breaker ∘ bulkhead ∘ retry ∘ timeout ∘ call
+//   fallback ∘ rate_limit ∘ breaker ∘ throttle ∘ bulkhead ∘ retry ∘ timeout ∘ call
 //
 //   auto call_payments = bulwark::pipeline(
 //       bulwark::fallback([](const bulwark::Failure<HttpError>&) { return Receipt::pending(); }),
@@ -59,6 +60,9 @@
 // the budget deposit (a load once the budget is full), one relaxed add counting the
 // call in the retry (RetrySnapshot's kinds), and one precise clock read for
 // a per-attempt timeout (plus one for a request deadline). See bench/pipeline_bench.cc.
+// A rate limit stage adds a precise clock read and a CAS (rate_limiter.h); a throttle
+// stage a coarse clock read and its bucket loads before the call, one CAS after it
+// (throttle.h). Neither allocates or locks (tests/pipeline_limits_test.cc).
 //
 // Thread-safety: execute() may be called concurrently; it is as thread-safe as its
 // stages, which all are.
@@ -85,7 +89,10 @@
 #include "bulwark/expected.h"
 #include "bulwark/fallback.h"
 #include "bulwark/outcome.h"
+#include "bulwark/rate_limiter.h"
 #include "bulwark/retry.h"
+#include "bulwark/sleeper.h"
+#include "bulwark/throttle.h"
 
 namespace bulwark {
 
@@ -161,6 +168,63 @@ struct TimeoutStage {
   static constexpr int kOrder = 4;
   Nanos timeout;
 };
+
+// Never waits: a call finding no permit fails at once with Reason::rate_limited and
+// the limiter's exact wait in Failure::retry_after.
+struct NoRateWait {};
+
+template <class L, class Sl>
+struct RateLimitStage {
+  static constexpr int kRank = 5;  // between the fallback and the breaker
+  using clock_type = typename L::clock_type;
+  L* limiter;
+  Sl* sleeper;     // NoRateWait: never wait
+  Nanos max_wait;  // with a sleeper: the longest wait, capped by the deadline
+  std::uint64_t permits;
+};
+// The rate limiter stage (rate_limiter.h), outermost but for the fallback: a refused
+// call reaches no breaker, bulkhead or dependency. Never waits; takes `permits` per
+// call.
+template <class C>
+constexpr RateLimitStage<BasicRateLimiter<C>, NoRateWait> rate_limit(BasicRateLimiter<C>& l,
+                                                                     std::uint64_t permits = 1) {
+  return {&l, nullptr, Nanos::zero(), permits};
+}
+// The same, but a call whose permit is due within min(max_wait, the context's
+// remaining time) reserves it and sleeps until it is due on `sleeper` (which must be on
+// the limiter's clock). Cancellation wakes it (Reason::cancelled); the reserved permit
+// is spent anyway.
+template <class C, Sleeper Sl>
+constexpr RateLimitStage<BasicRateLimiter<C>, Sl> rate_limit(BasicRateLimiter<C>& l, Sl& sleeper,
+                                                             Nanos max_wait = Nanos::max(),
+                                                             std::uint64_t permits = 1) {
+  static_assert(detail::sleeper_runs_on<Sl, C>(),
+                "bulwark::rate_limit: the sleeper must sleep on the rate limiter's clock");
+  return {&l, &sleeper, max_wait, permits};
+}
+
+template <class T, class A>
+struct ThrottleStage {
+  static constexpr int kRank = 15;  // between the breaker and the bulkhead
+  using clock_type = typename T::clock_type;
+  T* throttle;
+  A accepts;
+};
+// Client-side adaptive throttling (throttle.h): asks the throttle before the bulkhead
+// and the retries, and reports how the call ended. One call is one request, whatever
+// its retries (the retry budget bounds those). A call stopped inside before any
+// attempt (bulkhead full, cancelled) is not counted; an exception counts as refused;
+// a success as accepted; a failure as `accepts(const Failure<E>&)` says
+// (ThrottleAccepts by default: not a timeout, and no overload signal).
+template <class C>
+constexpr ThrottleStage<BasicThrottle<C>, ThrottleAccepts> throttle(BasicThrottle<C>& t) noexcept {
+  return {&t, {}};
+}
+template <class C, class A>
+constexpr ThrottleStage<BasicThrottle<C>, std::decay_t<A>> throttle(BasicThrottle<C>& t,
+                                                                    A&& accepts) {
+  return {&t, std::forward<A>(accepts)};
+}
 // Each attempt gets a child context expiring `d` after it starts (or at the request's
 // deadline, if that comes first). The call is expected to honour ctx.remaining(): a
 // timeout does not interrupt a call (nothing can, safely, in C++); it bounds the time
@@ -179,9 +243,19 @@ TimeoutStage timeout(std::chrono::duration<Rep, Period> d) {
 }
 namespace detail {
 
+// Where a stage goes, outermost first: kRank if it has one, else kOrder * 10.
+template <class S>
+constexpr int stage_rank() {
+  if constexpr (requires { S::kRank; }) {
+    return S::kRank;
+  } else {
+    return S::kOrder * 10;
+  }
+}
+
 template <int K, class... S>
 constexpr int stage_index() {
-  constexpr int orders[] = {S::kOrder..., -1};
+  constexpr int orders[] = {stage_rank<S>()..., -1};
   for (int i = 0; i < static_cast<int>(sizeof...(S)); ++i) {
     if (orders[i] == K) return i;
   }
@@ -200,7 +274,7 @@ constexpr bool stage_runs_on() {
 
 template <class... S>
 constexpr bool strictly_ordered() {
-  constexpr int orders[] = {S::kOrder..., 99};
+  constexpr int orders[] = {stage_rank<S>()..., 999};
   for (int i = 0; i + 1 < static_cast<int>(sizeof...(S)); ++i) {
     if (orders[i] >= orders[i + 1]) return false;
   }
@@ -272,13 +346,15 @@ template <class... S>
 class Pipeline {
   static_assert(detail::strictly_ordered<S...>(),
                 "pipeline stages go outermost first, each at most once: "
-                "fallback, breaker, bulkhead, retry, timeout");
+                "fallback, rate_limit, breaker, throttle, bulkhead, retry, timeout");
 
   static constexpr int kFallback = detail::stage_index<0, S...>();
-  static constexpr int kBreaker = detail::stage_index<1, S...>();
-  static constexpr int kBulkhead = detail::stage_index<2, S...>();
-  static constexpr int kRetry = detail::stage_index<3, S...>();
-  static constexpr int kTimeout = detail::stage_index<4, S...>();
+  static constexpr int kRateLimit = detail::stage_index<5, S...>();
+  static constexpr int kBreaker = detail::stage_index<10, S...>();
+  static constexpr int kThrottle = detail::stage_index<15, S...>();
+  static constexpr int kBulkhead = detail::stage_index<20, S...>();
+  static constexpr int kRetry = detail::stage_index<30, S...>();
+  static constexpr int kTimeout = detail::stage_index<40, S...>();
 
  public:
   constexpr explicit Pipeline(S... stages) : stages_(std::move(stages)...) {}
@@ -298,6 +374,10 @@ class Pipeline {
     static_assert(detail::stage_runs_on<kBulkhead, C, S...>(),
                   "bulwark::pipeline: the bulkhead's clock_type must be the context's clock "
                   "(BasicContext<C> needs a BasicBulkhead<C>)");
+    static_assert(detail::stage_runs_on<kRateLimit, C, S...>(),
+                  "bulwark::pipeline: the rate limiter's clock_type must be the context's clock");
+    static_assert(detail::stage_runs_on<kThrottle, C, S...>(),
+                  "bulwark::pipeline: the throttle's clock_type must be the context's clock");
     static_assert(detail::stage_runs_on<kRetry, C, S...>(),
                   "bulwark::pipeline: the retry's clock_type must be the context's clock "
                   "(BasicContext<C> needs a BasicRetry<C, ...>; another clock would sleep "
@@ -312,7 +392,7 @@ class Pipeline {
     using Out = Expected<T, Failure<E>>;
 
     detail::Trace trace;
-    Out out = run_breaker<Out, E>(ctx, call, trace);
+    Out out = run_rate_limit<Out, E>(ctx, call, trace);
     if constexpr (kFallback >= 0) {
       if (!out) return std::get<kFallback>(stages_).template apply<Out>(std::move(out).error());
     }
@@ -346,10 +426,63 @@ class Pipeline {
   }
 
   template <class Out, class E, class Ctx, class F>
+  Out run_rate_limit(const Ctx& ctx, F& call, detail::Trace& trace) const {
+    if constexpr (kRateLimit < 0) {
+      return run_breaker<Out, E>(ctx, call, trace);
+    } else {
+      const auto& stage = std::get<kRateLimit>(stages_);
+      if constexpr (std::is_same_v<std::remove_pointer_t<decltype(stage.sleeper)>, NoRateWait>) {
+        auto ok = stage.limiter->try_acquire(stage.permits);
+        if (!ok) {
+          return fail<E>(Reason::rate_limited, Stage::rate_limiter, 0, std::nullopt,
+                         ok.error().retry_after);
+        }
+      } else {
+        if (ctx.stop_requested())
+          return fail<E>(Reason::cancelled, Stage::rate_limiter, 0, std::nullopt);
+        const Nanos max_wait = std::min(stage.max_wait, ctx.remaining());
+        auto wait = stage.limiter->reserve(stage.permits, max_wait);
+        if (!wait) {
+          return fail<E>(Reason::rate_limited, Stage::rate_limiter, 0, std::nullopt,
+                         wait.error().retry_after);
+        }
+        if (*wait > Nanos::zero() && !stage.sleeper->sleep_for(*wait, ctx.stop_token()))
+          return fail<E>(Reason::cancelled, Stage::rate_limiter, 0, std::nullopt);
+      }
+      return run_breaker<Out, E>(ctx, call, trace);
+    }
+  }
+
+  // The throttle stage around the bulkhead: asks, then reports how the call ended.
+  template <class Out, class E, class Ctx, class F, class Hook>
+  Out run_throttle(const Ctx& ctx, F& call, detail::Trace& trace, Hook& hook) const {
+    if constexpr (kThrottle < 0) {
+      return run_bulkhead<Out, E>(ctx, call, trace, hook);
+    } else {
+      const auto& stage = std::get<kThrottle>(stages_);
+      if (!stage.throttle->try_acquire())
+        return fail<E>(Reason::throttled, Stage::throttle, 0, std::nullopt);
+#if defined(__cpp_exceptions)
+      try {
+#endif
+        Out out = run_bulkhead<Out, E>(ctx, call, trace, hook);
+        if (trace.attempts > 0)
+          stage.throttle->record(out.has_value() || stage.accepts(std::as_const(out.error())));
+        return out;
+#if defined(__cpp_exceptions)
+      } catch (...) {
+        if (trace.attempts > 0) stage.throttle->record(false);
+        throw;
+      }
+#endif
+    }
+  }
+
+  template <class Out, class E, class Ctx, class F>
   Out run_breaker(const Ctx& ctx, F& call, detail::Trace& trace) const {
     if constexpr (kBreaker < 0) {
       detail::NoAttemptHook hook;
-      return run_bulkhead<Out, E>(ctx, call, trace, hook);
+      return run_throttle<Out, E>(ctx, call, trace, hook);
     } else {
       const auto& stage = std::get<kBreaker>(stages_);
       using B = std::remove_pointer_t<decltype(stage.breaker)>;
@@ -360,7 +493,7 @@ class Pipeline {
       }
       if (stage.scope == BreakerScope::attempt) {
         detail::BreakerAttemptHook<B> hook{stage.breaker, std::move(*permit)};
-        return run_bulkhead<Out, E>(ctx, call, trace, hook);
+        return run_throttle<Out, E>(ctx, call, trace, hook);
       }
       detail::NoAttemptHook hook;
       // The duration is left to the breaker (zero: "measure it yourself", from
@@ -368,7 +501,7 @@ class Pipeline {
 #if defined(__cpp_exceptions)
       try {
 #endif
-        Out out = run_bulkhead<Out, E>(ctx, call, trace, hook);
+        Out out = run_throttle<Out, E>(ctx, call, trace, hook);
         // No attempt ran (an inner stage said no): the permit is dropped unrecorded,
         // which cancels it and frees a half-open probe slot.
         if (trace.attempts > 0) permit->record(trace.last, Nanos::zero());
@@ -607,8 +740,8 @@ class Pipeline {
   std::tuple<S...> stages_;
 };
 
-// Composes stages, outermost first: fallback, breaker, bulkhead, retry, timeout (any
-// subset, in that order).
+// Composes stages, outermost first: fallback, rate_limit, breaker, throttle, bulkhead,
+// retry, timeout (any subset, in that order).
 template <class... S>
 constexpr Pipeline<std::decay_t<S>...> pipeline(S&&... stages) {
   return Pipeline<std::decay_t<S>...>(std::forward<S>(stages)...);

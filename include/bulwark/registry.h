@@ -330,6 +330,14 @@ class BasicRegistry {
   // Every Handle and Call must be gone. Removes the registry's listeners.
   ~BasicRegistry();
 
+  // New thresholds for every key that shares the registry's policy (keys given their
+  // own by config_for keep theirs), existing and future, for the decisions made from
+  // now on; see BreakerPolicy::reconfigure for what may change and what a live
+  // breaker keeps (its state, its OPEN period in progress, permits in flight). Checks
+  // `breaker` first: InvalidConfig naming the field, and nothing changes. Thread-safe
+  // with every other member; lookups and calls are not blocked.
+  void reconfigure(Config breaker) { shared_policy_.reconfigure(std::move(breaker)); }
+
   // The key's entry, created if needed. `key` may be any type Hash and Eq accept (a
   // std::string_view for std::string keys); a Key is built only on creation.
   // Existing key: one hash + one probe (+ pin), no allocation, no lock. Missing key:

@@ -19,10 +19,13 @@
 #include <string>
 #include <vector>
 
+#include "bulwark/circuit_breaker.h"
+#include "bulwark/config/config.h"
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/replay.h"
+#include "bulwark/registry.h"
 #include "process.h"
 
 namespace bulwark::lab {
@@ -206,9 +209,9 @@ TEST(Calibrate, LittleTrafficGetsConsecutiveFailuresAndSaysSo) {
   const KeyCalibration& k = c.keys[0];
   EXPECT_FALSE(k.rate_policy);
   EXPECT_NE(k.note.find("little traffic"), std::string::npos) << k.note;
-  const Proposed* window = find(k, "window");
+  const Proposed* window = find(k, "kind");
   ASSERT_NE(window, nullptr);
-  EXPECT_EQ(window->value, "\"none\"");
+  EXPECT_EQ(window->value, "\"consecutive\"");
   EXPECT_GE(value_of(k, "consecutive_failures"), 3);
   EXPECT_EQ(find(k, "failure_rate"), nullptr);
   // Its file loads and replays.
@@ -258,6 +261,33 @@ TEST(Calibrate, TheProposalIsABreakerFileThatLoads) {
   EXPECT_EQ(tw.name, "svc");
   ASSERT_TRUE(tw.failure_rate);
   EXPECT_DOUBLE_EQ(*tw.failure_rate, value_of(c.keys[0], "failure_rate"));
+}
+
+// What calibrate proposes for a key is a breaker table a service's configuration file
+// takes as it is (under [breaker.NAME]), with no deprecated key, and a registry of that
+// kind of breaker builds from it.
+TEST(Calibrate, TheProposalLoadsThroughTheServiceLibraryAndBuildsARegistry) {
+  Traffic t;
+  t.seconds = 300;
+  const Calibration c = calibrate_text(make_trace({t}, 9), {});
+  std::string table = c.keys[0].breaker_toml;
+  const std::size_t header = table.find("[breaker]\n");
+  ASSERT_NE(header, std::string::npos);
+  table.replace(header, 10, "[breaker.svc]\n");
+  const bulwark::config::Config cfg(
+      "svc.toml",
+      bulwark::config::parse(table + "[registry.hosts]\nkind = \"time\"\npolicy = \"svc\"\n",
+                             "svc.toml"),
+      {});
+  EXPECT_TRUE(cfg.warnings().empty());
+  const auto proposed = cfg.breaker<bulwark::TimeWindowBreaker>("svc");
+  EXPECT_EQ(proposed.failure_rate,
+            parse_breaker(c.keys[0].breaker_toml, "p.toml").as<TimeWindowConfig>().failure_rate);
+  bulwark::RegistryOptions<std::string, bulwark::TimeWindowBreaker> options;
+  options.name = "hosts";
+  options.breaker = cfg.registry("hosts").policy.as<TimeWindowConfig>();
+  bulwark::BasicRegistry<std::string, bulwark::TimeWindowBreaker> hosts(std::move(options));
+  EXPECT_EQ(hosts.get("a.example")->config().window.length, proposed.window.length);
 }
 
 TEST(Calibrate, TheJsonHoldsWhatTheTextSays) {
@@ -495,11 +525,11 @@ TEST(HalfOpen, LittleTrafficProbesInCountModeAndMuchTrafficByAFraction) {
   const Calibration c = calibrate_text(make_trace({slow}, 25), {});
   const KeyCalibration& k = c.keys[0];
   ASSERT_TRUE(k.rate_policy) << k.note;
-  EXPECT_EQ(find(k, "half_open_fraction"), nullptr);
-  const Proposed* at_once = find(k, "half_open_max_calls");
+  EXPECT_EQ(find(k, "half_open.fraction"), nullptr);
+  const Proposed* at_once = find(k, "half_open.max_in_flight");
   ASSERT_NE(at_once, nullptr) << k.breaker_toml;
   EXPECT_NE(at_once->reason.find("count mode"), std::string::npos) << at_once->reason;
-  const double probes = value_of(k, "half_open_successes");
+  const double probes = value_of(k, "half_open.probes");
   EXPECT_LE(std::stod(at_once->value), probes);
   EXPECT_LE(std::stod(at_once->value), k.bulkhead);
   // At most as many at once as are normally in flight, and at least their mean: the
@@ -517,8 +547,8 @@ TEST(HalfOpen, LittleTrafficProbesInCountModeAndMuchTrafficByAFraction) {
   busy.rate = 400;
   busy.seconds = 600;
   const KeyCalibration b = calibrate_text(make_trace({busy}, 26), {}).keys[0];
-  EXPECT_EQ(find(b, "half_open_max_calls"), nullptr);
-  EXPECT_LE(value_of(b, "half_open_fraction"), 0.1);
+  EXPECT_EQ(find(b, "half_open.max_in_flight"), nullptr);
+  EXPECT_LE(value_of(b, "half_open.fraction"), 0.1);
 }
 
 // No rule's reason claims what the numbers do not give: a consecutive-failure run's

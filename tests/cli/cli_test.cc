@@ -131,7 +131,7 @@ TEST(BadInput, UnknownConfigKey) {
 
 TEST(BadInput, BadConfigValues) {
   const std::string cfg = temp_path("cfg");
-  std::ofstream(cfg) << "[breaker]\nwindow = \"count\"\nfailure_rate = 1.5\n";
+  std::ofstream(cfg) << "[breaker]\nkind = \"count\"\nfailure_rate = 1.5\n";
   expect_bad_input({"replay", "--config", cfg, kGolden + "consecutive_failures.csv"}, "",
                    {cfg + ":3:16: breaker.failure_rate: must be in (0, 1] (got 1.5)"});
   std::ofstream(cfg) << "[breaker]\nopen_duration = \"30\"\n";
@@ -144,10 +144,10 @@ TEST(BadInput, ScenarioErrors) {
   const std::string s = temp_path("scenario");
   std::ofstream(s) << "duration = \"1min\"\n[arrivals]\nrate = 10\n[caller]\nworkers = 5\n"
                       "[dependency]\n[[dependency.phases]]\nstart = \"0s\"\nlatency = \"1s\"\n"
-                      "[config.a.breaker]\nwindow = \"time\"\nslow_call_rate = 0.5\n"
-                      "slow_call_duration = \"400ms\"\nwindow_buckets = 0\n";
+                      "[config.a.breaker]\nkind = \"time\"\nslow_call_rate = 0.5\n"
+                      "slow_call_duration = \"400ms\"\nwindow.buckets = 0\n";
   expect_bad_input({"simulate", s}, "",
-                   {s + ":14:18: config.a.breaker.window_buckets: must be between 1 and 120"});
+                   {s + ":14:18: config.a.breaker.window.buckets: must be between 1 and 120"});
   std::remove(s.c_str());
 }
 

@@ -99,7 +99,7 @@ TEST(DeepToml, LevelsAddUpAcrossHeadersKeysAndValues) {
   const std::string fine =
       "[breaker] # a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a.a\n"
       "name = \"" +
-      dotted(40) + "\"\nwindow = 'count'\nfailure_rate = 0.5\n";
+      dotted(40) + "\"\nkind = 'count'\nfailure_rate = 0.5\n";
   EXPECT_EQ(parse_breaker(fine, "b.toml").name(), dotted(40));
   // A shallow path is judged on its keys, as before.
   EXPECT_NE(error_of([&] {
@@ -226,19 +226,18 @@ TEST(Bounds, EveryBreakerValueHasItsRealLimitInTheError) {
            // Was told "at most 4294967295": the breaker's own limit is 65535.
            Bound{"consecutive_failures = 99999999999", "breaker.consecutive_failures",
                  "must be at most 65535 (got 99999999999)"},
-           Bound{"window = \"count\"\nwindow_size = 70000", "breaker.window_size",
+           Bound{"kind = \"count\"\nwindow.size = 70000", "breaker.window.size",
                  "must be at most 65535"},
-           Bound{"half_open_max_calls = 70000", "breaker.half_open_max_calls",
+           Bound{"half_open.max_in_flight = 70000", "breaker.half_open.max_in_flight",
                  "must be at most 65535"},
-           Bound{"half_open_successes = 9000", "breaker.half_open_successes",
-                 "must be at most 8191"},
-           Bound{"window = \"time\"\nminimum_calls = 2000000", "breaker.minimum_calls",
+           Bound{"half_open.probes = 9000", "breaker.half_open.probes", "must be at most 8191"},
+           Bound{"kind = \"time\"\nminimum_calls = 2000000", "breaker.minimum_calls",
                  "must be at most 1000000"},
            Bound{"open_duration = \"400d\"", "breaker.open_duration", "unknown unit \"d\""},
            Bound{"open_duration = \"9000h\"", "breaker.open_duration",
                  "must be at most 8760h (got 9000h)"},
-           Bound{"open_duration_multiplier = 1e6\nmax_open_duration = \"1h\"",
-                 "breaker.open_duration_multiplier", "must be at most 1000"},
+           Bound{"open_growth.multiplier = 1e6\nopen_growth.max = \"1h\"",
+                 "breaker.open_growth.multiplier", "must be at most 1000"},
            Bound{"name = \""
                  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
                  "xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\"",
@@ -483,8 +482,8 @@ TEST(ControlBytes, ReplayEscapesDelAndC1ControlsInKeys) {
 
 TEST(KeyMemory, TooManyDistinctKeysAreRefusedBeforeAnythingIsWritten) {
   // A count window of 65535 calls keeps 64 KiB per key: about 4,000 keys fill 256 MiB.
-  BreakerSpec spec = parse_breaker(
-      "[breaker]\nwindow = \"count\"\nwindow_size = 65535\nfailure_rate = 0.5\n", "b");
+  BreakerSpec spec =
+      parse_breaker("[breaker]\nkind = \"count\"\nwindow.size = 65535\nfailure_rate = 0.5\n", "b");
   std::string csv = "t_ms,key,duration_ms,outcome\n";
   for (int i = 0; i < 5000; ++i)
     csv += std::to_string(i) + ",key-" + std::to_string(i) + ",1,success\n";

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "bulwark/config/config.h"
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
@@ -129,22 +130,22 @@ TEST(BreakerToml, EveryFieldIsSetByItsLibraryName) {
   const BreakerSpec s = parse_breaker(R"(
 [breaker]
 name = "reviews"
-window = "time"
+kind = "time"
 consecutive_failures = 7
 failure_rate = 0.3
 slow_call_rate = 0.25
 slow_call_duration = "400ms"
 minimum_calls = 20
-window_length = "12s"
-window_buckets = 24
+window.length = "12s"
+window.buckets = 24
 count_in_flight_slow_calls = false
 open_duration = "30s"
-open_duration_multiplier = 2.0
-max_open_duration = "5min"
-half_open_successes = 3
-half_open_fraction = 0.1
-half_open_ramp = [0.25, 0.5, 1.0]
-half_open_max_wait = "45s"
+open_growth.multiplier = 2.0
+open_growth.max = "5min"
+half_open.probes = 3
+half_open.fraction = 0.1
+half_open.ramp = [0.25, 0.5, 1.0]
+half_open.max_wait = "45s"
 flapping_period = "2min"
 random_seed = 12345
 )",
@@ -170,9 +171,9 @@ random_seed = 12345
   EXPECT_EQ(c.half_open.max_wait, 45s);
   EXPECT_EQ(c.flapping_period, 2min);
   EXPECT_EQ(c.half_open.random_seed, 12345u);
-  // half_open_max_calls is the count-mode limit: set without a fraction, it is kept.
+  // half_open.max_in_flight is the count-mode limit: set without a fraction, it is kept.
   const BreakerSpec counted =
-      parse_breaker("[breaker]\nhalf_open_max_calls = 9\nhalf_open_successes = 3\n", "b.toml");
+      parse_breaker("[breaker]\nhalf_open.max_in_flight = 9\nhalf_open.probes = 3\n", "b.toml");
   EXPECT_EQ(counted.as<BreakerConfig>().half_open.max_in_flight, 9u);
 }
 
@@ -184,14 +185,14 @@ TEST(BreakerToml, UnsetFieldsKeepTheLibraryDefaults) {
   EXPECT_EQ(s.as<BreakerConfig>().open_duration, defaults.open_duration);
   // A windowed breaker has no consecutive-failure rule unless the file sets one.
   const BreakerSpec rated =
-      parse_breaker("[breaker]\nwindow = \"time\"\nfailure_rate = 0.5\n", "b.toml");
+      parse_breaker("[breaker]\nkind = \"time\"\nfailure_rate = 0.5\n", "b.toml");
   EXPECT_EQ(rated.as<TimeWindowConfig>().consecutive_failures, 0u);
   EXPECT_EQ(rated.as<TimeWindowConfig>().window.length, TimeWindowConfig{}.window.length);
 }
 
 TEST(BreakerToml, CountWindowTakesWindowSize) {
   const BreakerSpec s =
-      parse_breaker("[breaker]\nwindow = \"count\"\nwindow_size = 50\nfailure_rate = 0.5\n", "b");
+      parse_breaker("[breaker]\nkind = \"count\"\nwindow.size = 50\nfailure_rate = 0.5\n", "b");
   ASSERT_EQ(s.window(), WindowKind::count);
   EXPECT_EQ(s.as<CountWindowConfig>().window.size, 50u);
 }
@@ -232,41 +233,42 @@ TEST(BreakerToml, BadTypesAndUnitsNameTheKey) {
                "breaker.consecutive_failures", "expected a whole number");
   expect_error("[breaker]\nconsecutive_failures = 5000000000\n", "b.toml:2:24",
                "breaker.consecutive_failures", "must be at most 65535 (got 5000000000)");
-  expect_error("[breaker]\ncount_in_flight_slow_calls = \"yes\"\nwindow = \"time\"\n",
-               "b.toml:2:30", "breaker.count_in_flight_slow_calls", "expected true or false");
+  expect_error("[breaker]\ncount_in_flight_slow_calls = \"yes\"\nkind = \"time\"\n", "b.toml:2:30",
+               "breaker.count_in_flight_slow_calls", "expected true or false");
   expect_error("[breaker]\nwindow = \"sliding\"\n", "b.toml:2:10", "breaker.window",
                "must be one of \"none\", \"count\", \"time\"");
-  expect_error("[breaker]\nwindow = \"time\"\nfailure_rate = \"high\"\n", "b.toml:3:16",
+  expect_error("[breaker]\nkind = \"time\"\nfailure_rate = \"high\"\n", "b.toml:3:16",
                "breaker.failure_rate", "expected a number");
-  expect_error("[breaker]\nwindow = \"time\"\nfailure_rate = nan\n", "b.toml:3:16",
+  expect_error("[breaker]\nkind = \"time\"\nfailure_rate = nan\n", "b.toml:3:16",
                "breaker.failure_rate", "finite");
-  expect_error("[breaker]\nhalf_open_fraction = 0.1\nhalf_open_ramp = [0.5, true]\n", "b.toml:3:24",
-               "breaker.half_open_ramp", "stage 2: expected a number");
+  expect_error("[breaker]\nhalf_open.fraction = 0.1\nhalf_open.ramp = [0.5, true]\n", "b.toml:3:24",
+               "breaker.half_open.ramp", "stage 2: expected a number");
 }
 
 TEST(BreakerToml, TheLibrarysOwnValidationIsMappedToTheKeyAndLine) {
-  expect_error("[breaker]\nwindow = \"count\"\n\nfailure_rate = 1.5\n", "b.toml:4:16",
+  expect_error("[breaker]\nkind = \"count\"\n\nfailure_rate = 1.5\n", "b.toml:4:16",
                "breaker.failure_rate", "must be in (0, 1] (got 1.5)");
   expect_error("[breaker]\nopen_duration = \"0s\"\n", "b.toml:2:17", "breaker.open_duration",
                "must be positive");
-  expect_error("[breaker]\nwindow = \"time\"\nwindow_buckets = 500\n", "b.toml:3:18",
-               "breaker.window_buckets", "must be at most 120 (got 500)");
-  expect_error("[breaker]\nwindow = \"time\"\nwindow_buckets = 0\n", "b.toml:3:18",
-               "breaker.window_buckets", "between 1 and 120");
+  expect_error("[breaker]\nkind = \"time\"\nwindow.buckets = 500\n", "b.toml:3:18",
+               "breaker.window.buckets", "must be at most 120 (got 500)");
+  expect_error("[breaker]\nkind = \"time\"\nwindow.buckets = 0\n", "b.toml:3:18",
+               "breaker.window.buckets", "between 1 and 120");
   // A field the file does not set: the table's own line.
-  expect_error("\n[breaker]\nopen_duration_multiplier = 2\n", "b.toml:2:1",
-               "breaker.max_open_duration", "must be set when open_duration_multiplier");
-  expect_error("[breaker]\nwindow = \"time\"\nslow_call_rate = 0.5\n", "b.toml:1:1",
+  expect_error("\n[breaker]\nopen_growth.multiplier = 2\n", "b.toml:2:1", "breaker.open_growth.max",
+               "must be set when open_growth.multiplier");
+  expect_error("[breaker]\nkind = \"time\"\nslow_call_rate = 0.5\n", "b.toml:1:1",
                "breaker.slow_call_duration", "must be set when slow_call_rate is set");
-  expect_error("[breaker]\nhalf_open_fraction = 0.5\nhalf_open_ramp = [0.25]\n", "b.toml:3:18",
-               "breaker.half_open_ramp", "stage 1 must be in (0, 1] and at least 0.5");
+  expect_error("[breaker]\nhalf_open.fraction = 0.5\nhalf_open.ramp = [0.25]\n", "b.toml:3:18",
+               "breaker.half_open.ramp", "stage 1 must be in (0, 1] and at least 0.5");
   // The library's dotted fields come back as the flat keys, in the message too.
-  expect_error("[breaker]\nhalf_open_max_calls = 2\nhalf_open_fraction = 0.5\n", "b.toml:2:23",
-               "breaker.half_open_max_calls", "must not be set together with half_open_fraction");
-  expect_error("[breaker]\nwindow = \"time\"\nwindow_length = \"5ms\"\nfailure_rate = 0.5\n",
-               "b.toml:1:1", "breaker.window_buckets", "window_length 5ms / 10 buckets");
+  expect_error("[breaker]\nhalf_open.max_in_flight = 2\nhalf_open.fraction = 0.5\n", "b.toml:2:27",
+               "breaker.half_open.max_in_flight",
+               "must not be set together with half_open.fraction");
+  expect_error("[breaker]\nkind = \"time\"\nwindow.length = \"5ms\"\nfailure_rate = 0.5\n",
+               "b.toml:1:1", "breaker.window.buckets", "window.length 5ms / 10 buckets");
   // A window and no trip rule: a breaker that could never open.
-  expect_error("[breaker]\nwindow = \"count\"\n", "b.toml:1:1", "breaker.failure_rate",
+  expect_error("[breaker]\nkind = \"count\"\n", "b.toml:1:1", "breaker.failure_rate",
                "`bulwark calibrate`");
   expect_error("[breaker]\nconsecutive_failures = 0\n", "b.toml:2:24",
                "breaker.consecutive_failures", "must be between 1 and 65535 (got 0)");
@@ -274,13 +276,76 @@ TEST(BreakerToml, TheLibrarysOwnValidationIsMappedToTheKeyAndLine) {
 
 TEST(BreakerToml, KeysThisWindowWouldIgnoreAreErrors) {
   expect_error("[breaker]\nfailure_rate = 0.3\n", "b.toml:2:16", "breaker.failure_rate",
-               "needs a sliding window: set window = \"count\"");
-  expect_error("[breaker]\nwindow = \"time\"\nwindow_size = 10\n", "b.toml:3:15",
-               "breaker.window_size", "only applies to window = \"count\"");
-  expect_error("[breaker]\nwindow = \"count\"\nwindow_length = \"10s\"\n", "b.toml:3:17",
-               "breaker.window_length", "only applies to window = \"time\"");
+               "needs a sliding window: set kind = \"count\"");
+  expect_error("[breaker]\nkind = \"time\"\nwindow.size = 10\n", "b.toml:3:15",
+               "breaker.window.size", "only applies to kind = \"count\"");
+  expect_error("[breaker]\nkind = \"count\"\nwindow.length = \"10s\"\n", "b.toml:3:17",
+               "breaker.window.length", "only applies to kind = \"time\"");
   expect_error("[breaker]\nminimum_calls = 10\n", "b.toml:2:17", "breaker.minimum_calls",
-               "only applies to window = \"count\" or \"time\"");
+               "only applies to kind = \"count\" or \"time\"");
+}
+
+// Nested fields are written as dotted keys or as tables of their own: the same breaker.
+TEST(BreakerToml, NestedFieldsAsDottedKeysOrTables) {
+  const BreakerSpec dotted = parse_breaker(
+      "[breaker]\nkind = \"count\"\nwindow.size = 40\nfailure_rate = 0.5\n"
+      "half_open.probes = 4\nhalf_open.max_in_flight = 2\nopen_growth.multiplier = 2\n"
+      "open_growth.max = \"5min\"\n",
+      "b.toml");
+  const BreakerSpec tables = parse_breaker(
+      "[breaker]\nkind = \"count\"\nfailure_rate = 0.5\n[breaker.window]\nsize = 40\n"
+      "[breaker.half_open]\nprobes = 4\nmax_in_flight = 2\n"
+      "[breaker.open_growth]\nmultiplier = 2\nmax = \"5min\"\n",
+      "b.toml");
+  for (const BreakerSpec* spec : {&dotted, &tables}) {
+    const auto& c = spec->as<CountWindowConfig>();
+    EXPECT_EQ(c.window.size, 40u);
+    EXPECT_EQ(c.half_open.probes, 4u);
+    EXPECT_EQ(c.half_open.max_in_flight, 2u);
+    EXPECT_EQ(c.open_growth.multiplier, 2.0);
+    EXPECT_EQ(c.open_growth.max, 5min);
+  }
+}
+
+// The flat names of earlier releases still load, each with a warning naming its new key.
+TEST(BreakerToml, DeprecatedFlatKeysLoadWithAWarningNamingTheNewKey) {
+  std::vector<InputError> warnings;
+  const BreakerSpec spec = parse_breaker(
+      "[breaker]\nwindow = \"time\"\nwindow_length = \"12s\"\nfailure_rate = 0.5\n"
+      "half_open_successes = 3\n",
+      "b.toml", &warnings);
+  const auto& c = spec.as<TimeWindowConfig>();
+  EXPECT_EQ(c.window.length, 12s);
+  EXPECT_EQ(c.half_open.probes, 3u);
+  ASSERT_EQ(warnings.size(), 3u);
+  EXPECT_EQ(warnings[0].where().to_string(), "b.toml:2:10");
+  EXPECT_NE(warnings[0].message().find("write kind = \"time\""), std::string::npos);
+  EXPECT_EQ(warnings[1].field(), "breaker.window_length");
+  EXPECT_NE(warnings[1].message().find("\"window.length\""), std::string::npos);
+  EXPECT_EQ(warnings[2].where().to_string(), "b.toml:5:23");
+  EXPECT_NE(warnings[2].message().find("\"half_open.probes\""), std::string::npos);
+  // A new file warns about nothing.
+  warnings.clear();
+  (void)parse_breaker("[breaker]\nkind = \"time\"\nwindow.length = \"12s\"\nfailure_rate = 0.5\n",
+                      "b.toml", &warnings);
+  EXPECT_TRUE(warnings.empty());
+  // The library's check of a field given under its old name points at that key.
+  expect_error("[breaker]\nhalf_open.fraction = 0.5\nhalf_open_max_calls = 2\n", "b.toml:3:23",
+               "breaker.half_open_max_calls", "must not be set together with half_open.fraction");
+}
+
+TEST(BreakerToml, AFieldUnderBothNamesOrAMisspeltNestedKeyIsAnError) {
+  expect_error("[breaker]\nhalf_open.probes = 3\nhalf_open_successes = 3\n", "b.toml:3:23",
+               "breaker.half_open_successes", "sets half_open.probes a second time");
+  expect_error("[breaker]\nkind = \"count\"\nwindow = \"count\"\n", "b.toml:3:10", "breaker.window",
+               "gives the breaker type a second time");
+  expect_error("[breaker]\nhalf_open.probs = 3\n", "b.toml:2:11", "breaker.half_open.probs",
+               "did you mean \"probes\"?");
+  // A misspelt old name is pointed at the new one.
+  expect_error("[breaker]\nhalf_open_sucesses = 3\n", "b.toml:2:1", "breaker.half_open_sucesses",
+               "did you mean \"half_open.probes\"?");
+  expect_error("[breaker]\nkind = \"sliding\"\n", "b.toml:2:8", "breaker.kind",
+               "must be one of \"consecutive\", \"count\", \"time\"");
 }
 
 TEST(BreakerToml, SyntaxErrorsAndMissingTable) {
@@ -539,7 +604,11 @@ TEST(Docs, EveryTomlExampleInConfigurationMdLoads) {
             block.find("\nduration =") != std::string::npos || block.rfind("duration =", 0) == 0;
         const bool breaker_file = block.find("[breaker]") != std::string::npos &&
                                   block.find("[config.") == std::string::npos;
-        if (breaker_file) {
+        const bool policies_file = block.find("[breaker.") != std::string::npos ||
+                                   block.find("[pipeline.") != std::string::npos;
+        if (policies_file) {
+          (void)bulwark::config::parse(block, name);
+        } else if (breaker_file) {
           (void)parse_breaker(block, name);
         } else if (whole_scenario) {
           (void)parse_scenario(block, name);

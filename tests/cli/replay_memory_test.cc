@@ -86,15 +86,15 @@ TEST(ReplayMemory, AMillionRowTraceStreamsInBoundedMemory) {
 #endif
   const std::string config = temp_path("breaker");
   std::ofstream(config) << "[breaker]\n"
-                           "window = \"time\"\n"
-                           "window_length = \"10s\"\n"
+                           "kind = \"time\"\n"
+                           "window.length = \"10s\"\n"
                            "failure_rate = 0.3\n"
                            "slow_call_rate = 0.5\n"
                            "slow_call_duration = \"250ms\"\n"
                            "minimum_calls = 20\n"
                            "open_duration = \"5s\"\n"
-                           "half_open_fraction = 0.2\n"
-                           "half_open_successes = 5\n";
+                           "half_open.fraction = 0.2\n"
+                           "half_open.probes = 5\n";
   const Replayed small = replay_generated(config, kRows / 10);
   const Replayed big = replay_generated(config, kRows);
   std::remove(config.c_str());

@@ -389,15 +389,18 @@ auto BasicCircuitBreaker<C, Window>::verdict(std::uint32_t gen, Ticks t) const n
       v.counts.in_flight_slow = window_.in_flight().slow_calls(gen, t, p.slow_call_duration, shift);
     }
     const std::uint64_t total = v.counts.calls + v.counts.in_flight_slow;
-    const std::uint64_t minimum = Window::kind == WindowKind::count
-                                      ? std::min(p.minimum_calls, p.window.size)
-                                      : p.minimum_calls;
+    // Thresholds reconfigure() may change: each read once.
+    const std::uint32_t minimum_calls = p.minimum_calls.load(std::memory_order_relaxed);
+    const double failure_rate = p.failure_rate.load(std::memory_order_relaxed);
+    const double slow_call_rate = p.slow_call_rate.load(std::memory_order_relaxed);
+    const std::uint64_t minimum =
+        Window::kind == WindowKind::count ? std::min(minimum_calls, p.window.size) : minimum_calls;
     if (total == 0) return v;
     const double fr = static_cast<double>(v.counts.failures) / static_cast<double>(total);
     const double sr =
         static_cast<double>(v.counts.slow() + v.counts.in_flight_slow) / static_cast<double>(total);
-    const bool over_f = p.failure_rate > 0 && fr >= p.failure_rate;
-    const bool over_s = p.slow_call_rate > 0 && sr >= p.slow_call_rate;
+    const bool over_f = failure_rate > 0 && fr >= failure_rate;
+    const bool over_s = slow_call_rate > 0 && sr >= slow_call_rate;
     if (total < minimum) {
       v.armed = over_f || over_s;
       return v;

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/input_error.h"
@@ -35,8 +36,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   if (fuzz::toml_reaches_known_ub(text)) return 0;
   lab::BreakerSpec spec;
+  std::vector<lab::InputError> warnings;
   try {
-    spec = lab::parse_breaker(text, "fuzz.toml");
+    spec = lab::parse_breaker(text, "fuzz.toml", &warnings);
+    // A deprecated key is a warning as well formed as an error, and not printed.
+    for (const lab::InputError& w : warnings) fuzz::check_error(w);
   } catch (const lab::InputError& e) {
     fuzz::check_error(e);
     return 0;

@@ -13,6 +13,7 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/fleet.h"
@@ -27,8 +28,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const std::string_view text(reinterpret_cast<const char*>(data), size);
   if (fuzz::toml_reaches_known_ub(text)) return 0;
   lab::Scenario s;
+  std::vector<lab::InputError> warnings;
   try {
-    s = lab::parse_scenario(text, "fuzz.toml");
+    s = lab::parse_scenario(text, "fuzz.toml", &warnings);
+    // A deprecated key is a warning as well formed as an error, and not printed.
+    for (const lab::InputError& w : warnings) fuzz::check_error(w);
   } catch (const lab::InputError& e) {
     fuzz::check_error(e);
     return 0;

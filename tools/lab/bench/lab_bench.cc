@@ -85,8 +85,8 @@ const std::string& trace() {
 }
 
 constexpr const char* kBreaker = R"([breaker]
-window = "time"
-window_length = "5s"
+kind = "time"
+window.length = "5s"
 minimum_calls = 100
 failure_rate = 0.11
 slow_call_duration = "510ms"
@@ -94,8 +94,8 @@ slow_call_rate = 0.05
 count_in_flight_slow_calls = true
 consecutive_failures = 5
 open_duration = "30s"
-half_open_fraction = 0.037
-half_open_successes = 30
+half_open.fraction = 0.037
+half_open.probes = 30
 )";
 
 void BM_Replay_Rows(benchmark::State& state) {

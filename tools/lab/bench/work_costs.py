@@ -35,8 +35,8 @@ FULL = """
 timeout = "24h"
 breaker_scope = "attempt"
 [config.a.breaker]
-window = "time"
-window_length = "10s"
+kind = "time"
+window.length = "10s"
 failure_rate = 1.0
 minimum_calls = 1000000
 [config.a.bulkhead]
@@ -96,8 +96,8 @@ degraded = true
 [config.after]
 timeout = "800ms"
 [config.after.breaker]
-window = "time"
-window_length = "10s"
+kind = "time"
+window.length = "10s"
 failure_rate = 0.3
 slow_call_rate = 0.3
 slow_call_duration = "400ms"

@@ -472,8 +472,8 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
         "a healthy window of " + std::to_string(n) + " calls reaches it with probability under " +
         num(budget * static_cast<double>(window) / (kDaySeconds * 1e9) * 100, 6) + "% (" +
         num(budget, 3) + " false opens/day at one window per " + dur(window) + ")";
-    br.push_back({"window", "\"time\"", "enough traffic for rate rules"});
-    br.push_back({"window_length", quoted_dur(window),
+    br.push_back({"kind", "\"time\"", "enough traffic for rate rules"});
+    br.push_back({"window.length", quoted_dur(window),
                   "holds about " +
                       count_text(static_cast<std::uint64_t>(judged_rate *
                                                             static_cast<double>(window) / 1e9)) +
@@ -506,7 +506,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                        count_text(judged) +
                        " in the trace): no rate threshold can be trusted below a window of "
                        "10 min; consecutive failures instead";
-    br.push_back({"window", "\"none\"", "consecutive failures only: " + c.note});
+    br.push_back({"kind", "\"consecutive\"", "consecutive failures only: " + c.note});
     br.push_back({"consecutive_failures", std::to_string(k_c),
                   run_reason + " at " + num(calls_per_day, 1) + " calls a day"});
   }
@@ -541,7 +541,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
         static_cast<double>(probes) / (judged_rate * static_cast<double>(kProbeRound) / 1e9);
     if (share <= kMaxProbeFraction) {
       const double f = std::clamp(fraction(share), 0.01, 1.0);
-      br.push_back({"half_open_fraction", num(f, 4),
+      br.push_back({"half_open.fraction", num(f, 4),
                     "about " + std::to_string(probes) + " probes in " + dur(kProbeRound) +
                         " at this traffic"});
     } else {
@@ -553,7 +553,7 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                     : "more than all of it (" +
                           num(judged_rate * static_cast<double>(kProbeRound) / 1e9, 1) +
                           " calls in " + dur(kProbeRound) + ")";
-      br.push_back({"half_open_max_calls", std::to_string(at_once),
+      br.push_back({"half_open.max_in_flight", std::to_string(at_once),
                     "count mode: at " + rate_text(judged_rate) + "/s, " + std::to_string(probes) +
                         " probes in " + dur(kProbeRound) + " would take " + taken +
                         ", and a sample is at most " + percent(kMaxProbeFraction) + "; at most " +
@@ -563,13 +563,13 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                         show(static_cast<Ticks>(static_cast<double>(probes) / judged_rate * 1e9)) +
                         " of traffic"});
     }
-    br.push_back({"half_open_successes", std::to_string(probes),
+    br.push_back({"half_open.probes", std::to_string(probes),
                   "the fewest probes a healthy dependency passes with 99% probability"});
   } else {
-    br.push_back({"half_open_max_calls", "1", "one probe at a time"});
-    br.push_back({"half_open_successes", "1", "one success closes"});
+    br.push_back({"half_open.max_in_flight", "1", "one probe at a time"});
+    br.push_back({"half_open.probes", "1", "one success closes"});
   }
-  br.push_back({"half_open_max_wait", quoted_dur(nice_up(2 * c.timeout)),
+  br.push_back({"half_open.max_wait", quoted_dur(nice_up(2 * c.timeout)),
                 "twice the timeout: a probe that never reports frees its slot"});
 
   // The file.

@@ -1,10 +1,12 @@
 #include "bulwark/lab/config.h"
 
 #include <toml++/toml.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "bulwark/backoff.h"
+#include "bulwark/config/config.h"
 #include "bulwark/detail/breaker_word.h"
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
@@ -93,9 +96,12 @@ class Reader {
   // "[breaker]", or "the top level".
   std::string table_name() const { return path_.empty() ? "the top level" : "[" + path_ + "]"; }
 
-  SourceLocation where(const toml::node& n) const {
-    return {*file_, n.source().begin.line, n.source().begin.column};
+  // A node's own source when it has one (a value from an environment variable names
+  // the variable), else this file.
+  SourceLocation at(const toml::source_region& s) const {
+    return {s.path && !s.path->empty() ? *s.path : *file_, s.begin.line, s.begin.column};
   }
+  SourceLocation where(const toml::node& n) const { return at(n.source()); }
   SourceLocation where() const { return where(*table_); }
   const std::shared_ptr<const std::string>& file() const { return file_; }
 
@@ -112,6 +118,24 @@ class Reader {
   const toml::node* get(std::string_view key) {
     known_.emplace_back(key);
     return table_->get(key);
+  }
+
+  // Where warnings go (deprecated keys): a list, or standard error when none is given.
+  void set_warnings(std::vector<InputError>* sink) { warnings_ = sink; }
+  std::vector<InputError>* warnings() const { return warnings_; }
+  void warn(std::string_view key, std::string message) const {
+    const toml::node* n = table_->get(key);
+    InputError w(n != nullptr ? where(*n) : where(), key_path(key), std::move(message));
+    if (warnings_ != nullptr) {
+      warnings_->push_back(std::move(w));
+    } else {
+      std::cerr << "warning: " << w.what() << "\n";
+    }
+  }
+  // A key still read under an old name: asked for (so not unknown), but a misspelling
+  // close to it is pointed at `new_path`, its current name.
+  void renamed(std::string_view old_key, std::string_view new_path) {
+    renamed_.emplace_back(old_key, new_path);
   }
   bool has(std::string_view key) const { return table_->get(key) != nullptr; }
 
@@ -215,7 +239,9 @@ class Reader {
     const toml::node* n = get(key);
     if (n == nullptr) return std::nullopt;
     if (!n->is_table()) fail(key, "expected a table, got " + type_name(*n));
-    return Reader(*n->as_table(), key_path(key), file_);
+    Reader sub(*n->as_table(), key_path(key), file_);
+    sub.set_warnings(warnings_);
+    return sub;
   }
 
   const toml::array* array(std::string_view key) {
@@ -260,6 +286,9 @@ class Reader {
       const std::size_t d = edit_distance(first_key, k);
       if (d < best_d) best_d = d, best = k;
     }
+    for (const auto& [old_key, new_path] : renamed_) {
+      if (best == old_key) best = new_path;
+    }
     if (!best.empty()) {
       message += " (did you mean " + in_quotes(best) + "?)";
     } else if (!hint.empty()) {
@@ -268,8 +297,9 @@ class Reader {
     // The key's own position, not its value's: that is what is misspelt.
     for (auto&& [k, v] : *table_) {
       if (k.str() == first_key) {
-        throw InputError({*file_, k.source().begin.line, k.source().begin.column},
-                         key_path(first_key), std::move(message));
+        // A key set from the environment has no position of its own: its value's.
+        throw InputError(at(k.source().path ? k.source() : v.source()), key_path(first_key),
+                         std::move(message));
       }
     }
     throw InputError(where(*first), key_path(first_key), std::move(message));
@@ -297,6 +327,8 @@ class Reader {
   std::string path_;
   std::shared_ptr<const std::string> file_;
   std::vector<std::string> known_;
+  std::vector<std::pair<std::string, std::string>> renamed_;
+  std::vector<InputError>* warnings_ = nullptr;
 };
 
 // toml++ recurses once per level of nesting, and its own limit covers arrays and inline
@@ -434,8 +466,10 @@ std::string read_file(const std::string& path) {
 
 // ---- breaker ---------------------------------------------------------------------
 
-// The library names breaker fields by their path in the breaker's configuration
-// ("half_open.fraction"); the TOML format keeps one flat key per field.
+// A breaker table's keys are the field paths of the breaker's configuration
+// (BreakerConfig, CountWindowConfig, TimeWindowConfig): `half_open.probes`, as a dotted
+// key or in a [breaker.half_open] table. Earlier releases wrote one flat key per nested
+// field; those names are still read, with a warning naming the new key.
 constexpr std::pair<std::string_view, std::string_view> kBreakerKeys[] = {
     {"window.size", "window_size"},
     {"window.length", "window_length"},
@@ -450,70 +484,156 @@ constexpr std::pair<std::string_view, std::string_view> kBreakerKeys[] = {
     {"half_open.random_seed", "random_seed"},
 };
 
-// A breaker ConfigError with its field (and the fields its message names) as TOML keys.
-ConfigError with_toml_keys(ConfigError e) {
-  for (const auto& [path, key] : kBreakerKeys) {
-    if (e.field == path) e.field = std::string(key);
-    for (std::size_t at = e.message.find(path); at != std::string::npos;
-         at = e.message.find(path, at + key.size())) {
-      e.message.replace(at, path.size(), key);
-    }
+std::string_view old_key_of(std::string_view path) {
+  for (const auto& [p, key] : kBreakerKeys) {
+    if (p == path) return key;
   }
-  return e;
+  return {};
 }
 
-BreakerSpec read_breaker(Reader& r) {
-  WindowKind window = WindowKind::none;
-  const std::optional<std::string> name = r.string("name");
-  if (auto v = r.choice("window", {"none", "count", "time"})) {
-    window = *v == "count" ? WindowKind::count : *v == "time" ? WindowKind::time : WindowKind::none;
+WindowKind kind_of(std::string_view v) {
+  return v == "count" ? WindowKind::count : v == "time" ? WindowKind::time : WindowKind::none;
+}
+
+// The breaker's nested tables, and which of its fields were given under an old name.
+struct BreakerTables {
+  Reader& top;
+  std::optional<Reader> window, open_growth, half_open;
+
+  std::optional<Reader>& sub(std::string_view table) {
+    return table == "window" ? window : table == "open_growth" ? open_growth : half_open;
   }
+  // The reader and key that hold the field at `path` ("half_open.probes"): its table, or
+  // its deprecated flat key (with a warning). Both at once is an error.
+  std::pair<Reader*, std::string> locate(std::string_view path) {
+    const std::size_t dot = path.find('.');
+    const std::string_view table = path.substr(0, dot), leaf = path.substr(dot + 1);
+    const std::string_view old = old_key_of(path);
+    std::optional<Reader>& t = sub(table);
+    top.renamed(old, path);
+    if (top.has(old)) {
+      if (t && t->has(leaf)) {
+        top.fail(old, "sets " + std::string(path) + " a second time: keep " + in_quotes(path) +
+                          " (the old name " + in_quotes(old) + " is deprecated)");
+      }
+      top.warn(old, "the key " + in_quotes(old) + " is deprecated and will be removed: write " +
+                        in_quotes(path));
+      return {&top, std::string(old)};
+    }
+    if (t) return {&*t, std::string(leaf)};
+    return {&top, std::string(old)};  // absent either way
+  }
+  bool has(std::string_view path) {
+    auto [r, key] = locate_quiet(path);
+    return r->has(key);
+  }
+  [[noreturn]] void fail(std::string_view path, std::string message) {
+    auto [r, key] = locate_quiet(path);
+    r->fail(key, std::move(message));
+  }
+
+ private:
+  std::pair<Reader*, std::string> locate_quiet(std::string_view path) {
+    if (path.find('.') == std::string_view::npos) return {&top, std::string(path)};
+    const std::size_t dot = path.find('.');
+    std::optional<Reader>& t = sub(path.substr(0, dot));
+    if (t && t->has(path.substr(dot + 1))) return {&*t, std::string(path.substr(dot + 1))};
+    return {&top, std::string(old_key_of(path))};
+  }
+};
+
+BreakerSpec read_breaker(Reader& r) {
+  const std::optional<std::string> name = r.string("name");
+  BreakerTables t{r, {}, {}, {}};
+  // The breaker type: `kind`. Earlier releases wrote it as `window = "count"`, which
+  // is now the window's own table.
+  std::optional<std::string> kind = r.choice("kind", {"consecutive", "count", "time"});
+  if (const toml::node* w = r.get("window"); w != nullptr && w->is_string()) {
+    auto old = r.choice("window", {"none", "count", "time"});
+    if (kind) {
+      r.fail("window", "gives the breaker type a second time: keep kind = " + in_quotes(*kind));
+    }
+    const std::string now = *old == "none" ? "consecutive" : *old;
+    r.warn("window", "window = " + in_quotes(*old) +
+                         " is deprecated and will be removed: write kind = " + in_quotes(now));
+    kind = now;
+  } else if (w != nullptr) {
+    t.window = r.table("window");
+  }
+  t.open_growth = r.table("open_growth");
+  t.half_open = r.table("half_open");
+  const WindowKind window = kind ? kind_of(*kind) : WindowKind::none;
+
+  const auto count = [&](std::string_view path, std::uint32_t max) {
+    auto [rd, key] = t.locate(path);
+    return rd->count(key, max);
+  };
+  const auto duration = [&](std::string_view path) {
+    auto [rd, key] = t.locate(path);
+    return rd->duration(key);
+  };
   const auto consecutive_failures = r.count("consecutive_failures", kBreakerCountMax);
   const auto failure_rate = r.number("failure_rate");
   const auto slow_call_rate = r.number("slow_call_rate");
   const auto slow_call_duration = r.duration("slow_call_duration");
   const auto minimum_calls = r.count("minimum_calls", kMaxMinimumCalls);
-  const auto window_size = r.count("window_size", kBreakerCountMax);
-  const auto window_length = r.duration("window_length");
-  const auto window_buckets = r.count("window_buckets", kTimeWindowCapacity);
+  const auto window_size = count("window.size", kBreakerCountMax);
+  const auto window_length = duration("window.length");
+  const auto window_buckets = count("window.buckets", kTimeWindowCapacity);
   const auto count_in_flight = r.boolean("count_in_flight_slow_calls");
   const auto open_duration = r.duration("open_duration");
   OpenGrowth growth;
-  if (auto v = r.number("open_duration_multiplier", kMaxMultiplier)) growth.multiplier = *v;
-  if (auto v = r.duration("max_open_duration")) growth.max = *v;
+  {
+    auto [rd, key] = t.locate("open_growth.multiplier");
+    if (auto v = rd->number(key, kMaxMultiplier)) growth.multiplier = *v;
+  }
+  if (auto v = duration("open_growth.max")) growth.max = *v;
   HalfOpen half_open;
-  if (auto v = r.count("half_open_max_calls", kBreakerCountMax)) half_open.max_in_flight = *v;
-  if (auto v = r.count("half_open_successes", kBreakerSuccessMax)) half_open.probes = *v;
-  if (auto v = r.number("half_open_fraction")) half_open.fraction = *v;
-  if (const toml::array* ramp = r.array("half_open_ramp")) {
-    for (std::size_t i = 0; i < ramp->size(); ++i) {
-      const toml::node& n = *ramp->get(i);
-      if (!n.is_number()) {
-        throw InputError(
-            r.where(n), r.key_path("half_open_ramp"),
-            "stage " + std::to_string(i + 1) + ": expected a number, got " + type_name(n));
+  if (auto v = count("half_open.max_in_flight", kBreakerCountMax)) half_open.max_in_flight = *v;
+  if (auto v = count("half_open.probes", kBreakerSuccessMax)) half_open.probes = *v;
+  {
+    auto [rd, key] = t.locate("half_open.fraction");
+    if (auto v = rd->number(key)) half_open.fraction = *v;
+  }
+  {
+    auto [rd, key] = t.locate("half_open.ramp");
+    if (const toml::array* ramp = rd->array(key)) {
+      for (std::size_t i = 0; i < ramp->size(); ++i) {
+        const toml::node& n = *ramp->get(i);
+        if (!n.is_number()) {
+          throw InputError(
+              rd->where(n), rd->key_path(key),
+              "stage " + std::to_string(i + 1) + ": expected a number, got " + type_name(n));
+        }
+        half_open.ramp.push_back(n.value<double>().value_or(0.0));
       }
-      half_open.ramp.push_back(n.value<double>().value_or(0.0));
     }
   }
-  if (auto v = r.duration("half_open_max_wait")) half_open.max_wait = *v;
+  if (auto v = duration("half_open.max_wait")) half_open.max_wait = *v;
   const auto flapping_period = r.duration("flapping_period");
-  if (auto v = r.unsigned_integer("random_seed", std::numeric_limits<std::int64_t>::max())) {
-    half_open.random_seed = *v;
+  {
+    auto [rd, key] = t.locate("half_open.random_seed");
+    if (auto v = rd->unsigned_integer(key, std::numeric_limits<std::int64_t>::max())) {
+      half_open.random_seed = *v;
+    }
+  }
+  for (auto* sub : {&t.window, &t.open_growth, &t.half_open}) {
+    if (*sub) (*sub)->finish();
   }
   r.finish();
 
   // Keys that this breaker type does not have are mistakes, not no-ops.
-  auto only_for = [&](std::string_view key, std::string_view kinds) {
-    if (r.has(key)) {
-      r.fail(key, "only applies to window = " + std::string(kinds) +
-                      " (this breaker has window = " + in_quotes(to_string(window)) + ")");
+  const std::string this_kind =
+      "this breaker has kind = " + in_quotes(kind.value_or("consecutive"));
+  auto only_for = [&](std::string_view path, std::string_view kinds) {
+    if (t.has(path)) {
+      t.fail(path, "only applies to kind = " + std::string(kinds) + " (" + this_kind + ")");
     }
   };
-  if (window != WindowKind::count) only_for("window_size", "\"count\"");
+  if (window != WindowKind::count) only_for("window.size", "\"count\"");
   if (window != WindowKind::time) {
-    only_for("window_length", "\"time\"");
-    only_for("window_buckets", "\"time\"");
+    only_for("window.length", "\"time\"");
+    only_for("window.buckets", "\"time\"");
   }
   if (window == WindowKind::none) {
     only_for("minimum_calls", "\"count\" or \"time\" (it is the rate rules' minimum volume)");
@@ -521,8 +641,8 @@ BreakerSpec read_breaker(Reader& r) {
     for (std::string_view key : {"failure_rate", "slow_call_rate", "slow_call_duration"}) {
       if (r.has(key)) {
         r.fail(key,
-               "needs a sliding window: set window = \"count\" (the last window_size calls) "
-               "or window = \"time\" (the last window_length) in " +
+               "needs a sliding window: set kind = \"count\" (the last window.size calls) "
+               "or kind = \"time\" (the last window.length) in " +
                    r.table_name());
       }
     }
@@ -546,7 +666,12 @@ BreakerSpec read_breaker(Reader& r) {
     if (count_in_flight) c.count_in_flight_slow_calls = *count_in_flight;
   };
   auto checked = [&](const auto& c, auto&&... capacity) -> BreakerSpec {
-    if (auto ok = validate(c, capacity...); !ok) r.fail_config(with_toml_keys(ok.error()));
+    if (auto ok = validate(c, capacity...); !ok) {
+      // A field given under its old name is reported there.
+      const std::string_view old = old_key_of(ok.error().field);
+      if (!old.empty() && r.has(old)) r.fail(old, ok.error().message);
+      r.fail_config(ok.error());
+    }
     return BreakerSpec(c);
   };
   switch (window) {
@@ -1217,29 +1342,33 @@ Nanos Scenario::degraded_until() const {
   return duration;
 }
 
-Scenario parse_scenario(std::string_view text, const std::string& source_name) {
+Scenario parse_scenario(std::string_view text, const std::string& source_name,
+                        std::vector<InputError>* warnings) {
   const toml::table doc = parse_toml(text, source_name);
   Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  root.set_warnings(warnings);
   return read_scenario(root);
 }
 
-Scenario load_scenario_file(const std::string& path) {
-  return parse_scenario(read_file(path), path == "-" ? "<stdin>" : path);
+Scenario load_scenario_file(const std::string& path, std::vector<InputError>* warnings) {
+  return parse_scenario(read_file(path), path == "-" ? "<stdin>" : path, warnings);
 }
 
 Scenario builtin_scenario() { return parse_scenario(builtin_scenario_toml(), "built-in"); }
 
-BreakerSpec parse_breaker(std::string_view text, const std::string& source_name) {
+BreakerSpec parse_breaker(std::string_view text, const std::string& source_name,
+                          std::vector<InputError>* warnings) {
   const toml::table doc = parse_toml(text, source_name);
   Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  root.set_warnings(warnings);
   auto breaker = root.table("breaker");
   root.finish("a breaker file has one [breaker] table");
   if (!breaker) root.fail_here("missing the [breaker] table");
   return read_breaker(*breaker);
 }
 
-BreakerSpec load_breaker_file(const std::string& path) {
-  return parse_breaker(read_file(path), path == "-" ? "<stdin>" : path);
+BreakerSpec load_breaker_file(const std::string& path, std::vector<InputError>* warnings) {
+  return parse_breaker(read_file(path), path == "-" ? "<stdin>" : path, warnings);
 }
 
 const std::string& BreakerSpec::name() const {
@@ -1300,3 +1429,304 @@ std::string describe(const Latency& l) {
 }
 
 }  // namespace bulwark::lab
+
+// ---- bulwark::config: a service's named policies ---------------------------------
+
+namespace bulwark::lab {
+namespace {
+
+constexpr std::string_view kSections[] = {"breaker", "retry",    "retry_budget", "bulkhead",
+                                          "timeout", "fallback", "pipeline",     "registry"};
+
+// A policy name as an environment variable spells it: lower case, '-' as '_'.
+std::string env_form(std::string_view s) {
+  std::string out(s);
+  for (char& c : out) {
+    c = c == '-' ? '_' : static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  }
+  return out;
+}
+
+// BULWARK__SECTION__NAME__KEY...=VALUE: sets one key of the document, the value parsed
+// as TOML (or taken as a string), its source the variable's name so errors name it.
+void apply_environment(toml::table& doc, const config::Environment& env) {
+  constexpr std::string_view kPrefix = "BULWARK__";
+  for (const auto& [var, value] : env) {
+    if (var.rfind(kPrefix, 0) != 0) continue;
+    const std::string source = "environment variable " + printable(var);
+    const auto fail = [&](std::string message) -> void {
+      throw InputError({source, 0, 0}, "", std::move(message));
+    };
+    std::vector<std::string> parts;
+    for (std::size_t at = kPrefix.size();;) {
+      const std::size_t next = var.find("__", at);
+      parts.push_back(env_form(var.substr(at, next == std::string::npos ? next : next - at)));
+      if (next == std::string::npos) break;
+      at = next + 2;
+    }
+    if (parts.size() < 2 || std::find(parts.begin(), parts.end(), "") != parts.end()) {
+      fail("expected BULWARK__SECTION__NAME__KEY (parts separated by two underscores)");
+    }
+    if (std::find(std::begin(kSections), std::end(kSections), parts[0]) == std::end(kSections)) {
+      std::string list;
+      for (std::string_view s : kSections) list += (list.empty() ? "" : ", ") + std::string(s);
+      fail("no section " + in_quotes(parts[0]) + " (sections are " + list + ")");
+    }
+    toml::table* table = doc[parts[0]].as_table();
+    if (table == nullptr) fail("the file has no [" + parts[0] + "] section");
+    // The policy's name as the file spells it.
+    std::string name;
+    for (auto&& [k, v] : *table) {
+      if (env_form(k.str()) == parts[1]) name = std::string(k.str());
+    }
+    if (name.empty()) fail("the file has no " + parts[0] + " named " + in_quotes(parts[1]));
+    std::vector<std::string> path{parts[0], name};
+    path.insert(path.end(), parts.begin() + 2, parts.end());
+    for (std::size_t i = 1; i + 1 < path.size(); ++i) {
+      toml::node* n = table->get(path[i]);
+      if (n == nullptr) n = &table->insert(path[i], toml::table{}).first->second;
+      if (!n->is_table()) fail(path[i] + " is not a table in the file");
+      table = n->as_table();
+    }
+    // The value: TOML if it parses as one, else a string.
+    toml::table parsed;
+    try {
+      parsed = toml::parse("v = " + value, std::string_view(source));
+    } catch (const toml::parse_error&) {
+      std::string quoted = "\"";
+      for (const char c : value) {
+        if (c == '"' || c == '\\') {
+          quoted += '\\', quoted += c;
+        } else if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(c));
+          quoted += buf;
+        } else {
+          quoted += c;
+        }
+      }
+      try {
+        parsed = toml::parse("v = " + quoted + "\"", std::string_view(source));
+      } catch (const toml::parse_error&) {
+        fail("is neither a TOML value nor text (it is not valid UTF-8)");
+      }
+    }
+    parsed.get("v")->visit([&](auto&& v) { table->insert_or_assign(path.back(), std::move(v)); });
+  }
+}
+
+// A reference to another section's policy by name, resolved.
+template <class Map>
+const typename Map::mapped_type* named(Reader& r, std::string_view key, const Map& map,
+                                       std::string_view section) {
+  auto name = r.string(key);
+  if (!name) return nullptr;
+  const auto it = map.find(*name);
+  if (it == map.end()) {
+    std::string names;
+    for (const auto& [n, v] : map) names += (names.empty() ? "" : ", ") + in_quotes(n);
+    r.fail(key, "no [" + std::string(section) + "." + escape_for_error(*name) + "] in the file" +
+                    (names.empty() ? std::string() : " (there are " + names + ")"));
+  }
+  return &it->second;
+}
+
+config::Policies read_policies(Reader& root) {
+  config::Policies p;
+  p.source = *root.file();
+  // Each section: one table per name.
+  const auto each = [&](std::string_view section, auto&& read) {
+    auto t = root.table(section);
+    if (!t) return;
+    std::vector<std::pair<toml::source_position, std::string>> names;
+    for (auto&& [k, v] : *root.get(section)->as_table()) {
+      names.emplace_back(k.source().begin, std::string(k.str()));
+    }
+    for (const auto& [pos, name] : names) read(*t, name);
+    t->finish();
+  };
+  const auto with_name = [](auto c, const std::string& name, bool has_name) {
+    if (!has_name) c.name = name;
+    return c;
+  };
+  each("breaker", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    BreakerSpec spec = read_breaker(*r);
+    if (!r->has("name")) std::visit([&](auto& c) { c.name = name; }, spec.config);
+    p.breakers.emplace(name, std::move(spec));
+  });
+  each("retry", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    RetrySpec spec = read_retry(*r);
+    spec.config.random = {};  // the library's thread-safe default
+    p.retries.emplace(name, with_name(spec.config, name, r->has("name")));
+  });
+  each("retry_budget", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.retry_budgets.emplace(name, with_name(read_retry_budget(*r), name, r->has("name")));
+  });
+  each("bulkhead", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.bulkheads.emplace(name, with_name(read_bulkhead(*r), name, r->has("name")));
+  });
+  each("timeout", [&](Reader& t, const std::string& name) {
+    const Nanos d = *t.duration(name, kMaxCallDuration);
+    if (d <= Nanos::zero()) t.fail(name, "must be positive (got " + format_duration(d) + ")");
+    p.timeouts.emplace(name, d);
+  });
+  each("fallback", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.fallbacks.emplace(name, read_fallback(*r));
+  });
+  each("pipeline", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    ResilienceConfig c;
+    c.name = name;
+    if (auto* b = named(*r, "breaker", p.breakers, "breaker")) c.breaker = *b;
+    if (auto* v = named(*r, "retry", p.retries, "retry")) c.retry = RetrySpec{*v, 0};
+    if (auto* v = named(*r, "retry_budget", p.retry_budgets, "retry_budget")) c.retry_budget = *v;
+    if (auto* v = named(*r, "bulkhead", p.bulkheads, "bulkhead")) c.bulkhead = *v;
+    if (auto* v = named(*r, "timeout", p.timeouts, "timeout")) c.timeout = *v;
+    if (auto* v = named(*r, "fallback", p.fallbacks, "fallback")) c.fallback = *v;
+    if (auto v = r->choice("breaker_scope", {"call", "attempt"})) {
+      c.breaker_scope = *v == "attempt" ? BreakerScope::attempt : BreakerScope::call;
+    }
+    r->finish();
+    if (c.retry_budget && !c.retry)
+      r->fail("retry_budget", "needs a retry (a budget limits retries)");
+    if (r->has("breaker_scope") && !c.breaker) r->fail("breaker_scope", "needs a breaker");
+    p.pipelines.emplace(name, std::move(c));
+  });
+  each("registry", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    config::RegistrySpec reg;
+    reg.name = name;
+    const std::string kind =
+        r->required(r->choice("kind", {"consecutive", "count", "time"}), "kind");
+    reg.kind = kind_of(kind);
+    const BreakerSpec* policy = named(*r, "policy", p.breakers, "breaker");
+    if (policy == nullptr) r->fail_here("missing required key \"policy\" (a breaker's name)");
+    r->finish();
+    if (policy->window() != reg.kind) {
+      r->fail("policy", "names a breaker of kind = " +
+                            in_quotes(policy->window() == WindowKind::none
+                                          ? "consecutive"
+                                          : std::string(to_string(policy->window()))) +
+                            ", and this registry's kind is " + in_quotes(kind));
+    }
+    reg.policy = *policy;
+    p.registries.emplace(name, std::move(reg));
+  });
+  root.finish(
+      "a configuration file has the sections breaker, retry, retry_budget, bulkhead, "
+      "timeout, fallback, pipeline and registry");
+  return p;
+}
+
+}  // namespace
+}  // namespace bulwark::lab
+
+namespace bulwark::config {
+
+Environment process_environment() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    if (entry.rfind("BULWARK__", 0) != 0) continue;
+    const std::size_t eq = entry.find('=');
+    if (eq == std::string_view::npos) continue;
+    env.emplace_back(std::string(entry.substr(0, eq)), std::string(entry.substr(eq + 1)));
+  }
+  return env;
+}
+
+Policies parse(std::string_view text, const std::string& source_name, const Environment& env) {
+  toml::table doc = lab::parse_toml(text, source_name);
+  lab::apply_environment(doc, env);
+  std::vector<ConfigError> warnings;
+  lab::Reader root(doc, "", std::make_shared<const std::string>(source_name));
+  root.set_warnings(&warnings);
+  Policies p = lab::read_policies(root);
+  p.warnings = std::move(warnings);
+  return p;
+}
+
+Config::Config(std::string path, Policies policies, Environment env)
+    : path_(std::move(path)),
+      env_(std::move(env)),
+      current_(std::make_shared<const Policies>(std::move(policies))) {}
+
+std::shared_ptr<const Policies> Config::policies() const {
+  std::lock_guard lock(mu_);
+  return current_;
+}
+
+std::vector<ConfigError> Config::warnings() const { return policies()->warnings; }
+
+template <class Map>
+auto Config::find(const Map Policies::*map, std::string_view section, std::string_view name) const {
+  const std::shared_ptr<const Policies> p = policies();
+  const Map& m = (*p).*map;
+  const auto it = m.find(name);
+  if (it == m.end()) {
+    std::string names;
+    for (const auto& [n, v] : m) names += (names.empty() ? "" : ", ") + lab::quote_for_error(n);
+    throw ConfigError({p->source}, std::string(section) + "." + lab::escape_for_error(name),
+                      "no such " + std::string(section) + " in the file" +
+                          (names.empty() ? std::string() : " (there are " + names + ")"));
+  }
+  return it->second;
+}
+
+void Config::wrong_kind(std::string_view name, WindowKind kind) const {
+  throw ConfigError(
+      {path_}, "breaker." + lab::escape_for_error(name) + ".kind",
+      "is " +
+          lab::quote_for_error(kind == WindowKind::none ? "consecutive" : lab::to_string(kind)) +
+          ": ask for the breaker type of that kind");
+}
+
+lab::BreakerSpec Config::breaker_spec(std::string_view name) const {
+  return find(&Policies::breakers, "breaker", name);
+}
+RetryConfig Config::retry(std::string_view name) const {
+  return find(&Policies::retries, "retry", name);
+}
+RetryBudgetConfig Config::retry_budget(std::string_view name) const {
+  return find(&Policies::retry_budgets, "retry_budget", name);
+}
+BulkheadConfig Config::bulkhead(std::string_view name) const {
+  return find(&Policies::bulkheads, "bulkhead", name);
+}
+Nanos Config::timeout(std::string_view name) const {
+  return find(&Policies::timeouts, "timeout", name);
+}
+Reasons Config::fallback(std::string_view name) const {
+  return find(&Policies::fallbacks, "fallback", name);
+}
+lab::ResilienceConfig Config::pipeline(std::string_view name) const {
+  return find(&Policies::pipelines, "pipeline", name);
+}
+RegistrySpec Config::registry(std::string_view name) const {
+  return find(&Policies::registries, "registry", name);
+}
+
+std::optional<ConfigError> Config::reload() {
+  try {
+    auto next = std::make_shared<const Policies>(parse(lab::read_file(path_), path_, env_));
+    std::lock_guard lock(mu_);
+    current_ = std::move(next);
+    return std::nullopt;
+  } catch (const ConfigError& e) {
+    return e;
+  }
+}
+
+Config load_file(const std::string& path, Environment env) {
+  Policies p = parse(lab::read_file(path), path, env);
+  return Config(path, std::move(p), std::move(env));
+}
+
+Config load_file(const std::string& path) { return load_file(path, process_environment()); }
+
+}  // namespace bulwark::config

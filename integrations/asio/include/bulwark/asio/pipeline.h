@@ -8,7 +8,10 @@
 // per-operation cancellation — its socket operations are aborted. The stages, their
 // order and the Failure result are the synchronous pipeline's, plus hedging:
 //
-//   fallback ∘ breaker ∘ bulkhead ∘ retry ∘ hedge ∘ timeout ∘ call
+//   fallback ∘ rate_limit ∘ breaker ∘ throttle ∘ bulkhead ∘ retry ∘ hedge ∘ timeout ∘ call
+//
+// (rate_limit: bulwark::rate_limit never waits; bulwark::asio::rate_limit waits on a
+// timer for a permit due before the deadline — rate_limit.h. throttle: throttle.h.)
 //
 //   auto call_reviews = bulwark::asio::pipeline(
 //       bulwark::fallback(Reviews::omitted(), Reasons::all().except(Reasons::breaker())),
@@ -115,6 +118,7 @@
 
 #include "bulwark/asio/bulkhead.h"
 #include "bulwark/asio/hedge.h"
+#include "bulwark/asio/rate_limit.h"
 #include "bulwark/asio/timer.h"
 #include "bulwark/context.h"
 #include "bulwark/expected.h"
@@ -142,6 +146,8 @@ template <class S>
 constexpr int rank() {
   if constexpr (requires { S::kAsyncRank; }) {
     return S::kAsyncRank;
+  } else if constexpr (requires { S::kRank; }) {
+    return S::kRank;
   } else {
     return S::kOrder * 10;
   }
@@ -230,13 +236,15 @@ template <class... S>
 class Pipeline {
   static_assert(detail::strictly_ranked<S...>(),
                 "bulwark::asio::pipeline: stages go outermost first, each at most once: "
-                "fallback, breaker, bulkhead, retry, hedge, timeout");
+                "fallback, rate_limit, breaker, throttle, bulkhead, retry, hedge, timeout");
   static_assert((!detail::IsCoreBulkheadStage<S>::value && ...),
                 "bulwark::asio::pipeline: a bulwark::Bulkhead blocks its thread while it waits; "
                 "use a bulwark::asio::AsyncBulkhead with bulwark::asio::bulkhead()");
 
   static constexpr int kFallback = detail::index_of_rank<0, S...>();
+  static constexpr int kRateLimit = detail::index_of_rank<5, S...>();
   static constexpr int kBreaker = detail::index_of_rank<10, S...>();
+  static constexpr int kThrottle = detail::index_of_rank<15, S...>();
   static constexpr int kBulkhead = detail::index_of_rank<20, S...>();
   static constexpr int kRetry = detail::index_of_rank<30, S...>();
   static constexpr int kHedge = detail::index_of_rank<35, S...>();
@@ -273,8 +281,10 @@ class Pipeline {
                   "bulwark::asio::pipeline: the call must return asio::awaitable<Expected<T, E>>");
     static_assert(bulwark::detail::IsBulwarkExpected<typename Call<C, F>::value_type>::value,
                   "bulwark::asio::pipeline: the call must return asio::awaitable<Expected<T, E>>");
-    static_assert(detail::runs_on<kBreaker, C, S...>() && detail::runs_on<kBulkhead, C, S...>() &&
-                      detail::runs_on<kRetry, C, S...>() && detail::runs_on<kHedge, C, S...>(),
+    static_assert(detail::runs_on<kRateLimit, C, S...>() && detail::runs_on<kThrottle, C, S...>() &&
+                      detail::runs_on<kBreaker, C, S...>() &&
+                      detail::runs_on<kBulkhead, C, S...>() && detail::runs_on<kRetry, C, S...>() &&
+                      detail::runs_on<kHedge, C, S...>(),
                   "bulwark::asio::pipeline: every stage's clock_type must be the context's clock");
     using Ex = typename Call<C, F>::executor_type;
     using R = typename Call<C, F>::value_type;
@@ -292,6 +302,13 @@ class Pipeline {
       }
       return std::move(o);
     };
+
+    // The rate limiter (rate_limit.h): a permit now, or one due before the deadline,
+    // waited for on a timer.
+    if constexpr (kRateLimit >= 0) {
+      if (auto refused = co_await take_rate_permit<Ex, E>(ctx, cs))
+        co_return fall(std::move(*refused));
+    }
 
     // The breaker: one permit for the call, or one per attempt.
     [[maybe_unused]] bool per_attempt = false;
@@ -312,6 +329,12 @@ class Pipeline {
       }
       permit.emplace(std::move(*p));
       per_attempt = stage.scope == BreakerScope::attempt;
+    }
+
+    // Client-side throttling: a local rejection drops the breaker permit unrecorded.
+    if constexpr (kThrottle >= 0) {
+      if (!std::get<kThrottle>(stages_).throttle->try_acquire())
+        co_return fall(fail<E>(Reason::throttled, Stage::throttle, 0, std::nullopt));
     }
 
     // The bulkhead: a free slot at once, or a place in its queue.
@@ -373,6 +396,11 @@ class Pipeline {
     auto finish = [&](Out&& o, std::optional<Outcome> outcome) -> Out {
       if constexpr (kBreaker >= 0) {
         if (!per_attempt && outcome && attempts > 0) permit->record(*outcome, Nanos::zero());
+      }
+      if constexpr (kThrottle >= 0) {
+        const auto& t = std::get<kThrottle>(stages_);
+        if (outcome && attempts > 0)
+          t.throttle->record(o.has_value() || t.accepts(std::as_const(o.error())));
       }
       if constexpr (kHasRetry) retry->note_call(o.has_value(), attempts);
       if constexpr (kAdaptive) std::get<kBulkhead>(stages_).settle(*slot, o, attempts, outcome);
@@ -441,6 +469,7 @@ class Pipeline {
         if constexpr (kBreaker >= 0) {
           permit->record(Outcome::failure, per_attempt ? end.elapsed : Nanos::zero());
         }
+        if constexpr (kThrottle >= 0) std::get<kThrottle>(stages_).throttle->record(false);
         std::rethrow_exception(end.error);
       }
       if (end.result && *end.result) {
@@ -588,6 +617,40 @@ class Pipeline {
     } else {
       return static_cast<void*>(nullptr);
     }
+  }
+
+  // The rate limit stage: nullopt when a permit was taken (after waiting for it, with
+  // bulwark::asio::rate_limit), else the failure.
+  template <class Ex, class E, class C>
+  ::asio::awaitable<std::optional<Unexpected<Failure<E>>>, Ex> take_rate_permit(
+      const BasicContext<C>& ctx, const ::asio::cancellation_state& cs) const {
+    const auto& stage = std::get<kRateLimit>(stages_);
+    using W = std::remove_pointer_t<decltype(stage.sleeper)>;
+    static_assert(std::is_same_v<W, NoRateWait> || std::is_same_v<W, AsyncRateWait>,
+                  "bulwark::asio::pipeline: a rate limit stage that waits must wait on a timer: "
+                  "use bulwark::asio::rate_limit (a sleeper would block the executor's thread)");
+    if constexpr (std::is_same_v<W, NoRateWait>) {
+      auto ok = stage.limiter->try_acquire(stage.permits);
+      if (!ok) {
+        co_return fail<E>(Reason::rate_limited, Stage::rate_limiter, 0, std::nullopt,
+                          ok.error().retry_after);
+      }
+    } else {
+      if (detail::cancelled(cs) || ctx.stop_requested())
+        co_return fail<E>(Reason::cancelled, Stage::rate_limiter, 0, std::nullopt);
+      auto wait = stage.limiter->reserve(stage.permits, std::min(stage.max_wait, ctx.remaining()));
+      if (!wait) {
+        co_return fail<E>(Reason::rate_limited, Stage::rate_limiter, 0, std::nullopt,
+                          wait.error().retry_after);
+      }
+      if (*wait > Nanos::zero()) {
+        const std::error_code ec =
+            co_await wait_until<Ex, C>(saturating_add(ctx.now(), wait->count()));
+        if (ec || detail::cancelled(cs))
+          co_return fail<E>(Reason::cancelled, Stage::rate_limiter, 0, std::nullopt);
+      }
+    }
+    co_return std::nullopt;
   }
 
   // A backoff: a timer of its own coroutine, so that the call's frame stays small

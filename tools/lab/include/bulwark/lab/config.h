@@ -1,18 +1,18 @@
 // bulwark/lab/config.h — resilience configurations and simulation scenarios, from TOML.
 //
 // Every option of the breaker, retry, retry budget, bulkhead and fallback can be set
-// in TOML, under the library's own field name or, for the breaker, one flat key per
-// field (docs/configuration.md is the reference):
+// in TOML under the library's own field path: nested fields as dotted keys or tables
+// (docs/configuration.md is the reference):
 //
 //   [breaker]                        # what `bulwark replay --config` reads
-//   window = "time"                  # none | count | time: picks the breaker type
+//   kind = "time"                    # consecutive | count | time: picks the breaker type
 //   failure_rate = 0.30
 //   slow_call_rate = 0.30
 //   slow_call_duration = "400ms"
 //   minimum_calls = 20
-//   window_length = "10s"
+//   window.length = "10s"
 //   open_duration = "30s"
-//   half_open_fraction = 0.10
+//   half_open.fraction = 0.10
 //
 //   bulwark::lab::BreakerSpec spec = bulwark::lab::load_breaker_file("breaker.toml");
 //
@@ -25,10 +25,11 @@
 // Every failure is an InputError naming file, line and key. Loading costs a parse of
 // the file; nothing is kept of the TOML document afterwards.
 //
-// The flat breaker keys map onto the breaker type's own configuration (BreakerConfig,
-// CountWindowConfig or TimeWindowConfig, picked by `window`): window_length is
-// TimeWindowConfig::window.length, half_open_fraction is half_open.fraction, and so on.
-// A key the chosen breaker type does not have is an error naming the key.
+// A breaker table's keys are the fields of the breaker type's own configuration
+// (BreakerConfig, CountWindowConfig or TimeWindowConfig, picked by `kind`). A key the
+// chosen breaker type does not have is an error naming the key. The flat names of
+// earlier releases (window_length, half_open_successes, window = "count", ...) are
+// still read for one release, each with a warning naming its new key.
 //
 // Options that are functions in the library (HalfOpen::random,
 // RetryConfig::random, RetryConfig::idempotency_key, Backoff::custom) cannot be
@@ -51,6 +52,7 @@
 #include "bulwark/bulkhead.h"
 #include "bulwark/clock.h"
 #include "bulwark/fallback.h"
+#include "bulwark/lab/input_error.h"
 #include "bulwark/pipeline.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
@@ -257,18 +259,22 @@ WorkEstimate estimate_work(const Scenario& scenario, bool as_fleet);
 void check_work(const Scenario& scenario, bool as_fleet, const std::string& field = "");
 
 // Reads a scenario ("-": standard input). Checks the work of the run it describes
-// (check_work, as a fleet if it has a [fleet] table). Throws InputError.
-Scenario load_scenario_file(const std::string& path);
-Scenario parse_scenario(std::string_view toml, const std::string& source_name);
+// (check_work, as a fleet if it has a [fleet] table). Throws InputError. A key written
+// under a deprecated name is read, and a warning naming its new name is appended to
+// `warnings` (or, when it is null, printed to standard error).
+Scenario load_scenario_file(const std::string& path, std::vector<InputError>* warnings = nullptr);
+Scenario parse_scenario(std::string_view toml, const std::string& source_name,
+                        std::vector<InputError>* warnings = nullptr);
 
 // The built-in incident (tools/examples/incident.toml, compiled in), as text and parsed.
 std::string_view builtin_scenario_toml();
 Scenario builtin_scenario();
 
 // Reads a file whose only table is [breaker] (what `bulwark replay --config` takes;
-// "-": standard input). Throws InputError.
-BreakerSpec load_breaker_file(const std::string& path);
-BreakerSpec parse_breaker(std::string_view toml, const std::string& source_name);
+// "-": standard input). Throws InputError; deprecated keys as for load_scenario_file.
+BreakerSpec load_breaker_file(const std::string& path, std::vector<InputError>* warnings = nullptr);
+BreakerSpec parse_breaker(std::string_view toml, const std::string& source_name,
+                          std::vector<InputError>* warnings = nullptr);
 
 // Names as written in TOML.
 std::string_view to_string(WindowKind kind) noexcept;

@@ -1,0 +1,225 @@
+// bulwark::config: one file of named policies for a service — parsing, the environment's
+// overrides, deprecated keys, errors (file, line, key, suggestion) and reload().
+
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <fstream>
+#include <string>
+
+#include "bulwark/circuit_breaker.h"
+#include "bulwark/config/config.h"
+#include "bulwark/registry.h"
+
+namespace {
+
+using namespace std::chrono_literals;
+using bulwark::config::ConfigError;
+using bulwark::config::Environment;
+
+const std::string kFile = R"(# a service's policies
+[breaker.reviews]
+kind = "count"
+window.size = 50
+minimum_calls = 20
+failure_rate = 0.3
+half_open.probes = 4
+
+[breaker.search]
+kind = "time"
+window = { length = "10s", buckets = 10 }
+slow_call_rate = 0.5
+slow_call_duration = "400ms"
+
+[breaker.login]
+consecutive_failures = 3
+
+[retry.reviews]
+max_attempts = 3
+backoff = { kind = "exponential", initial = "50ms", multiplier = 2, max = "1s", jitter = "full" }
+
+[retry_budget.reviews]
+ratio = 0.2
+
+[bulkhead.reviews]
+max_concurrent = 20
+
+[timeout]
+reviews = "800ms"
+
+[fallback.reviews]
+on = ["breaker"]
+
+[pipeline.reviews]
+breaker = "reviews"
+retry = "reviews"
+retry_budget = "reviews"
+bulkhead = "reviews"
+timeout = "reviews"
+fallback = "reviews"
+
+[registry.hosts]
+kind = "count"
+policy = "reviews"
+)";
+
+bulwark::config::Policies parse(const std::string& text, const Environment& env = {}) {
+  return bulwark::config::parse(text, "svc.toml", env);
+}
+
+void expect_error(const std::string& text, const Environment& env, const std::string& where,
+                  const std::string& field, const std::string& says) {
+  try {
+    (void)parse(text, env);
+    ADD_FAILURE() << "no error for:\n" << text;
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.where().to_string(), where) << e.what();
+    EXPECT_EQ(e.field(), field) << e.what();
+    EXPECT_NE(e.message().find(says), std::string::npos) << e.what();
+  }
+}
+
+std::string write(const std::string& name, const std::string& text) {
+  const std::string path = ::testing::TempDir() + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+TEST(ServiceConfig, EveryKindOfPolicyByName) {
+  const bulwark::config::Config cfg("svc.toml", parse(kFile), {});
+  const auto reviews = cfg.breaker<bulwark::CountWindowBreaker>("reviews");
+  EXPECT_EQ(reviews.name, "reviews");  // the table's name unless `name` says otherwise
+  EXPECT_EQ(reviews.window.size, 50u);
+  EXPECT_EQ(reviews.failure_rate, 0.3);
+  EXPECT_EQ(reviews.half_open.probes, 4u);
+  const auto search = cfg.breaker<bulwark::TimeWindowBreaker>("search");
+  EXPECT_EQ(search.window.length, 10s);
+  EXPECT_EQ(search.slow_call_duration, 400ms);
+  EXPECT_EQ(cfg.breaker<bulwark::CircuitBreaker>("login").consecutive_failures, 3u);
+  EXPECT_EQ(cfg.retry("reviews").max_attempts, 3u);
+  EXPECT_FALSE(cfg.retry("reviews").random);  // the library's own thread-safe source
+  EXPECT_EQ(cfg.retry_budget("reviews").ratio, 0.2);
+  EXPECT_EQ(cfg.bulkhead("reviews").max_concurrent, 20u);
+  EXPECT_EQ(cfg.timeout("reviews"), 800ms);
+  EXPECT_TRUE(cfg.fallback("reviews").contains(bulwark::Reason::breaker_open));
+  EXPECT_FALSE(cfg.fallback("reviews").contains(bulwark::Reason::timeout));
+  const auto p = cfg.pipeline("reviews");
+  ASSERT_TRUE(p.breaker && p.retry && p.retry_budget && p.bulkhead && p.timeout && p.fallback);
+  EXPECT_EQ(p.breaker->as<bulwark::CountWindowConfig>().window.size, 50u);
+  EXPECT_EQ(*p.timeout, 800ms);
+  const auto hosts = cfg.registry("hosts");
+  EXPECT_EQ(hosts.kind, bulwark::WindowKind::count);
+  EXPECT_EQ(hosts.policy.name(), "reviews");
+  EXPECT_TRUE(cfg.warnings().empty());
+}
+
+TEST(ServiceConfig, AskingForAMissingPolicyOrAnotherKindIsAClearError) {
+  const bulwark::config::Config cfg("svc.toml", parse(kFile), {});
+  try {
+    (void)cfg.retry("search");
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "retry.search");
+    EXPECT_NE(e.message().find("there are \"reviews\""), std::string::npos) << e.what();
+  }
+  try {
+    (void)cfg.breaker<bulwark::TimeWindowBreaker>("reviews");
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "breaker.reviews.kind");
+    EXPECT_NE(e.message().find("\"count\""), std::string::npos) << e.what();
+  }
+}
+
+TEST(ServiceConfig, ErrorsNameFileLineKeyAndTheNearestKnownKey) {
+  expect_error("[breaker.a]\nkind = \"count\"\nfailure_rate = 0.3\nhalf_open.probs = 3\n", {},
+               "svc.toml:4:11", "breaker.a.half_open.probs", "did you mean \"probes\"?");
+  expect_error("[breaker.a]\nkind = \"count\"\nfailure_rate = 1.3\n", {}, "svc.toml:3:16",
+               "breaker.a.failure_rate", "must be in (0, 1]");
+  expect_error("[retrys.a]\nmax_attempts = 2\n", {}, "svc.toml:1:2", "retrys",
+               "did you mean \"retry\"?");
+  expect_error("[breaker.a]\nconsecutive_failures = 2\n[pipeline.p]\nbreaker = \"b\"\n", {},
+               "svc.toml:4:11", "pipeline.p.breaker",
+               "no [breaker.b] in the file (there are \"a\")");
+  expect_error(
+      "[breaker.a]\nconsecutive_failures = 2\n[registry.r]\nkind = \"count\"\npolicy = \"a\"\n", {},
+      "svc.toml:5:10", "registry.r.policy", "names a breaker of kind = \"consecutive\"");
+}
+
+TEST(ServiceConfig, DeprecatedKeysLoadWithWarnings) {
+  const auto p = parse("[breaker.a]\nwindow = \"count\"\nwindow_size = 30\nfailure_rate = 0.5\n");
+  EXPECT_EQ(p.breakers.at("a").as<bulwark::CountWindowConfig>().window.size, 30u);
+  ASSERT_EQ(p.warnings.size(), 2u);
+  EXPECT_EQ(p.warnings[1].field(), "breaker.a.window_size");
+  EXPECT_NE(p.warnings[1].message().find("write \"window.size\""), std::string::npos);
+}
+
+TEST(ServiceConfig, EnvironmentVariablesOverrideSingleKeys) {
+  const Environment env{{"BULWARK__BREAKER__REVIEWS__HALF_OPEN__PROBES", "7"},
+                        {"BULWARK__BREAKER__REVIEWS__FAILURE_RATE", "0.25"},
+                        {"BULWARK__BREAKER__SEARCH__WINDOW__LENGTH", "20s"},  // bare: a string
+                        {"BULWARK__TIMEOUT__REVIEWS", "\"2s\""},
+                        {"BULWARK__RETRY__REVIEWS__BACKOFF__MAX", "3s"},
+                        {"OTHER__BREAKER__REVIEWS__FAILURE_RATE", "0.9"}};
+  const auto p = parse(kFile, env);
+  const auto& reviews = p.breakers.at("reviews").as<bulwark::CountWindowConfig>();
+  EXPECT_EQ(reviews.half_open.probes, 7u);
+  EXPECT_EQ(reviews.failure_rate, 0.25);
+  EXPECT_EQ(p.breakers.at("search").as<bulwark::TimeWindowConfig>().window.length, 20s);
+  EXPECT_EQ(p.timeouts.at("reviews"), 2s);
+  EXPECT_EQ(p.retries.at("reviews").backoff.max(), 3s);
+  // The pipeline sees the overridden parts.
+  EXPECT_EQ(p.pipelines.at("reviews").breaker->as<bulwark::CountWindowConfig>().half_open.probes,
+            7u);
+}
+
+TEST(ServiceConfig, ABadEnvironmentValueNamesTheVariable) {
+  const std::string var = "environment variable BULWARK__BREAKER__REVIEWS__FAILURE_RATE";
+  expect_error(kFile, {{"BULWARK__BREAKER__REVIEWS__FAILURE_RATE", "1.5"}}, var + ":1:5",
+               "breaker.reviews.failure_rate", "must be in (0, 1]");
+  expect_error(kFile, {{"BULWARK__BREAKER__REVIEWS__FAILURE_RATE", "high"}}, var + ":1:5",
+               "breaker.reviews.failure_rate", "expected a number, got the string \"high\"");
+  expect_error(kFile, {{"BULWARK__BREAKER__REVIEWS__HALF_OPEN__PROBS", "3"}},
+               "environment variable BULWARK__BREAKER__REVIEWS__HALF_OPEN__PROBS:1:5",
+               "breaker.reviews.half_open.probs", "did you mean \"probes\"?");
+  expect_error(kFile, {{"BULWARK__BREAKER__NOPE__FAILURE_RATE", "0.3"}},
+               "environment variable BULWARK__BREAKER__NOPE__FAILURE_RATE", "",
+               "the file has no breaker named \"nope\"");
+  expect_error(kFile, {{"BULWARK__BREAKERS__REVIEWS__FAILURE_RATE", "0.3"}},
+               "environment variable BULWARK__BREAKERS__REVIEWS__FAILURE_RATE", "",
+               "no section \"breakers\"");
+}
+
+TEST(ServiceConfig, ReloadTakesAValidFileAndKeepsTheOldOneOtherwise) {
+  const std::string path = write("reload.toml", kFile);
+  bulwark::config::Config cfg = bulwark::config::load_file(path, {});
+  EXPECT_EQ(cfg.breaker<bulwark::CountWindowBreaker>("reviews").failure_rate, 0.3);
+
+  std::string next = kFile;
+  next.replace(next.find("failure_rate = 0.3"), 18, "failure_rate = 0.4");
+  write("reload.toml", next);
+  EXPECT_FALSE(cfg.reload().has_value());
+  EXPECT_EQ(cfg.breaker<bulwark::CountWindowBreaker>("reviews").failure_rate, 0.4);
+
+  // A file that does not check changes nothing, and says why.
+  next.replace(next.find("failure_rate = 0.4"), 18, "failure_rate = 4.0");
+  write("reload.toml", next);
+  const auto error = cfg.reload();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->field(), "breaker.reviews.failure_rate");
+  EXPECT_EQ(error->where().line, 6u);
+  EXPECT_EQ(cfg.breaker<bulwark::CountWindowBreaker>("reviews").failure_rate, 0.4);
+}
+
+TEST(ServiceConfig, ARegistryIsBuiltFromItsNamedPolicy) {
+  const bulwark::config::Config cfg("svc.toml", parse(kFile), {});
+  const auto spec = cfg.registry("hosts");
+  bulwark::RegistryOptions<std::string, bulwark::CountWindowBreaker> options;
+  options.name = spec.name;
+  options.breaker = spec.policy.as<bulwark::CountWindowConfig>();
+  bulwark::BasicRegistry<std::string, bulwark::CountWindowBreaker> hosts(std::move(options));
+  auto h = hosts.get("a.example");
+  EXPECT_EQ(h->config().window.size, 50u);
+}
+
+}  // namespace

@@ -1,0 +1,148 @@
+// bulwark/config/config.h — a service's resilience policies, from one TOML file.
+//
+// One file names every policy a service uses; the code asks for them by name:
+//
+//   [breaker.reviews]                  # one table per named policy, keys as the
+//   kind = "count"                     # C++ field paths (docs/configuration.md)
+//   window.size = 100
+//   failure_rate = 0.30
+//   half_open.probes = 5
+//
+//   [retry.reviews]
+//   max_attempts = 3
+//   backoff = { kind = "exponential", initial = "100ms", max = "2s", jitter = "full" }
+//
+//   [pipeline.reviews]                 # which named parts a pipeline composes
+//   breaker = "reviews"
+//   retry = "reviews"
+//
+//   bulwark::config::Config cfg = bulwark::config::load_file("resilience.toml");
+//   bulwark::CountWindowBreaker reviews(cfg.breaker<bulwark::CountWindowBreaker>("reviews"));
+//
+// Sections: breaker, retry, retry_budget, bulkhead, timeout (name = duration), fallback,
+// pipeline (parts by name: breaker, retry, retry_budget, bulkhead, timeout, fallback;
+// breaker_scope) and registry (kind of breaker + `policy`, the name of its breakers'
+// default policy). Each policy's `name` defaults to its table's name.
+//
+// Environment variables override single keys after the file is read and before
+// anything is checked: BULWARK__<SECTION>__<NAME>__<KEY>[__<KEY>...], the path's parts
+// separated by two underscores and matched case-insensitively (a '-' in a policy's
+// name matches '_'): BULWARK__BREAKER__REVIEWS__HALF_OPEN__PROBES=3,
+// BULWARK__TIMEOUT__REVIEWS=2s. The value is a TOML value (3, 0.3, true, "400ms");
+// anything that is not one is taken as a string (400ms). The section and the policy
+// must be in the file. A bad value is an error naming the variable.
+//
+// Every failure is a ConfigError (bulwark::lab::InputError) naming the file (or the
+// environment variable), the line and column, the key, and for an unknown key the
+// nearest known one. Keys under deprecated names load with a warning (warnings()).
+//
+// Thread-safety: the getters and reload() may be called from any thread at once; a
+// getter returns a copy taken from one consistent version of the file. Loading costs a
+// parse of the file; the getters cost a lock and a copy (not for a call path).
+
+#ifndef BULWARK_CONFIG_CONFIG_H_
+#define BULWARK_CONFIG_CONFIG_H_
+
+#include <map>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "bulwark/lab/config.h"
+#include "bulwark/lab/input_error.h"
+
+namespace bulwark::config {
+
+using ConfigError = bulwark::lab::InputError;
+
+// The environment to read overrides from: name, value.
+using Environment = std::vector<std::pair<std::string, std::string>>;
+// The process's BULWARK__* variables.
+Environment process_environment();
+
+// A registry: the kind of its breakers and their default policy.
+struct RegistrySpec {
+  std::string name;
+  WindowKind kind = WindowKind::none;
+  lab::BreakerSpec policy;
+};
+
+// Everything one version of the file holds, checked.
+struct Policies {
+  std::string source;
+  std::map<std::string, lab::BreakerSpec, std::less<>> breakers;
+  std::map<std::string, RetryConfig, std::less<>> retries;
+  std::map<std::string, RetryBudgetConfig, std::less<>> retry_budgets;
+  std::map<std::string, BulkheadConfig, std::less<>> bulkheads;
+  std::map<std::string, Nanos, std::less<>> timeouts;
+  std::map<std::string, Reasons, std::less<>> fallbacks;
+  std::map<std::string, lab::ResilienceConfig, std::less<>> pipelines;
+  std::map<std::string, RegistrySpec, std::less<>> registries;
+  std::vector<ConfigError> warnings;
+};
+
+// Reads and checks everything; throws ConfigError. `source_name` names the text in errors.
+Policies parse(std::string_view toml, const std::string& source_name, const Environment& env = {});
+
+class Config {
+ public:
+  // The file's policies; `path` is kept for reload().
+  Config(std::string path, Policies policies, Environment env);
+
+  // A breaker's configuration, for the breaker type asked for (CircuitBreaker,
+  // CountWindowBreaker, TimeWindowBreaker, or a BasicCircuitBreaker of those windows).
+  // Throws ConfigError if there is no such breaker or it is of another kind.
+  template <class Breaker>
+  typename Breaker::Config breaker(std::string_view name) const {
+    const lab::BreakerSpec spec = breaker_spec(name);
+    using C = typename Breaker::Config;
+    if (!std::holds_alternative<C>(spec.config)) wrong_kind(name, spec.window());
+    return std::get<C>(spec.config);
+  }
+  lab::BreakerSpec breaker_spec(std::string_view name) const;
+  // The retry's random source is the library's default (thread-safe).
+  RetryConfig retry(std::string_view name) const;
+  RetryBudgetConfig retry_budget(std::string_view name) const;
+  BulkheadConfig bulkhead(std::string_view name) const;
+  Nanos timeout(std::string_view name) const;
+  Reasons fallback(std::string_view name) const;
+  // The pipeline with its named parts resolved.
+  lab::ResilienceConfig pipeline(std::string_view name) const;
+  RegistrySpec registry(std::string_view name) const;
+
+  // The current version, whole.
+  std::shared_ptr<const Policies> policies() const;
+  std::vector<ConfigError> warnings() const;
+  const std::string& path() const noexcept { return path_; }
+
+  // Reads the file (and the environment given at load) again. If everything checks,
+  // the getters return the new values from then on and the result is empty; if not,
+  // nothing changes and the result is the error. Runs on the caller's thread; no
+  // thread of the library's. Live breakers and registries are not changed by this:
+  // the application hands them the new values (BreakerPolicy::reconfigure,
+  // BasicRegistry::reconfigure; docs/configuration.md, "Reload").
+  std::optional<ConfigError> reload();
+
+ private:
+  template <class Map>
+  auto find(const Map Policies::*map, std::string_view section, std::string_view name) const;
+  [[noreturn]] void wrong_kind(std::string_view name, WindowKind kind) const;
+
+  std::string path_;
+  Environment env_;
+  mutable std::mutex mu_;
+  std::shared_ptr<const Policies> current_;
+};
+
+// Reads `path` with the process's BULWARK__* overrides (or `env`). Throws ConfigError.
+Config load_file(const std::string& path);
+Config load_file(const std::string& path, Environment env);
+
+}  // namespace bulwark::config
+
+#endif  // BULWARK_CONFIG_CONFIG_H_
