@@ -24,7 +24,8 @@
 //
 // Deadlines cross services: a caller's X-Request-Timeout header (gRPC's grpc-timeout
 // format, "850m" = 850 ms; what bulwark::http's clients send) becomes the request's
-// deadline, less 5 ms for the answer's way back, if it is earlier than the service's
+// deadline, less 5 ms for the request's transit and the answer's way back, if it is
+// earlier than the service's
 // own 1 s; the shedder then refuses at once a request that cannot finish in time, and
 // the call to the upstream gets what is left (and sends it on in the same header).
 // A malformed value is ignored (the own deadline stands) and named in the response's

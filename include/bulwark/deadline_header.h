@@ -3,7 +3,8 @@
 // A deadline is only useful if the service called learns it: a caller that will give up
 // in 850 ms gains nothing from a server that works on for 2 s. The client side writes the
 // time it has left (http::Config::deadline_header does it on every attempt); the server
-// side reads it into the request's Context, less a margin for the answer's way back:
+// side reads it into the request's Context, less a margin for the request's time on the
+// wire and the answer's way back:
 //
 //   // client: "X-Request-Timeout: 850m"
 //   headers.push_back({"X-Request-Timeout", bulwark::format_timeout_header(ctx.remaining())});
@@ -22,10 +23,13 @@
 // valid and means the caller has no time left: the deadline is `now`, already expired.
 // DeadlineHeaderFormat::milliseconds is the integer alone (1 to 8 digits), in ms.
 //
-// Writing truncates (never rounds up), so the server's deadline is never later than the
-// client's. Reading never extends the server's own limit when the caller combines with
-// with_deadline() (the earlier wins); a malformed value is an error naming the problem,
-// for the caller to log and ignore. Cost: a few comparisons, no allocation (formatting
+// The value is a duration, not an instant (the hosts' clocks need not agree), measured
+// when the request leaves: writing truncates (never rounds up), so it is never more than
+// the caller had left then. The time the request then spends on its way is not in it,
+// so a reader's deadline (its receipt + the value) runs late by that transit time: the
+// margin is there to cover it. Reading never extends the server's own limit when the
+// caller combines with with_deadline() (the earlier wins); a malformed value is an error naming the
+// problem, for the caller to log and ignore. Cost: a few comparisons, no allocation (formatting
 // returns a short std::string). Thread-safety: pure functions.
 
 #ifndef BULWARK_DEADLINE_HEADER_H_
@@ -65,7 +69,8 @@ Expected<Nanos, DeadlineHeaderError> parse_timeout_header(
     DeadlineHeaderFormat format = DeadlineHeaderFormat::grpc_timeout) noexcept;
 
 // The deadline the header says, read at `now` (a reading of the clock the Context will
-// use) less `margin` (>= 0; time kept for the answer's way back): now + max(0, timeout
+// use) less `margin` (>= 0; the request's transit and the answer's way back, a few ms
+// on a LAN): now + max(0, timeout
 // - margin). Combine with the server's own: ctx.with_deadline(deadline).
 Expected<Deadline, DeadlineHeaderError> parse_deadline_header(
     std::string_view value, Nanos margin, Ticks now,

@@ -550,8 +550,8 @@ std::optional<Error> Client::Impl::prepare(CURL* h, const Request& req, curl_sli
   curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(config.max_body_bytes));
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t.errbuf.data());
   if (!config.deadline_header.empty() && budget != Nanos::max()) {
-    // The time this attempt has (what curl will wait), truncated: the server's
-    // deadline is never later than ours. A request that set the header keeps its own.
+    // The time this attempt has (what curl will wait), truncated: never more than we
+    // have left now. A request that set the header keeps its own.
     bool own = false;
     for (curl_slist* l = headers; l != nullptr; l = l->next) {
       const std::string_view line(l->data);
