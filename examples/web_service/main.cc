@@ -13,10 +13,23 @@
 //                  service's load shedder
 //   GET /health    200 "ok"
 //
-// Every route runs behind a LoadShedder, the service's own entry point protection: at
-// most 64 requests served at once, /health as critical (never refused while other
+// Every route runs behind a load shedder, the service's own entry point protection: at
+// most `limit` requests served at once, /health as critical (never refused while other
 // routes are served: the last slots are kept for it), the others normal; the excess
-// waits in a short controlled-delay queue or is refused with 503 and Retry-After.
+// waits in a short controlled-delay queue or is refused with 503 and Retry-After. The
+// limit is adaptive (Gradient2 between 8 and 256, from 32): the time each request held
+// its slot feeds it, so it rises while service times stay flat and falls when they grow
+// (a request served past its deadline counts as dropped). /metrics shows it as
+// bulwark_load_shedder_limit and bulwark_adaptive_limit.
+//
+// Deadlines cross services: a caller's X-Request-Timeout header (gRPC's grpc-timeout
+// format, "850m" = 850 ms; what bulwark::http's clients send) becomes the request's
+// deadline, less 5 ms for the request's transit and the answer's way back, if it is
+// earlier than the service's
+// own 1 s; the shedder then refuses at once a request that cannot finish in time, and
+// the call to the upstream gets what is left (and sends it on in the same header).
+// A malformed value is ignored (the own deadline stands) and named in the response's
+// X-Request-Timeout-Ignored header.
 //
 // The upstream runs in the same process, on its own port, and can be broken and
 // healed: POST /upstream/fail, POST /upstream/heal. (The server, cpp-httplib, answers
@@ -41,6 +54,8 @@
 #include <string>
 #include <thread>
 
+#include "bulwark/adaptive_limit.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/http/client.h"
 #include "bulwark/load_shedder.h"
 
@@ -101,8 +116,9 @@ bulwark::http::Config reviews_config() {
 // The endpoint: the reviews, a 503 with Retry-After while the breaker is open (fail
 // fast, and tell clients when to come back), or a degraded page for any other failure
 // (retries exhausted, budget spent, bulkhead full, deadline).
-void serve_reviews(bulwark::http::Client& reviews, const std::string& url, httplib::Response& res) {
-  auto r = reviews.get(url);
+void serve_reviews(bulwark::http::Client& reviews, const std::string& url,
+                   const bulwark::Context& ctx, httplib::Response& res) {
+  auto r = reviews.request({.url = url}, ctx);
   if (r) {
     res.set_content(r->body, "text/plain; charset=utf-8");
   } else if (r.error().kind == bulwark::http::ErrorKind::rejected_by_breaker) {
@@ -115,14 +131,31 @@ void serve_reviews(bulwark::http::Client& reviews, const std::string& url, httpl
   }
 }
 
-// Runs `handler` behind the shedder: a refusal is a 503 with Retry-After (and the
-// reason, for people reading the response). Each request gets the service's own
-// deadline of 1 s, so one the service could not finish in time is refused at once.
+using Shedder = bulwark::BasicLoadShedder<bulwark::AdaptiveLimitSource>;
+
+// The request's context: the service's own deadline of 1 s, shortened (never
+// lengthened) by the caller's X-Request-Timeout less a 5 ms margin.
+bulwark::Context request_context(const httplib::Request& req, httplib::Response& res) {
+  const bulwark::SteadyClock clock;
+  auto ctx = bulwark::Context(clock).with_timeout(1s);
+  if (!req.has_header("X-Request-Timeout")) return ctx;
+  auto caller = bulwark::parse_deadline_header(req.get_header_value("X-Request-Timeout"), 5ms,
+                                               bulwark::now_ticks(clock));
+  if (!caller) {
+    res.set_header("X-Request-Timeout-Ignored", std::string(to_string(caller.error())));
+    return ctx;
+  }
+  return ctx.with_deadline(*caller);
+}
+
+// Runs `handler(req, res, ctx)` behind the shedder: a refusal is a 503 with Retry-After
+// (and the reason, for people reading the response). A request whose deadline (its
+// caller's, or the service's own 1 s) leaves less than the expected service time is
+// refused at once.
 template <class Handler>
-httplib::Server::Handler shed(bulwark::LoadShedder& shedder, bulwark::Priority priority,
-                              Handler handler) {
+httplib::Server::Handler shed(Shedder& shedder, bulwark::Priority priority, Handler handler) {
   return [&shedder, priority, handler](const httplib::Request& req, httplib::Response& res) {
-    const auto ctx = bulwark::Context(bulwark::SteadyClock{}).with_timeout(1s);
+    const bulwark::Context ctx = request_context(req, res);
     auto admitted = shedder.acquire(ctx, priority);
     if (!admitted) {
       const auto& refusal = admitted.error();
@@ -133,7 +166,7 @@ httplib::Server::Handler shed(bulwark::LoadShedder& shedder, bulwark::Priority p
                       "text/plain");
       return;
     }
-    handler(req, res);
+    handler(req, res, ctx);
   };  // the permit goes back here: the service time is sampled
 }
 
@@ -165,6 +198,18 @@ bool demo(int port, Upstream& upstream, bulwark::http::Client& reviews, const st
   std::this_thread::sleep_for(2100ms);
   get("probe succeeds, breaker closes", 200, State::closed);
   get("healthy again", 200, State::closed);
+  {
+    // A caller with no time left: refused at once, before any work.
+    auto res = client.Get("/reviews", {{"X-Request-Timeout", "0m"}});
+    std::printf("%-34s -> %d  body: %s", "caller's deadline already gone", res ? res->status : 0,
+                res ? res->body.c_str() : "(none)\n");
+    if (!res || res->status != 503) as_expected = false;
+    auto bad = client.Get("/health", {{"X-Request-Timeout", "1.5S"}});
+    const std::string why = bad ? bad->get_header_value("X-Request-Timeout-Ignored") : "";
+    std::printf("%-34s -> %d  X-Request-Timeout-Ignored: %s\n", "malformed X-Request-Timeout",
+                bad ? bad->status : 0, why.c_str());
+    if (!bad || bad->status != 200 || why.empty()) as_expected = false;
+  }
   auto health = client.Get("/health");
   std::printf("GET /health -> %d\n", health ? health->status : 0);
   if (!health || health->status != 200) as_expected = false;
@@ -177,7 +222,8 @@ bool demo(int port, Upstream& upstream, bulwark::http::Client& reviews, const st
     if (line.rfind("bulwark_circuitbreaker_calls_total", 0) == 0 ||
         line.rfind("bulwark_retry_retries_total", 0) == 0 ||
         line.rfind("bulwark_http_client_requests_total", 0) == 0 ||
-        line.rfind("bulwark_load_shedder_admitted_total", 0) == 0) {
+        line.rfind("bulwark_load_shedder_admitted_total", 0) == 0 ||
+        line.rfind("bulwark_load_shedder_limit", 0) == 0) {
       std::printf("  %s\n", line.c_str());
       ++shown;
     }
@@ -203,34 +249,48 @@ int main(int argc, char** argv) {
   Upstream upstream;
   const std::string url = "http://127.0.0.1:" + std::to_string(upstream.port()) + "/reviews";
   bulwark::http::Client reviews(reviews_config());
-  bulwark::LoadShedder shedder({.name = "web_service", .max_queue = 64}, bulwark::FixedLimit(64));
+  bulwark::AdaptiveLimitConfig limit_config;
+  limit_config.name = "web_service";
+  limit_config.algorithm = bulwark::AdaptiveAlgorithm::gradient2;
+  limit_config.min_limit = 8;
+  limit_config.max_limit = 256;
+  limit_config.initial_limit = 32;
+  bulwark::AdaptiveLimit limit(limit_config);
+  Shedder shedder({.name = "web_service", .max_queue = 64}, bulwark::AdaptiveLimitSource(limit));
   using bulwark::Priority;
   httplib::Server server;
   server.Get("/reviews",
-             shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
-               serve_reviews(reviews, url, res);
-             }));
+             shed(shedder, Priority::normal,
+                  [&](const httplib::Request&, httplib::Response& res,
+                      const bulwark::Context& ctx) { serve_reviews(reviews, url, ctx, res); }));
   server.Get("/health",
-             shed(shedder, Priority::critical, [](const httplib::Request&, httplib::Response& res) {
-               res.set_content("ok\n", "text/plain");
-             }));
+             shed(shedder, Priority::critical,
+                  [](const httplib::Request&, httplib::Response& res, const bulwark::Context&) {
+                    res.set_content("ok\n", "text/plain");
+                  }));
   server.Get("/metrics",
-             shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
-               std::ostringstream out;
-               reviews.write_metrics(out);
-               bulwark::prometheus::write_load_shedder(out, "web_service", shedder.snapshot());
-               res.set_content(out.str(), "text/plain; version=0.0.4");
-             }));
+             shed(shedder, Priority::normal,
+                  [&](const httplib::Request&, httplib::Response& res, const bulwark::Context&) {
+                    std::ostringstream out;
+                    reviews.write_metrics(out);
+                    bulwark::prometheus::write_load_shedder(out, "web_service", shedder.snapshot());
+                    const bulwark::prometheus::AdaptiveLimitReading readings[] = {
+                        bulwark::prometheus::reading(limit)};
+                    bulwark::prometheus::write_adaptive_limits(out, readings);
+                    res.set_content(out.str(), "text/plain; version=0.0.4");
+                  }));
   server.Post("/upstream/fail",
-              shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
-                upstream.set_failing(true);
-                res.set_content("upstream now fails\n", "text/plain");
-              }));
+              shed(shedder, Priority::normal,
+                   [&](const httplib::Request&, httplib::Response& res, const bulwark::Context&) {
+                     upstream.set_failing(true);
+                     res.set_content("upstream now fails\n", "text/plain");
+                   }));
   server.Post("/upstream/heal",
-              shed(shedder, Priority::normal, [&](const httplib::Request&, httplib::Response& res) {
-                upstream.set_failing(false);
-                res.set_content("upstream healed\n", "text/plain");
-              }));
+              shed(shedder, Priority::normal,
+                   [&](const httplib::Request&, httplib::Response& res, const bulwark::Context&) {
+                     upstream.set_failing(false);
+                     res.set_content("upstream healed\n", "text/plain");
+                   }));
 
   if (run_demo) {
     const int bound = server.bind_to_any_port("127.0.0.1");

@@ -67,9 +67,11 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <iosfwd>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -294,6 +296,14 @@ class BasicAdaptiveLimit {
   const AdaptiveLimitConfig& config() const noexcept { return config_; }
   const C& clock() const noexcept requires(!std::is_empty_v<C>) { return clock_.get(); }
 
+  // Feeds the algorithm one call admitted by someone else (a load shedder counting its
+  // own slots: see AdaptiveLimitSource): `rtt` its round trip, `dropped` as drop(), and
+  // `in_flight` the calls in flight when it was admitted (its window's utilisation).
+  // Takes and frees no slot of this limiter's. Cost and thread-safety as complete().
+  void record(Nanos rtt, bool dropped, std::uint32_t in_flight) noexcept {
+    sample(in_flight, rtt.count(), dropped);
+  }
+
   // Calls `listener` on every change of the limit, on the thread that folded the
   // window, after the new limit is published. Takes a mutex (not on a call's path).
   ListenerId add_listener(Listener listener) { return listeners_.add(std::move(listener)); }
@@ -317,6 +327,10 @@ class BasicAdaptiveLimit {
 
   void settle(const typename PermitTraits::Data& d, Ticks rtt, bool dropped) noexcept {
     leave();
+    sample(d.in_flight, rtt, dropped);
+  }
+
+  void sample(std::uint32_t in_flight, Ticks rtt, bool dropped) noexcept {
     if (dropped) {
       dropped_.fetch_add(1, std::memory_order_relaxed);
       w_dropped_.store(true, std::memory_order_relaxed);
@@ -325,8 +339,8 @@ class BasicAdaptiveLimit {
                            std::memory_order_relaxed);
     }
     std::uint32_t seen = w_max_in_flight_.load(std::memory_order_relaxed);
-    while (seen < d.in_flight &&
-           !w_max_in_flight_.compare_exchange_weak(seen, d.in_flight, std::memory_order_relaxed)) {
+    while (seen < in_flight &&
+           !w_max_in_flight_.compare_exchange_weak(seen, in_flight, std::memory_order_relaxed)) {
     }
     // One add counts the sample and, unless dropped, the timed sample (high half).
     const std::uint64_t add = dropped ? 1 : kTimedOne + 1;
@@ -390,6 +404,46 @@ class BasicAdaptiveLimit {
 };
 
 using AdaptiveLimit = BasicAdaptiveLimit<SteadyClock>;
+
+// The adaptive limit as a load shedder's LimitSource (load_shedder.h):
+//
+//   bulwark::AdaptiveLimit limit({.name = "api", .min_limit = 8, .max_limit = 512});
+//   bulwark::BasicLoadShedder<bulwark::AdaptiveLimitSource> shedder({.name = "api"},
+//                                                                  bulwark::AdaptiveLimitSource(limit));
+//
+// The shedder counts its own slots against limit(); each permit it gives back feeds the
+// algorithm (record()) with the time it was held, whether it was dropped (Permit::drop(),
+// or held past its request's deadline) and the requests in flight when it was admitted.
+// A waiter refused by the queue's controlled delay is a drop only with
+// `queue_timeout_is_drop`: off by default, because a queue forms whenever demand exceeds
+// the limit, also a limit below the service's capacity, and counting it would push such a
+// limit further down rather than up. The limiter's own try_acquire() is not used (its
+// in_flight() stays 0 unless other callers use it too). A pointer: copyable; the limiter
+// must outlive the shedder. Thread-safe as the limiter.
+template <Clock C = SteadyClock>
+class BasicAdaptiveLimitSource {
+ public:
+  explicit BasicAdaptiveLimitSource(BasicAdaptiveLimit<C>& limit,
+                                    bool queue_timeout_is_drop = false) noexcept
+      : limit_(&limit), queue_timeout_is_drop_(queue_timeout_is_drop) {}
+  std::size_t limit() const noexcept { return limit_->limit(); }
+  void on_sample(Nanos rtt, bool dropped, std::size_t in_flight) noexcept {
+    limit_->record(rtt, dropped,
+                   static_cast<std::uint32_t>(std::min<std::size_t>(
+                       in_flight, std::numeric_limits<std::uint32_t>::max())));
+  }
+  void on_sample(Nanos rtt, bool dropped) noexcept { on_sample(rtt, dropped, 0); }
+  // A waiter refused after waiting `waited` in the queue (controlled delay).
+  void on_queue_timeout(Nanos waited) noexcept {
+    if (queue_timeout_is_drop_) limit_->record(waited, true, 0);
+  }
+  BasicAdaptiveLimit<C>& limiter() const noexcept { return *limit_; }
+
+ private:
+  BasicAdaptiveLimit<C>* limit_;
+  bool queue_timeout_is_drop_;
+};
+using AdaptiveLimitSource = BasicAdaptiveLimitSource<SteadyClock>;
 
 // The adaptive limit as a pipeline stage, in the bulkhead's place (pipeline.h; the
 // asio pipeline takes it too). A call it refuses fails with Reason::bulkhead_full at

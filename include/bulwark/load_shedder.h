@@ -90,8 +90,13 @@ namespace bulwark {
 
 // Where the concurrency limit comes from. limit() is read on every admission (keep it
 // to an atomic load); on_sample() is told, on the releasing thread, how long each
-// admitted request held its slot and whether the caller reported it dropped (timed out,
-// failed from overload). Both are called concurrently from any thread.
+// admitted request held its slot and whether it was dropped (the caller said so with
+// Permit::drop(), or it was released after its context's deadline). Both are called
+// concurrently from any thread. Optional members, used when present:
+//   on_sample(rtt, dropped, in_flight)  instead of the two-argument one; in_flight is the
+//                                       count of requests held when this one was admitted
+//   on_queue_timeout(waited)            a waiter was refused by the controlled delay
+// AdaptiveLimitSource (adaptive_limit.h) has both.
 template <class L>
 concept LimitSource = requires(L& l, const L& cl, Nanos rtt, bool dropped) {
   { cl.limit() } -> std::convertible_to<std::size_t>;
@@ -215,6 +220,8 @@ template <LimitSource L = FixedLimit, Clock C = SteadyClock>
 class BasicLoadShedder {
   struct PermitData {
     Ticks start = 0;
+    Ticks deadline = kTicksMax;  // the request's: released after it, the permit is a drop
+    std::size_t in_flight = 0;   // held when it was admitted, itself included
   };
   struct PermitTraits {
     using Owner = BasicLoadShedder;
@@ -240,8 +247,7 @@ class BasicLoadShedder {
 
    private:
     friend class BasicLoadShedder;
-    Permit(BasicLoadShedder* s, Ticks start) noexcept
-        : detail::PermitBase<PermitTraits>(s, PermitData{start}) {}
+    Permit(BasicLoadShedder* s, PermitData d) noexcept : detail::PermitBase<PermitTraits>(s, d) {}
   };
 
   using Result = Expected<Permit, Refusal>;
@@ -266,7 +272,7 @@ class BasicLoadShedder {
   // waits, never locks, never allocates.
   Result try_acquire(const BasicContext<C>& ctx, Priority p) noexcept {
     if (too_short(ctx)) return refuse(ShedReason::deadline_too_short, p);
-    if (take(p)) return admit(p);
+    if (const std::size_t n = take(p)) return admit(p, n, ctx.deadline());
     return refuse(full_reason(p), p);
   }
   Result try_acquire(Priority p) noexcept { return try_acquire(BasicContext<C>(clock_.get()), p); }
@@ -276,7 +282,7 @@ class BasicLoadShedder {
   // expected service time. Blocks the calling thread; creates none.
   Result acquire(const BasicContext<C>& ctx, Priority p) {
     if (too_short(ctx)) return refuse(ShedReason::deadline_too_short, p);
-    if (take(p)) return admit(p);
+    if (const std::size_t n = take(p)) return admit(p, n, ctx.deadline());
     if (p == Priority::sheddable || config_.max_queue == 0) return refuse(full_reason(p), p);
     return wait(ctx, p);
   }
@@ -323,6 +329,7 @@ class BasicLoadShedder {
     ShedReason expiry_reason = ShedReason::queue_timeout;
     enum class State : std::uint8_t { waiting, granted, refused } state = State::waiting;
     ShedReason refused_reason = ShedReason::queue_timeout;
+    std::size_t granted_in_flight = 0;  // take()'s count when it was granted
     std::condition_variable cv;
   };
   struct List {
@@ -385,13 +392,14 @@ class BasicLoadShedder {
   // The one atomic step: increment only below the class's cap, so the count never
   // exceeds the limit. seq_cst pairs with give_back(): a waiter publishes queued_ and
   // then takes; a releaser lowers in_flight_ and then reads queued_. One sees the other.
-  bool take(Priority p) noexcept {
+  // Returns the count held after the take (this one included), 0 if refused.
+  std::size_t take(Priority p) noexcept {
     const std::size_t c = cap(p, limit_.limit());
     std::size_t cur = in_flight_.load(std::memory_order_seq_cst);
     while (cur < c) {
-      if (in_flight_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return true;
+      if (in_flight_.compare_exchange_weak(cur, cur + 1, std::memory_order_seq_cst)) return cur + 1;
     }
-    return false;
+    return 0;
   }
   ShedReason full_reason(Priority p) const noexcept {
     return p != Priority::critical && in_flight_.load(std::memory_order_relaxed) < limit_.limit()
@@ -399,9 +407,9 @@ class BasicLoadShedder {
                : ShedReason::overloaded;
   }
 
-  Permit admit(Priority p) noexcept {
+  Permit admit(Priority p, std::size_t in_flight, Deadline deadline) noexcept {
     admitted_[static_cast<std::size_t>(p)].fetch_add(1, std::memory_order_relaxed);
-    return Permit(this, permit_now());
+    return Permit(this, PermitData{permit_now(), deadline.ticks(), in_flight});
   }
 
   Nanos retry_after_hint() const noexcept {
@@ -421,7 +429,13 @@ class BasicLoadShedder {
     const Ticks t = permit_now();
     const Nanos rtt(std::max<Ticks>(0, saturating_sub(t, d.start)));
     sample(rtt);
-    limit_.on_sample(rtt, dropped);
+    // Served past its deadline: the caller had given up, the work was wasted.
+    dropped = dropped || (d.deadline != kTicksMax && t > d.deadline);
+    if constexpr (requires { limit_.on_sample(rtt, dropped, d.in_flight); }) {
+      limit_.on_sample(rtt, dropped, d.in_flight);
+    } else {
+      limit_.on_sample(rtt, dropped);
+    }
     in_flight_.fetch_sub(1, std::memory_order_seq_cst);
     if (queued_.load(std::memory_order_seq_cst) != 0) {
       std::lock_guard lock(mu_);
@@ -457,8 +471,12 @@ class BasicLoadShedder {
     const bool lifo = standing(t);
     for (std::size_t cls = 0; cls < queues_.size(); ++cls) {
       List& q = queues_[cls];
-      while (q.head != nullptr && take(static_cast<Priority>(cls))) {
-        settle(lifo ? q.tail : q.head, cls, Waiter::State::granted, ShedReason::overloaded);
+      while (q.head != nullptr) {
+        const std::size_t n = take(static_cast<Priority>(cls));
+        if (n == 0) break;
+        Waiter* w = lifo ? q.tail : q.head;
+        w->granted_in_flight = n;
+        settle(w, cls, Waiter::State::granted, ShedReason::overloaded);
       }
     }
   }
@@ -468,6 +486,7 @@ class BasicLoadShedder {
     Waiter w;
     std::unique_lock lock(mu_);
     Ticks t = now();
+    const Ticks arrived = t;
     if (queued_.load(std::memory_order_relaxed) >= config_.max_queue) {
       lock.unlock();
       return refuse(full_reason(p), p);
@@ -504,8 +523,13 @@ class BasicLoadShedder {
       last_empty_.store(now(), std::memory_order_relaxed);
     const bool granted = w.state == Waiter::State::granted;
     const ShedReason why = w.refused_reason;
+    const Ticks left = now();
     lock.unlock();
-    if (granted) return admit(p);
+    if (granted) return admit(p, w.granted_in_flight, ctx.deadline());
+    if constexpr (requires { limit_.on_queue_timeout(Nanos::zero()); }) {
+      if (why == ShedReason::queue_timeout)
+        limit_.on_queue_timeout(Nanos(std::max<Ticks>(0, saturating_sub(left, arrived))));
+    }
     return refuse(why, p);
   }
 

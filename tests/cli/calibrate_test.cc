@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/config/config.h"
 #include "bulwark/lab/config.h"
@@ -203,6 +204,20 @@ TEST(Calibrate, TheReviewsTrafficGetsTheIncidentReviewsValues) {
   EXPECT_GE(k.bulkhead, 48u);  // 400/s x 120 ms
   EXPECT_LE(k.bulkhead, 100u);
   EXPECT_EQ(k.checks[0].opens, 0u);
+  // An adaptive limit's bounds: from the mean in flight (Little's law, about 400/s x the
+  // lognormal's mean of ~200 ms) through the bulkhead to twice it; a valid config.
+  EXPECT_GE(k.adaptive_min, 48u);
+  EXPECT_LE(k.adaptive_min, k.adaptive_initial);
+  EXPECT_EQ(k.adaptive_initial, k.bulkhead);
+  EXPECT_EQ(k.adaptive_max, 2 * k.bulkhead);
+  AdaptiveLimitConfig a;
+  a.min_limit = k.adaptive_min;
+  a.initial_limit = k.adaptive_initial;
+  a.max_limit = k.adaptive_max;
+  EXPECT_TRUE(validate(a));
+  const Proposed* initial = find(k, "adaptive_limit.initial_limit");
+  ASSERT_NE(initial, nullptr);
+  EXPECT_EQ(initial->value, std::to_string(k.bulkhead));
 }
 
 TEST(Calibrate, LittleTrafficGetsConsecutiveFailuresAndSaysSo) {
@@ -338,6 +353,9 @@ TEST(Calibrate, TheJsonHoldsWhatTheTextSays) {
   const auto& k = j["keys"][0];
   EXPECT_EQ(k["key"], "svc");
   EXPECT_EQ(k["bulkhead"], c.keys[0].bulkhead);
+  EXPECT_EQ(k["adaptive_limit"]["min_limit"], c.keys[0].adaptive_min);
+  EXPECT_EQ(k["adaptive_limit"]["initial_limit"], c.keys[0].adaptive_initial);
+  EXPECT_EQ(k["adaptive_limit"]["max_limit"], c.keys[0].adaptive_max);
   EXPECT_DOUBLE_EQ(k["baseline"]["latency_ms"]["p99"].get<double>(), ms(c.keys[0].p99));
   EXPECT_EQ(k["checks"].size(), 3u);
   EXPECT_EQ(k["checks"][0]["time_to_open_ms"], nullptr) << "the recorded trace has no degradation";
@@ -448,6 +466,7 @@ void expect_not_normal(const KeyCalibration& k, const std::string& says) {
   EXPECT_TRUE(k.call.empty());
   EXPECT_EQ(k.timeout, 0);
   EXPECT_EQ(k.bulkhead, 0u);
+  EXPECT_EQ(k.adaptive_max, 0u);
   EXPECT_TRUE(k.checks.empty()) << "nothing proposed, nothing replayed";
   for (const std::string* file : {&k.breaker_toml, &k.scenario_toml}) {
     std::istringstream lines(*file);
@@ -481,6 +500,7 @@ TEST(NotNormalTraffic, EveryCallIgnoredHasNoLatencyToDrawATimeoutFrom) {
   EXPECT_TRUE(j["proposed"].empty());
   EXPECT_TRUE(j["timeout_ms"].is_null());
   EXPECT_TRUE(j["bulkhead"].is_null());
+  EXPECT_TRUE(j["adaptive_limit"].is_null());
   EXPECT_TRUE(j["checks"].empty());
 }
 

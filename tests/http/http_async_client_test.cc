@@ -11,13 +11,16 @@
 #include <asio/io_context.hpp>
 #include <asio/post.hpp>
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/config_error.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/http/async_client.h"
 #include "bulwark/prometheus.h"
 #include "upstream.h"
@@ -252,6 +255,107 @@ TEST(HttpAsyncClient, WriteMetricsReportsTheOriginAndTheClientBulkhead) {
             std::string::npos);
   EXPECT_THROW(client.write_metrics(prefixed, prometheus::ExpositionOptions{.prefix = "1 bad"}),
                InvalidConfig);
+}
+
+// Config::adaptive_limit: the origin's adaptive limit gates requests in place of the
+// client's bulkhead. With the limit at 1 one held request takes it and a second is
+// refused at once, as a `rejection` event; the metrics show the limit and the refusal.
+TEST(HttpAsyncClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
+  Upstream* self = nullptr;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    self->hold();
+    res.set_content("ok", "text/plain");
+  });
+  self = &up;
+  ::asio::io_context io;
+  Config c = quick();
+  c.name = "svc";
+  AdaptiveLimitConfig a;
+  a.name = "svc-limit";
+  a.algorithm = AdaptiveAlgorithm::aimd;
+  a.min_limit = 1;
+  a.initial_limit = 1;
+  a.max_limit = 10;
+  a.window_samples = 100;
+  c.adaptive_limit = a;
+  AsyncClient client(io.get_executor(), c);
+  int rejections = 0;
+  std::string rejected_by;
+  Subscription sub = client.subscribe(EventKind::rejection, [&](const Event& e) {
+    ++rejections;
+    rejected_by = std::string(e.name) + " " + std::string(e.key);
+  });
+  std::optional<Result> held, rejected;
+  std::string during;
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        spawn(io, client, {.url = up.url("/held")}, held);
+        rejected.emplace(co_await client.async_get(up.url("/b")));
+        std::ostringstream out;
+        client.write_metrics(out);
+        during = out.str();
+        up.release();
+      },
+      ::asio::detached);
+  io.run();
+  ASSERT_TRUE(held && rejected);
+  ASSERT_TRUE(*held) << held->error().message;
+  ASSERT_FALSE(*rejected);
+  EXPECT_EQ(rejected->error().kind, ErrorKind::bulkhead_full);
+  EXPECT_EQ(rejected->error().attempts, 0u);
+  EXPECT_EQ(rejections, 1);
+  EXPECT_EQ(rejected_by, "svc-limit " + up.url(""));
+
+  const std::string name = "name=\"svc-limit " + up.url("") + "\"";
+  auto has = [](const std::string& text, const std::string& line) {
+    return text.find(line + "\n") != std::string::npos;
+  };
+  EXPECT_TRUE(has(during, "bulwark_adaptive_limit{" + name + "} 1")) << during;
+  EXPECT_TRUE(has(during, "bulwark_adaptive_inflight{" + name + "} 1")) << during;
+  EXPECT_TRUE(has(during, "bulwark_adaptive_rejections_total{" + name + "} 1")) << during;
+  // The client's bulkhead gated nothing.
+  EXPECT_TRUE(has(during, "bulwark_http_client_bulkhead_rejected_calls_total{client=\"svc\"} 0"))
+      << during;
+  std::ostringstream after;
+  client.write_metrics(after);
+  EXPECT_TRUE(has(after.str(), "bulwark_adaptive_inflight{" + name + "} 0")) << after.str();
+}
+
+// Deadline propagation: the async client's attempts carry the time they have left when
+// they are sent: never more than the client had when the request started. (Not the
+// server's receipt + value against the client's deadline: that runs late by the
+// transit time, which the server's margin is for; a slow build showed it.)
+TEST(HttpAsyncClient, DeadlineHeaderCarriesTheRemainingTimeToTheServer) {
+  std::mutex mu;
+  std::string value;
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    value = req.get_header_value("X-Request-Timeout");
+    res.set_content("ok", "text/plain");
+  });
+  ::asio::io_context io;
+  AsyncClient client(io.get_executor(), quick());
+  const Context ctx = Context(SteadyClock{}).with_timeout(2s);
+  const Ticks start = now_ticks(SteadyClock{});
+  std::optional<Result> r;
+  ::asio::co_spawn(
+      io,
+      [&]() -> ::asio::awaitable<void> {
+        auto op = client.async_request({.url = up.url()}, ctx);  // GCC 12: not in the co_await
+        r.emplace(co_await std::move(op));
+      },
+      ::asio::detached);
+  io.run();
+  ASSERT_TRUE(r && *r);
+  std::lock_guard lock(mu);
+  const auto seen = parse_timeout_header(value);
+  ASSERT_TRUE(seen) << value;
+  EXPECT_LE(seen->count(), ctx.deadline().ticks() - start) << value;
+  // What a server reading it at `start` would take as its deadline: not past the client's.
+  auto d = parse_deadline_header(value, Nanos::zero(), start);
+  ASSERT_TRUE(d);
+  EXPECT_LE(*d, ctx.deadline()) << value;
 }
 
 // breaker_for: the origin's breaker, the one the requests went through: OPEN once the

@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <stop_token>
@@ -15,7 +17,9 @@
 #include <thread>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/config_error.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/http/client.h"
 #include "bulwark/http/retry_after.h"
 #include "bulwark/prometheus.h"
@@ -510,6 +514,139 @@ TEST(HttpClient, BulkheadFullRejectsAtOnce) {
   t.join();
   ASSERT_TRUE(held && *held);
   EXPECT_EQ(up.requests(), 1);
+}
+
+// Config::adaptive_limit: the host's adaptive limit gates requests in the bulkhead's
+// place. With the limit at 2 (windows too long to move it here) two held requests take
+// it, a third is refused at once, without an attempt, as a `rejection` event; the
+// metrics show the limit, the two in flight and the refusal.
+TEST(HttpClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
+  Upstream* self = nullptr;
+  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
+    self->hold();
+    res.set_content("done", "text/plain");
+  });
+  self = &up;
+  Config c = quick();
+  c.bulkhead = {.name = "test", .max_concurrent = 1};  // not used: the limit replaces it
+  AdaptiveLimitConfig a;
+  a.name = "test-limit";
+  a.algorithm = AdaptiveAlgorithm::aimd;
+  a.min_limit = 1;
+  a.initial_limit = 2;
+  a.max_limit = 10;
+  a.window_samples = 100;
+  c.adaptive_limit = a;
+  Client client(c);
+  std::vector<std::string> rejections;
+  std::mutex heard_mu;
+  Subscription sub = client.subscribe(EventKind::rejection, [&](const Event& e) {
+    std::lock_guard lock(heard_mu);
+    rejections.push_back(std::string(e.name) + " " + std::string(e.key));
+  });
+  std::optional<Expected<Response, Error>> held1, held2;
+  std::thread t1([&] { held1.emplace(client.get(up.url())); });
+  std::thread t2([&] { held2.emplace(client.get(up.url())); });
+  ASSERT_TRUE(up.wait_in_handler(2));
+  auto r = client.get(up.url());
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().kind, ErrorKind::bulkhead_full);
+  EXPECT_EQ(r.error().attempts, 0u);
+
+  const std::string name = "name=\"test-limit " + up.url("") + "\"";
+  std::ostringstream out;
+  client.write_metrics(out);
+  const std::string text = out.str();
+  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
+  EXPECT_TRUE(has("bulwark_adaptive_limit{" + name + "} 2")) << text;
+  EXPECT_TRUE(has("bulwark_adaptive_inflight{" + name + "} 2")) << text;
+  EXPECT_TRUE(has("bulwark_adaptive_rejections_total{" + name + "} 1")) << text;
+  // The host's bulkhead does not gate requests: not reported.
+  EXPECT_EQ(text.find("bulwark_bulkhead_max_allowed_concurrent_calls{"), std::string::npos) << text;
+
+  up.release();
+  t1.join();
+  t2.join();
+  ASSERT_TRUE(held1 && *held1);
+  ASSERT_TRUE(held2 && *held2);
+  EXPECT_EQ(up.requests(), 2);
+  std::lock_guard lock(heard_mu);
+  ASSERT_EQ(rejections.size(), 1u);
+  EXPECT_EQ(rejections[0], "test-limit " + up.url(""));
+}
+
+// Deadline propagation: each attempt carries the time it has left when it is sent, never
+// more than the client had when the request started. (Not the server's receipt + value
+// against the client's deadline: that runs late by the transit time, which the server's
+// margin is for.)
+TEST(HttpClient, DeadlineHeaderCarriesTheRemainingTimeToTheServer) {
+  std::mutex mu;
+  std::vector<std::string> values;
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    values.push_back(req.get_header_value("X-Request-Timeout"));
+    res.set_content("ok", "text/plain");
+  });
+  Client client(quick());
+  const Context ctx = Context(SteadyClock{}).with_timeout(2s);
+  const Ticks start = now_ticks(SteadyClock{});
+  ASSERT_TRUE(client.request({.url = up.url()}, ctx));
+  {
+    std::lock_guard lock(mu);
+    ASSERT_EQ(values.size(), 1u);
+    const auto seen = parse_timeout_header(values[0]);
+    ASSERT_TRUE(seen) << values[0];
+    EXPECT_LE(seen->count(), ctx.deadline().ticks() - start) << values[0];
+    // What a server reading it at `start` would take as its deadline: not past ours.
+    auto d = parse_deadline_header(values[0], Nanos::zero(), start);
+    ASSERT_TRUE(d);
+    EXPECT_LE(*d, ctx.deadline()) << values[0];
+    EXPECT_EQ(values[0].back(), 'm') << values[0];  // milliseconds: 2 s left at most
+  }
+
+  // An attempt's own cap is what the server is told, in the format configured.
+  Config c = quick();
+  c.attempt_timeout = 300ms;
+  c.deadline_header = "X-Deadline-Ms";
+  c.deadline_header_format = DeadlineHeaderFormat::milliseconds;
+  std::string ms;
+  Upstream up2([&](int, const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    ms = req.get_header_value("X-Deadline-Ms");
+    values.push_back(req.get_header_value("X-Request-Timeout"));
+    res.set_content("ok", "text/plain");
+  });
+  Client capped(c);
+  ASSERT_TRUE(capped.get(up2.url()));
+  std::lock_guard lock(mu);
+  auto t = parse_timeout_header(ms, DeadlineHeaderFormat::milliseconds);
+  ASSERT_TRUE(t) << ms;
+  EXPECT_LE(*t, 300ms);
+  EXPECT_EQ(values.back(), "");  // only the configured header
+}
+
+TEST(HttpClient, DeadlineHeaderSetByTheRequestOrTurnedOff) {
+  std::mutex mu;
+  std::vector<std::string> values;
+  Upstream up([&](int, const httplib::Request& req, httplib::Response& res) {
+    std::lock_guard lock(mu);
+    values.push_back(req.get_header_value("X-Request-Timeout") + "|" +
+                     std::to_string(req.get_header_value_count("X-Request-Timeout")));
+    res.set_content("ok", "text/plain");
+  });
+  Client client(quick());
+  ASSERT_TRUE(client.request({.url = up.url(), .headers = {{"x-request-timeout", "5m"}}}));
+  Config c = quick();
+  c.deadline_header = "";
+  Client off(c);
+  ASSERT_TRUE(off.get(up.url()));
+  std::lock_guard lock(mu);
+  ASSERT_EQ(values.size(), 2u);
+  EXPECT_EQ(values[0], "5m|1");  // the request's own value, sent once
+  EXPECT_EQ(values[1], "|0");
+  Config bad = quick();
+  bad.deadline_header = "X Timeout";
+  EXPECT_THROW(Client{bad}, InvalidConfig);
 }
 
 // Many threads share one client (its handle pool, its per-host breaker and bulkhead).

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "bulwark/config_error.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/http/retry_after.h"
 #include "bulwark/metrics.h"
 #include "bulwark/pipeline.h"
@@ -148,6 +149,20 @@ Error shutdown_error() {
 }
 
 // One transfer's state, shared with libcurl's callbacks.
+struct SList {
+  curl_slist* list = nullptr;
+  SList() = default;
+  SList(SList&& o) noexcept : list(std::exchange(o.list, nullptr)) {}
+  SList& operator=(SList&& o) noexcept {
+    std::swap(list, o.list);
+    return *this;
+  }
+  ~SList() { curl_slist_free_all(list); }
+  void add(const std::string& line) {
+    if (curl_slist* l = curl_slist_append(list, line.c_str())) list = l;
+  }
+};
+
 struct Transfer {
   Response response;
   std::size_t max_body = 0;
@@ -161,6 +176,7 @@ struct Transfer {
   std::optional<std::string> content_length;
   const Context* ctx = nullptr;
   std::array<char, CURL_ERROR_SIZE> errbuf{};
+  SList headers;  // the request's headers and the deadline header (Config::deadline_header)
 };
 
 std::size_t on_body(char* p, std::size_t size, std::size_t n, void* user) {
@@ -258,7 +274,13 @@ Expected<void, ConfigError> validate_config(const Config& c) {
   for (const std::string& h : c.origin_headers) {
     if (!is_token(h)) return bad("origin_headers", "must hold header names (got '" + h + "')");
   }
+  if (!c.deadline_header.empty() && !is_token(c.deadline_header))
+    return bad("deadline_header",
+               "must be a header name or empty (got '" + c.deadline_header + "')");
   if (auto ok = validate(c.bulkhead); !ok) return ok;
+  if (c.adaptive_limit) {
+    if (auto ok = validate(*c.adaptive_limit); !ok) return ok;
+  }
   if (auto ok = validate(c.retry); !ok) return ok;
   if (auto ok = validate(c.budget); !ok) return ok;
   return {};
@@ -309,19 +331,6 @@ std::optional<Nanos> Error::retry_after_hint() const noexcept {
 }
 
 // A curl header list, freed with its owner.
-struct SList {
-  curl_slist* list = nullptr;
-  SList() = default;
-  SList(SList&& o) noexcept : list(std::exchange(o.list, nullptr)) {}
-  SList& operator=(SList&& o) noexcept {
-    std::swap(list, o.list);
-    return *this;
-  }
-  ~SList() { curl_slist_free_all(list); }
-  void add(const std::string& line) {
-    if (curl_slist* l = curl_slist_append(list, line.c_str())) list = l;
-  }
-};
 
 // A request checked and ready for the pipeline.
 struct Prepared {
@@ -540,6 +549,23 @@ std::optional<Error> Client::Impl::prepare(CURL* h, const Request& req, curl_sli
   curl_easy_setopt(h, CURLOPT_XFERINFODATA, &t);
   curl_easy_setopt(h, CURLOPT_MAXFILESIZE_LARGE, static_cast<curl_off_t>(config.max_body_bytes));
   curl_easy_setopt(h, CURLOPT_ERRORBUFFER, t.errbuf.data());
+  if (!config.deadline_header.empty() && budget != Nanos::max()) {
+    // The time this attempt has (what curl will wait), truncated: never more than we
+    // have left now. A request that set the header keeps its own.
+    bool own = false;
+    for (curl_slist* l = headers; l != nullptr; l = l->next) {
+      const std::string_view line(l->data);
+      own = own || (line.size() > config.deadline_header.size() &&
+                    line[config.deadline_header.size()] == ':' &&
+                    iequals(line.substr(0, config.deadline_header.size()), config.deadline_header));
+      t.headers.add(l->data);
+    }
+    if (!own) {
+      t.headers.add(config.deadline_header + ": " +
+                    format_timeout_header(budget, config.deadline_header_format));
+      headers = t.headers.list;
+    }
+  }
   curl_easy_setopt(h, CURLOPT_HTTPHEADER, headers);
   curl_easy_setopt(h, CURLOPT_USERAGENT, config.user_agent.c_str());
   if (req.method == "GET") {
@@ -903,9 +929,10 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
     std::uint32_t calls = 0;
     const Request& cur = *hops.cur;
     // The Handle as the breaker stage: its rejections are the registry's events.
-    auto result = p.host.with_handle([&](auto& breaker) {
+    // The key's adaptive limit takes the bulkhead's place when configured.
+    const auto run = [&](auto& breaker, auto gate) {
       const auto pipe = bulwark::pipeline(
-          bulwark::breaker(breaker), bulwark::bulkhead(*state.bulkhead),
+          bulwark::breaker(breaker), gate,
           bulwark::retry(*state.retry, [retry_allowed](const Error& e) {
             return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
           }));
@@ -916,6 +943,10 @@ Expected<Response, Error> Client::Impl::request(const Request& req, const Contex
         note_attempt(trail, r);
         return r;
       });
+    };
+    auto result = p.host.with_handle([&](auto& breaker) {
+      return state.limit ? run(breaker, bulwark::adaptive_limit(*state.limit))
+                         : run(breaker, bulwark::bulkhead(*state.bulkhead));
     });
     if (auto answer = after_hop(hops, prepared, std::move(result), calls))
       return std::move(*answer);
@@ -985,12 +1016,15 @@ std::optional<Expected<Response, Error>> Client::Impl::settle_hop(
   using Answer = Expected<Response, Error>;
   if (!result) {
     Error e = convert(std::move(result).error(), p.key);
-    if (e.kind == ErrorKind::bulkhead_full && !own_bulkheads &&
+    const bool adaptive = p.host.state().limit != nullptr;
+    if (e.kind == ErrorKind::bulkhead_full && (!own_bulkheads || adaptive) &&
         hosts.events().wants(EventKind::rejection)) {
-      // The client-wide bulkhead's refusal, with the key of the request it refused (a
-      // per-host bulkhead's come from the registry, as its own).
-      hosts.events().emit(Event{EventKind::rejection, config.bulkhead.name, p.key, this,
-                                now_ticks(SteadyClock{}),
+      // The client-wide bulkhead's or the key's adaptive limit's refusal, with the key of
+      // the request it refused (a per-host bulkhead's come from the registry, as its own).
+      hosts.events().emit(Event{EventKind::rejection,
+                                adaptive ? std::string_view(config.adaptive_limit->name)
+                                         : std::string_view(config.bulkhead.name),
+                                p.key, this, now_ticks(SteadyClock{}),
                                 BulkheadRejectionInfo{BulkheadRejectReason::full}});
     }
     if (e.kind == ErrorKind::cancelled && closed.load(std::memory_order_acquire)) {
@@ -1054,6 +1088,10 @@ void write_client_metrics(const Client::Impl& c, std::ostream& out,
   prometheus::Exposition scrape(options);  // validates the options
   c.hosts.visit([&](const auto& registry) { scrape.add(registry); });
   scrape.write(out);
+  if (c.config.adaptive_limit) {
+    const auto limits = c.hosts.adaptive_limits();
+    prometheus::write_adaptive_limits(out, limits, options.prefix);
+  }
 
   const ClientStats s = read_stats(c);
   std::string labels = "client=\"";
@@ -1430,13 +1468,13 @@ class AsyncClient::Impl {
 
   // One hop through the pipeline of `breaker` (the key's registry Handle), the
   // client's bulkhead and the key's retry. The references outlive it: send() awaits it.
-  template <class B, class Call>
-  static ::asio::awaitable<Expected<Response, Failure<Error>>> hop(
-      B& breaker, bulwark::asio::AsyncBulkhead& bulkhead, Retry& retry, bool retry_allowed,
-      Context ctx, Call call) {
+  // `gate`: the client's bulkhead, or the key's adaptive limit (Config::adaptive_limit).
+  template <class B, class Gate, class Call>
+  static ::asio::awaitable<Expected<Response, Failure<Error>>> hop(B& breaker, Gate gate,
+                                                                   Retry& retry, bool retry_allowed,
+                                                                   Context ctx, Call call) {
     const auto pipe = bulwark::asio::pipeline(
-        bulwark::breaker(breaker), bulwark::asio::bulkhead(bulkhead),
-        bulwark::retry(retry, [retry_allowed](const Error& e) {
+        bulwark::breaker(breaker), gate, bulwark::retry(retry, [retry_allowed](const Error& e) {
           return retry_allowed && e.retryable_ && e.outcome() == Outcome::failure;
         }));
     auto op = pipe.execute(std::move(ctx), std::move(call));
@@ -1484,7 +1522,10 @@ class AsyncClient::Impl {
       // full-expression holding a co_await (here the lambda, which owns a reference to
       // the Impl, and the Context): made in statements of their own.
       auto op = p.host.with_handle([&](auto& breaker) {
-        return hop(breaker, impl.bulkhead, *state.retry, retry_allowed, p.ctx, std::move(call));
+        return state.limit ? hop(breaker, bulwark::adaptive_limit(*state.limit), *state.retry,
+                                 retry_allowed, p.ctx, std::move(call))
+                           : hop(breaker, bulwark::asio::bulkhead(impl.bulkhead), *state.retry,
+                                 retry_allowed, p.ctx, std::move(call));
       });
       auto result = co_await std::move(op);
       if (auto answer = impl.core.after_hop(hops, prepared, std::move(result), calls)) {

@@ -9,10 +9,13 @@
 #include <cstdint>
 #include <cstdlib>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <type_traits>
 #include <variant>
+#include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/bulkhead.h"
 #include "bulwark/http/client.h"
 #include "bulwark/metrics.h"
@@ -25,6 +28,8 @@ namespace bulwark::http::detail {
 // One key's bulkhead, retry budget and retry (the breaker is the registry's).
 struct HostState {
   std::unique_ptr<Bulkhead> bulkhead;
+  // Config::adaptive_limit's limiter for this key, in the bulkhead's place; null without.
+  std::unique_ptr<AdaptiveLimit> limit;
   std::unique_ptr<RetryBudget> budget;
   std::unique_ptr<Retry> retry;  // counts its calls by kind too (retry.h)
   // False when the client gates requests with a bulkhead of its own (AsyncClient's
@@ -43,7 +48,7 @@ struct HostState {
   void observe_rejections(BulkheadObserver o) noexcept { bulkhead->observe_rejections(o); }
   // What the registry's exposition reports beside the breaker.
   void read_metrics(ComponentReading& r) {
-    if (report_bulkhead) r.add_bulkhead(*bulkhead);
+    if (report_bulkhead && !limit) r.add_bulkhead(*bulkhead);
     r.add_budget(*budget);
     r.add_retry(*retry);
     if (fallbacks) {
@@ -63,6 +68,11 @@ inline HostState make_host_state(const Config& c, bool own_bulkheads, const std:
   BulkheadConfig b = c.bulkhead;
   b.name = c.bulkhead.name + " " + key;
   s.bulkhead = std::make_unique<Bulkhead>(std::move(b));
+  if (c.adaptive_limit) {
+    AdaptiveLimitConfig a = *c.adaptive_limit;
+    a.name = c.adaptive_limit->name + " " + key;
+    s.limit = std::make_unique<AdaptiveLimit>(std::move(a));
+  }
   RetryBudgetConfig g = c.budget;
   g.name = c.budget.name + " " + key;
   s.budget = std::make_unique<RetryBudget>(std::move(g));
@@ -84,6 +94,8 @@ class Hosts {
 
   // `own_bulkheads`: each key's bulkhead gates its requests (Client); false when the
   // client has one bulkhead for all keys (AsyncClient), which it reports itself.
+  Hosts(const Hosts&) = delete;  // extra_for refers to this
+  Hosts& operator=(const Hosts&) = delete;
   explicit Hosts(const Config& c, bool own_bulkheads = true) {
     std::visit(
         [&](const auto& bc) {
@@ -161,6 +173,15 @@ class Hosts {
       r.reconfigure(*c);
     });
   }
+  // Every key's adaptive limit (Config::adaptive_limit), as write_adaptive_limits()
+  // takes them. Takes a mutex; allocates.
+  std::vector<prometheus::AdaptiveLimitReading> adaptive_limits() const {
+    std::lock_guard lock(limits_mu_);
+    std::vector<prometheus::AdaptiveLimitReading> out;
+    out.reserve(limits_.size());
+    for (const AdaptiveLimit* l : limits_) out.push_back(prometheus::reading(*l));
+    return out;
+  }
   // Every key's breaker transitions (and rejections, key creation...), with the key.
   EventHub& events() noexcept {
     return visit([](auto& r) -> EventHub& { return r.events(); });
@@ -172,8 +193,15 @@ class Hosts {
     auto r = std::make_unique<RegistryOf<B>>(typename RegistryOf<B>::Options{
         .name = c.name,
         .breaker = bc,
-        .extra_for = [c, own_bulkheads](
-                         const std::string& key) { return make_host_state(c, own_bulkheads, key); },
+        .extra_for =
+            [c, own_bulkheads, this](const std::string& key) {
+              HostState s = make_host_state(c, own_bulkheads, key);
+              if (s.limit) {
+                std::lock_guard lock(limits_mu_);
+                limits_.push_back(s.limit.get());
+              }
+              return s;
+            },
         .detailed_metrics = c.detailed_metrics,
     });
     if constexpr (std::is_same_v<B, CircuitBreaker>) consecutive_ = std::move(r);
@@ -181,6 +209,10 @@ class Hosts {
     if constexpr (std::is_same_v<B, TimeWindowBreaker>) time_ = std::move(r);
   }
 
+  // The keys' adaptive limits (owned by their HostState, which lives as long as the
+  // registry, so as long as this).
+  mutable std::mutex limits_mu_;
+  std::vector<const AdaptiveLimit*> limits_;
   // Exactly one is set.
   std::unique_ptr<RegistryOf<CircuitBreaker>> consecutive_;
   std::unique_ptr<RegistryOf<CountWindowBreaker>> count_;

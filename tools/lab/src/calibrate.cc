@@ -411,6 +411,20 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
                       " mean = " + num(mean_in_flight, 1) +
                       " in flight; its 1e-6 Poisson tail is " + std::to_string(by_tail) +
                       ", the trace's peak " + std::to_string(s.peak_in_flight)});
+  // An adaptive limit instead: it starts where the bulkhead would sit, may grow to twice
+  // that, and never cuts below the concurrency normal traffic needs on average.
+  c.adaptive_initial = c.bulkhead;
+  c.adaptive_max =
+      static_cast<std::uint32_t>(std::min<std::uint64_t>(2ull * c.bulkhead, kMaxConcurrent));
+  c.adaptive_min = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(
+      static_cast<std::uint64_t>(std::ceil(mean_in_flight)), 1, c.adaptive_initial));
+  call.push_back({"adaptive_limit.min_limit", std::to_string(c.adaptive_min),
+                  "the mean in flight, " + num(mean_in_flight, 1) +
+                      ": a slowdown is cut back to normal concurrency, not below"});
+  call.push_back({"adaptive_limit.initial_limit", std::to_string(c.adaptive_initial),
+                  "the bulkhead's size: normal traffic is not refused while the limit learns"});
+  call.push_back({"adaptive_limit.max_limit", std::to_string(c.adaptive_max),
+                  "twice that: room to grow when the dependency scales"});
 
   Ticks slow = nice(
       static_cast<Ticks>(std::sqrt(static_cast<double>(c.p99) * static_cast<double>(c.timeout))));
@@ -578,6 +592,9 @@ void propose(KeyCalibration& c, const KeyStats& s, double false_opens_per_day) {
   t += "# The other stages of the call, for a scenario's [config.NAME]:\n";
   t += "#   timeout = " + quoted_dur(c.timeout) + "\n";
   t += "#   [config.NAME.bulkhead]\n#   max_concurrent = " + std::to_string(c.bulkhead) + "\n";
+  t += "#   or an adaptive limit (AdaptiveLimitConfig) in the bulkhead's place:\n#   min_limit = " +
+       std::to_string(c.adaptive_min) + ", initial_limit = " + std::to_string(c.adaptive_initial) +
+       ", max_limit = " + std::to_string(c.adaptive_max) + "\n";
   t += "[breaker]\n";
   for (const Proposed& p : br) t += p.key + " = " + p.value + "\n";
   c.breaker_toml = std::move(t);
@@ -958,6 +975,10 @@ std::string to_json(const Calibration& c) {
     j["proposed"] = proposed;
     j["timeout_ms"] = normal ? Json(ms(k.timeout)) : Json(nullptr);
     j["bulkhead"] = normal ? Json(k.bulkhead) : Json(nullptr);
+    j["adaptive_limit"] = normal ? Json{{"min_limit", k.adaptive_min},
+                                        {"initial_limit", k.adaptive_initial},
+                                        {"max_limit", k.adaptive_max}}
+                                 : Json(nullptr);
     j["breaker_toml"] = k.breaker_toml;
     Json checks = Json::array();
     for (const CheckResult& r : k.checks) {

@@ -117,10 +117,12 @@
 #include <variant>
 #include <vector>
 
+#include "bulwark/adaptive_limit.h"
 #include "bulwark/bulkhead.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/clock.h"
 #include "bulwark/context.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/error_traits.h"
 #include "bulwark/expected.h"
 #include "bulwark/fallback.h"
@@ -310,6 +312,15 @@ struct Config {
   bool detailed_metrics = false;
   // Each host's bulkhead; max_wait > 0 lets a request queue for a slot (within its deadline).
   BulkheadConfig bulkhead{.name = "http", .max_concurrent = 64};
+  // Optional: an adaptive concurrency limit per host (or route: key_by) in the bulkhead's
+  // place (adaptive_limit.h): AsyncClient's client-wide bulkhead and Client's per-host one
+  // are then not used. Each key gets its own limiter (named "<name> <key>"), fed by its
+  // requests: a success completes with the hop's round trip, a timeout drops, other
+  // errors are ignored. A request it refuses fails at once with ErrorKind::bulkhead_full,
+  // announced as a `rejection` event (BulkheadRejectionInfo, name = this name, key);
+  // write_metrics() exports each key's limit, in-flight, rejections and drops as
+  // <prefix>_adaptive_{limit,inflight,rejections_total,drops_total}{name="<name> <key>"}.
+  std::optional<AdaptiveLimitConfig> adaptive_limit = std::nullopt;
   // Each host's retry. Its idempotency_key hook is not used (see Request).
   RetryConfig retry{};
   // Each host's retry budget.
@@ -333,6 +344,14 @@ struct Config {
   // another one — beside those always dropped (Authorization, Proxy-Authorization,
   // Cookie, Cookie2 and idempotency_header). An API key header, say.
   std::vector<std::string> origin_headers = {};
+
+  // Every attempt tells the server the time it has left (Time, above: what the
+  // attempt will wait, truncated) in this header, so a server can stop before its
+  // caller gives up (bulwark/deadline_header.h reads it). Default format: gRPC's
+  // grpc-timeout, "X-Request-Timeout: 850m" (850 ms); milliseconds: "850". A request
+  // that sets the header itself keeps its value. Empty: not sent.
+  std::string deadline_header = "X-Request-Timeout";
+  DeadlineHeaderFormat deadline_header_format = DeadlineHeaderFormat::grpc_timeout;
 
   std::string idempotency_header = "Idempotency-Key";
   // Make a key for POST/PATCH requests that have none, so they can be retried. Only

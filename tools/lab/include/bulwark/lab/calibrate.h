@@ -107,6 +107,13 @@ struct KeyCalibration {
   std::vector<Proposed> call;     // timeout and bulkhead: the pipeline's other stages
   Ticks timeout = 0;
   std::uint32_t bulkhead = 0;
+  // Bounds for an adaptive limit in the bulkhead's place (adaptive_limit.h), from the
+  // concurrency observed: min = the mean in flight (a slowdown is cut back to normal
+  // concurrency, never below), initial = the bulkhead (normal traffic is never refused
+  // while it learns), max = twice it (room for the dependency to scale). 0: none.
+  std::uint32_t adaptive_min = 0;
+  std::uint32_t adaptive_initial = 0;
+  std::uint32_t adaptive_max = 0;
   std::string breaker_toml;  // the [breaker] file, with the call settings as comments
   // A scenario for `bulwark simulate`: this key's traffic for 10 minutes, its latency
   // x10 from 1min to 7min, through no protection and through the whole proposal
