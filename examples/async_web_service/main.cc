@@ -16,10 +16,11 @@
 //
 // Every request passes the service's LoadShedder first, its entry point protection:
 // at most 256 requests served at once, /health as critical (the last slots are kept
-// for it), the others normal, each with its 1 s deadline; a refusal is 503 with
-// Retry-After. The io thread must never block, so it admits with try_acquire(): the
-// excess is refused at once instead of queueing (the shedder's queue is for servers
-// with a thread per request, as examples/web_service).
+// for it), the others normal, each with its 1 s deadline — shortened by a caller's
+// X-Request-Timeout (gRPC's grpc-timeout format, less 5 ms; bulwark/deadline_header.h),
+// which the upstream call then inherits; a refusal is 503 with Retry-After. The io thread must
+// never block, so it admits with try_acquire(): the excess is refused at once instead of queueing
+// (the shedder's queue is for servers with a thread per request, as examples/web_service).
 //
 // No thread waits for anything: a slow upstream costs coroutine frames, not threads.
 // The upstream runs in the same process and io_context, on its own port, and can be
@@ -37,6 +38,7 @@
 #include <asio/experimental/as_tuple.hpp>
 #include <asio/experimental/awaitable_operators.hpp>
 #include <atomic>
+#include <cctype>
 #include <charconv>
 #include <chrono>
 #include <csignal>
@@ -48,6 +50,7 @@
 #include <string_view>
 
 #include "bulwark/asio/pipeline.h"
+#include "bulwark/deadline_header.h"
 #include "bulwark/load_shedder.h"
 #include "bulwark/prometheus.h"
 #include "bulwark/registry.h"
@@ -67,6 +70,7 @@ namespace {
 struct Request {
   std::string method;
   std::string path;
+  std::optional<std::string> request_timeout;  // the X-Request-Timeout header, if sent
 };
 
 // Reads a request head. nullopt: the peer closed, or sent something that is not one
@@ -87,8 +91,27 @@ awaitable<std::optional<Request>> read_request(tcp::socket& socket, bool& bad) {
     bad = true;
     co_return std::nullopt;
   }
-  co_return Request{std::string(line.substr(0, sp1)),
-                    std::string(line.substr(sp1 + 1, sp2 - sp1 - 1))};
+  Request r{std::string(line.substr(0, sp1)), std::string(line.substr(sp1 + 1, sp2 - sp1 - 1)),
+            std::nullopt};
+  // The caller's remaining time, if it sent one (header names are case-insensitive).
+  for (std::size_t at = head.find("\r\n"); at != std::string::npos && at + 2 < head.size();) {
+    const std::size_t end = head.find("\r\n", at + 2);
+    const std::string_view field(head.data() + at + 2,
+                                 (end == std::string::npos ? head.size() : end) - at - 2);
+    const std::size_t colon = field.find(':');
+    std::string name(field.substr(0, colon == std::string_view::npos ? 0 : colon));
+    for (char& c : name) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (name == "x-request-timeout") {
+      std::string_view value = field.substr(colon + 1);
+      while (!value.empty() && (value.front() == ' ' || value.front() == '\t'))
+        value.remove_prefix(1);
+      while (!value.empty() && (value.back() == ' ' || value.back() == '\t'))
+        value.remove_suffix(1);
+      r.request_timeout = std::string(value);
+    }
+    at = end;
+  }
+  co_return r;
 }
 
 awaitable<void> respond(tcp::socket& socket, int status, std::string_view reason,
@@ -270,9 +293,17 @@ class Service {
       if (bad) co_await respond(socket, 400, "Bad Request", "not an HTTP/1.1 request head\n");
       co_return;
     }
+    // The request's deadline: the service's own 1 s, shortened (never lengthened) by the
+    // caller's X-Request-Timeout less 5 ms for the transit; a malformed value is ignored
+    // (the service's own deadline stands).
+    bulwark::Context ctx(bulwark::SteadyClock{}, {},
+                         bulwark::Deadline::after(bulwark::SteadyClock{}, 1s));
+    if (request->request_timeout) {
+      auto caller = bulwark::parse_deadline_header(*request->request_timeout, 5ms,
+                                                   bulwark::now_ticks(bulwark::SteadyClock{}));
+      if (caller) ctx = ctx.with_deadline(*caller);
+    }
     // The entry point's protection: the permit is held until the session ends.
-    const bulwark::Context ctx(bulwark::SteadyClock{}, {},
-                               bulwark::Deadline::after(bulwark::SteadyClock{}, 1s));
     const auto priority =
         request->path == "/health" ? bulwark::Priority::critical : bulwark::Priority::normal;
     auto admitted = shedder_.try_acquire(ctx, priority);
@@ -289,7 +320,7 @@ class Service {
       co_await respond(socket, 200, "OK", "ok\n");
     } else if (request->method == "GET" && request->path == "/reviews") {
       // The client hanging up cancels the call, and with it the upstream request.
-      co_await (reviews(socket) || client_gone(socket));
+      co_await (reviews(socket, ctx) || client_gone(socket));
     } else if (request->method == "GET" && request->path == "/metrics") {
       std::ostringstream out;
       bulwark::prometheus::write(out, deps_);
@@ -315,7 +346,8 @@ class Service {
     co_await socket.async_wait(tcp::socket::wait_read, as_tuple(use_awaitable));
   }
 
-  awaitable<void> reviews(tcp::socket& socket) {
+  // The upstream call runs within the request's deadline (`ctx`).
+  awaitable<void> reviews(tcp::socket& socket, const bulwark::Context& ctx) {
     using bulwark::Reasons;
     auto& guards = reviews_.extra();
     auto call_reviews = bulwark::asio::pipeline(
@@ -325,8 +357,6 @@ class Service {
                           Reasons::all().except(Reasons::breaker())),
         bulwark::breaker(reviews_.breaker()), bulwark::asio::bulkhead(guards.pool),
         bulwark::retry(guards.retry), bulwark::timeout(300ms));
-    const bulwark::Context ctx(bulwark::SteadyClock{}, {},
-                               bulwark::Deadline::after(bulwark::SteadyClock{}, 1s));
     const std::uint16_t port = upstream_.port();
     auto page = co_await call_reviews(
         ctx,

@@ -403,7 +403,7 @@ ratio = 0.1
 min_retries_per_second = 5
 max_tokens = 20
 [config.full.fallback]
-on = ["breaker", "bulkhead_full", "timeout"]
+on = ["breaker", "bulkhead_full", "timeout", "throttled"]
 
 [config.constant]
 [config.constant.retry.backoff]
@@ -440,6 +440,8 @@ delay = "200ms"
   EXPECT_TRUE(c.fallback->contains(Reason::bulkhead_full));
   EXPECT_TRUE(c.fallback->contains(Reason::timeout));
   EXPECT_FALSE(c.fallback->contains(Reason::call_error));
+  EXPECT_TRUE(c.fallback->contains(Reason::throttled));  // the newer stages' reasons too
+  EXPECT_FALSE(c.fallback->contains(Reason::rate_limited));
 
   const ResilienceConfig& k = s.configurations[1];
   EXPECT_EQ(k.name, "constant") << "file order, not alphabetical";

@@ -773,7 +773,7 @@ constexpr Reason kAllReasons[] = {
     Reason::breaker_open,      Reason::breaker_half_open_full, Reason::breaker_forced_open,
     Reason::bulkhead_full,     Reason::deadline_exceeded,      Reason::cancelled,
     Reason::retries_exhausted, Reason::budget_exhausted,       Reason::timeout,
-    Reason::call_error};
+    Reason::call_error,        Reason::rate_limited,           Reason::throttled};
 
 // `on` is a set written as a list: every entry must add something. An empty list would
 // make a fallback that answers nothing, and an entry given twice (or inside a group given
