@@ -11,6 +11,10 @@
 #include "bulwark/config/config.h"
 #include "bulwark/registry.h"
 
+#ifdef BULWARK_TEST_HTTP
+#include "bulwark/config/http.h"
+#endif
+
 namespace {
 
 using namespace std::chrono_literals;
@@ -221,5 +225,31 @@ TEST(ServiceConfig, ARegistryIsBuiltFromItsNamedPolicy) {
   auto h = hosts.get("a.example");
   EXPECT_EQ(h->config().window.size, 50u);
 }
+
+#ifdef BULWARK_TEST_HTTP
+// An HTTP client's hosts get a pipeline's parts from the file, and a reload reaches
+// their live breakers.
+TEST(ServiceConfig, AnHttpClientTakesAPipelineAndItsReload) {
+  const std::string path = write("http.toml", kFile);
+  bulwark::config::Config cfg = bulwark::config::load_file(path, {});
+  const bulwark::http::Config c = bulwark::config::http_client(cfg, "reviews");
+  EXPECT_EQ(c.bulkhead.max_concurrent, 20u);
+  EXPECT_EQ(c.retry.max_attempts, 3u);
+  EXPECT_DOUBLE_EQ(c.budget.ratio, 0.2);
+  EXPECT_EQ(c.attempt_timeout, 800ms);
+  bulwark::http::Client client(c);
+  const auto breaker = client.breaker_for("http://reviews.example/");
+  ASSERT_NE(breaker.get_if<bulwark::CountWindowBreaker>(), nullptr);
+  EXPECT_EQ(breaker.get_if<bulwark::CountWindowBreaker>()->config().failure_rate, 0.3);
+
+  std::string next = kFile;
+  next.replace(next.find("failure_rate = 0.3"), 18, "failure_rate = 0.4");
+  write("http.toml", next);
+  ASSERT_FALSE(cfg.reload().has_value());
+  bulwark::config::reconfigure(client, cfg, "reviews");
+  EXPECT_EQ(breaker.get_if<bulwark::CountWindowBreaker>()->config().failure_rate, 0.4);
+  EXPECT_THROW((void)bulwark::config::http_client(cfg, "nosuch"), ConfigError);
+}
+#endif
 
 }  // namespace
