@@ -10,7 +10,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev librapidcheck-dev
   # integrations and the command-line lab
   libcli11-dev libtomlplusplus-dev nlohmann-json3-dev libcpp-httplib-dev libfmt-dev libasio-dev
-  libhiredis-dev redis-server libcurl4-openssl-dev prometheus-cpp-dev
+  libhiredis-dev redis-server redis-tools libcurl4-openssl-dev prometheus-cpp-dev
   # the Prometheus exposition is checked by the real tools
   prometheus python3 python3-prometheus-client
   # the .deb (packaging_deb): CPack's DEB generator reads ELF files with `file` and
