@@ -1705,9 +1705,10 @@ std::optional<std::chrono::milliseconds> millis(Reader& r, std::string_view key)
 
 bool valid_instance_id(std::string_view id) {
   if (id.empty() || id.size() > 64) return false;
+  // ASCII only, whatever the locale (as the redis library checks it).
   return std::all_of(id.begin(), id.end(), [](char c) {
-    return std::isalnum(static_cast<unsigned char>(c)) != 0 || c == '.' || c == '_' || c == ':' ||
-           c == '-';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
   });
 }
 
