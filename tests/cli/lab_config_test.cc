@@ -607,7 +607,8 @@ TEST(Docs, EveryTomlExampleInConfigurationMdLoads) {
         const bool breaker_file = block.find("[breaker]") != std::string::npos &&
                                   block.find("[config.") == std::string::npos;
         const bool policies_file = block.find("[breaker.") != std::string::npos ||
-                                   block.find("[pipeline.") != std::string::npos;
+                                   block.find("[pipeline.") != std::string::npos ||
+                                   block.find("[fleet.") != std::string::npos;
         if (policies_file) {
           (void)bulwark::config::parse(block, name);
         } else if (breaker_file) {

@@ -72,7 +72,9 @@ if(MODE STREQUAL "install")
     list(APPEND expected lib/cmake/bulwark/bulwark-${c}-targets.cmake lib/pkgconfig/bulwark-${pc}.pc)
   endforeach()
   if(config IN_LIST COMPONENTS)
-    list(APPEND expected lib/libbulwark_config.a include/bulwark/lab/config.h)
+    list(APPEND expected lib/libbulwark_config.a include/bulwark/lab/config.h
+         include/bulwark/config/config.h include/bulwark/config/http.h
+         include/bulwark/config/redis.h)
   endif()
   foreach(f IN LISTS expected)
     if(NOT EXISTS ${PREFIX}/${f})

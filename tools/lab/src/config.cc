@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -1567,8 +1568,20 @@ std::string describe(const Latency& l) {
 namespace bulwark::lab {
 namespace {
 
-constexpr std::string_view kSections[] = {"breaker", "retry",    "retry_budget", "bulkhead",
-                                          "timeout", "fallback", "pipeline",     "registry"};
+constexpr std::string_view kSections[] = {"breaker",  "retry",    "retry_budget",
+                                          "bulkhead", "timeout",  "fallback",
+                                          "pipeline", "registry", "fleet"};
+
+// A fleet's keys whose environment value is text as it is, never TOML: a secret or a
+// pod's name that happens to read as a number, a boolean or a quoted string arrives
+// unchanged (the key path below the fleet's name).
+bool verbatim_text(const std::vector<std::string>& path) {
+  if (path.size() < 3 || path[0] != "fleet") return false;
+  if (path.size() == 3) return path[2] == "instance";
+  return path.size() == 4 && path[2] == "store" &&
+         (path[3] == "host" || path[3] == "username" || path[3] == "password" ||
+          path[3] == "prefix");
+}
 
 // A policy name as an environment variable spells it: lower case, '-' as '_'.
 std::string env_form(std::string_view s) {
@@ -1620,11 +1633,9 @@ void apply_environment(toml::table& doc, const config::Environment& env) {
       if (!n->is_table()) fail(path[i] + " is not a table in the file");
       table = n->as_table();
     }
-    // The value: TOML if it parses as one, else a string.
-    toml::table parsed;
-    try {
-      parsed = toml::parse("v = " + value, std::string_view(source));
-    } catch (const toml::parse_error&) {
+    // The value: TOML if it parses as one (unless the key takes text only), else a
+    // string, parsed from a TOML string so that its errors name the variable too.
+    const auto as_text = [&] {
       std::string quoted = "\"";
       for (const char c : value) {
         if (c == '"' || c == '\\') {
@@ -1638,9 +1649,20 @@ void apply_environment(toml::table& doc, const config::Environment& env) {
         }
       }
       try {
-        parsed = toml::parse("v = " + quoted + "\"", std::string_view(source));
+        return toml::parse("v = " + quoted + "\"", std::string_view(source));
       } catch (const toml::parse_error&) {
         fail("is neither a TOML value nor text (it is not valid UTF-8)");
+      }
+      return toml::table{};
+    };
+    toml::table parsed;
+    if (verbatim_text(path)) {
+      parsed = as_text();
+    } else {
+      try {
+        parsed = toml::parse("v = " + value, std::string_view(source));
+      } catch (const toml::parse_error&) {
+        parsed = as_text();
       }
     }
     parsed.get("v")->visit([&](auto&& v) { table->insert_or_assign(path.back(), std::move(v)); });
@@ -1661,6 +1683,167 @@ const typename Map::mapped_type* named(Reader& r, std::string_view key, const Ma
                     (names.empty() ? std::string() : " (there are " + names + ")"));
   }
   return &it->second;
+}
+
+// ---- [fleet.NAME]: bulwark::redis's FleetConfig, RedisConfig and ClusterConfig ------
+//
+// The config library does not link bulwark::redis, so the checks the redis library makes
+// when a Fleet or a store is built are made here too, with the same bounds, to name the
+// key and its line; the redis library checks again when bulwark/config/redis.h hands
+// the values over.
+
+// The redis library keeps its times in milliseconds: a finer duration is refused rather
+// than rounded (a "500us" timeout would otherwise become zero).
+std::optional<std::chrono::milliseconds> millis(Reader& r, std::string_view key) {
+  const auto d = r.duration(key);
+  if (!d) return std::nullopt;
+  if (d->count() % 1000000 != 0) {
+    r.fail(key, "must be a whole number of milliseconds (got " + format_duration(*d) + ")");
+  }
+  return std::chrono::duration_cast<std::chrono::milliseconds>(*d);
+}
+
+bool valid_instance_id(std::string_view id) {
+  if (id.empty() || id.size() > 64) return false;
+  // ASCII only, whatever the locale (as the redis library checks it).
+  return std::all_of(id.begin(), id.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
+           c == '_' || c == ':' || c == '-';
+  });
+}
+
+// "host:port", the port 1..65535 (RedisClusterStore's seeds).
+bool host_and_port(std::string_view a) {
+  const auto colon = a.rfind(':');
+  if (colon == std::string_view::npos || colon == 0 || colon + 1 == a.size()) return false;
+  const std::string_view p = a.substr(colon + 1);
+  if (p.size() > 5 || !std::all_of(p.begin(), p.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    return false;
+  const int port = std::stoi(std::string(p));
+  return port >= 1 && port <= 65535;
+}
+
+constexpr std::size_t kMaxSecretBytes = 1024;
+constexpr std::uint32_t kMaxSeeds = 1000;
+// The Fleet reserves its queue up front: bounded so that no file can ask for gigabytes.
+constexpr std::uint32_t kMaxFleetQueue = 1000000;
+
+// BULWARK__FLEET__<NAME>__<KEY>, as a deployment would write it.
+std::string fleet_variable(const std::string& name, std::string_view key) {
+  std::string v = "BULWARK__FLEET__" + env_form(name) + "__" + std::string(key);
+  for (char& c : v) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return v;
+}
+
+config::FleetStoreSettings read_fleet_store(Reader& r, const std::string& name) {
+  config::FleetStoreSettings s;
+  if (auto v = r.string("host", 255)) s.host = *v;
+  if (auto v = r.unsigned_integer("port", 65535)) s.port = static_cast<int>(*v);
+  if (auto v = r.string("username", kMaxSecretBytes)) s.username = *v;
+  if (auto v = r.string("password", kMaxSecretBytes)) s.password = *v;
+  if (auto v = r.string("prefix")) s.prefix = *v;
+  if (auto v = millis(r, "retention")) s.retention = *v;
+  if (auto v = millis(r, "idle_ttl")) s.idle_ttl = *v;
+  if (auto v = millis(r, "timeout")) s.timeout = *v;
+  if (auto v = millis(r, "reconnect_min")) s.reconnect_min = *v;
+  if (auto v = millis(r, "reconnect_max")) s.reconnect_max = *v;
+  if (auto v = r.boolean("cluster")) s.cluster = *v;
+  if (const toml::array* seeds = r.array("seeds")) {
+    if (seeds->size() > kMaxSeeds) {
+      r.fail("seeds", "must have at most " + std::to_string(kMaxSeeds) + " entries (got " +
+                          std::to_string(seeds->size()) + ")");
+    }
+    for (const toml::node& n : *seeds) {
+      const auto bad = [&](std::string message) {
+        throw InputError(r.where(n), r.key_path("seeds"), std::move(message));
+      };
+      if (!n.is_string()) bad("expected \"host:port\" strings, got " + type_name(n));
+      const std::string& seed = n.as_string()->get();
+      if (!host_and_port(seed)) bad(in_quotes(seed) + " is not host:port (a port 1..65535)");
+      s.seeds.push_back(seed);
+    }
+  }
+  if (auto v = r.count("groups", std::numeric_limits<std::uint32_t>::max())) s.groups = *v;
+  r.finish();
+  // As RedisFleetStore's and RedisClusterStore's constructors check them.
+  if (s.host.empty()) r.fail("host", "must not be empty");
+  if (s.port == 0) r.fail("port", "must be in 1..65535, got 0");
+  if (s.prefix.empty()) r.fail("prefix", "must not be empty");
+  for (const char c : s.prefix) {
+    if (static_cast<unsigned char>(c) <= 0x20 || c == 0x7f)
+      r.fail("prefix", "must not contain spaces or control characters");
+  }
+  const auto open = s.prefix.find('{');
+  const auto close = open == std::string::npos ? open : s.prefix.find('}', open + 1);
+  if (close == std::string::npos) {
+    r.fail("prefix",
+           "must contain a hash tag {...} (" + in_quotes(s.prefix) +
+               " has none), so that all of the fleet's keys share one Redis Cluster slot");
+  }
+  if (close == open + 1) {
+    r.fail("prefix", "has an empty hash tag {} (" + in_quotes(s.prefix) +
+                         "): Redis Cluster would hash each whole key, scattering the fleet's "
+                         "keys over slots");
+  }
+  if (s.timeout <= std::chrono::milliseconds::zero()) r.fail("timeout", "must be positive");
+  if (s.reconnect_min <= std::chrono::milliseconds::zero())
+    r.fail("reconnect_min", "must be positive");
+  if (s.retention <= std::chrono::milliseconds::zero()) r.fail("retention", "must be positive");
+  if (s.idle_ttl < s.retention) {
+    r.fail("idle_ttl", "must be at least retention (" + format_duration(s.retention) + ")");
+  }
+  if (s.reconnect_max < s.reconnect_min) {
+    r.fail("reconnect_max",
+           "must be at least reconnect_min (" + format_duration(s.reconnect_min) + ")");
+  }
+  if (s.password.empty() && !s.username.empty()) r.fail("password", "must be set when username is");
+  if (s.groups < 1 || s.groups > 1000) {
+    r.fail("groups", "must be in 1..1000, got " + std::to_string(s.groups));
+  }
+  // A secret written in the file is in every copy of it (the repository, the image):
+  // said once, at load, without its value.
+  if (const toml::node* n = r.get("password");
+      n != nullptr && r.where(*n).file == *r.file() && !s.password.empty()) {
+    r.warn("password", "a password in the file: set it from the environment instead (" +
+                           fleet_variable(name, "store__password") + ", e.g. from a secret)");
+  }
+  return s;
+}
+
+config::FleetSettings read_fleet_settings(Reader& r, const std::string& name) {
+  config::FleetSettings f;
+  f.name = name;
+  const auto instance = r.string("instance", 64);
+  if (auto v = r.count("quorum", std::numeric_limits<std::uint32_t>::max())) f.quorum = *v;
+  if (auto v = millis(r, "quorum_window")) f.quorum_window = *v;
+  if (auto v = millis(r, "sync_interval")) f.sync_interval = *v;
+  if (auto v = millis(r, "lease_duration")) f.lease_duration = *v;
+  if (auto v = r.count("queue_capacity", kMaxFleetQueue)) f.queue_capacity = *v;
+  if (auto v = r.count("max_changes_per_sync", 100000)) f.max_changes_per_sync = *v;
+  if (auto v = millis(r, "count_bucket")) f.count_bucket = *v;
+  if (auto v = r.count("count_buckets", 1000)) f.count_buckets = *v;
+  if (auto store = r.table("store")) f.store = read_fleet_store(*store, name);
+  r.finish();
+  // As the Fleet's constructor checks them.
+  if (!instance) {
+    r.fail_here("missing required key \"instance\" in " + r.table_name() +
+                " (this instance's id in the fleet; usually set per instance: " +
+                fleet_variable(name, "instance") + ")");
+  }
+  f.instance = *instance;
+  if (!valid_instance_id(f.instance)) {
+    r.fail("instance",
+           "must be 1-64 characters from [A-Za-z0-9._:-] (got " + in_quotes(f.instance) + ")");
+  }
+  if (f.quorum == 0) r.fail("quorum", "must be at least 1");
+  if (f.quorum_window <= std::chrono::milliseconds::zero())
+    r.fail("quorum_window", "must be positive");
+  if (f.sync_interval <= std::chrono::milliseconds::zero())
+    r.fail("sync_interval", "must be positive");
+  if (f.queue_capacity == 0) r.fail("queue_capacity", "must be at least 1");
+  if (f.max_changes_per_sync == 0) r.fail("max_changes_per_sync", "must be in 1..100000, got 0");
+  if (f.count_buckets == 0) r.fail("count_buckets", "must be in 1..1000, got 0");
+  return f;
 }
 
 config::Policies read_policies(Reader& root) {
@@ -1764,9 +1947,13 @@ config::Policies read_policies(Reader& root) {
     reg.policy = *policy;
     p.registries.emplace(name, std::move(reg));
   });
+  each("fleet", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.fleets.emplace(name, read_fleet_settings(*r, name));
+  });
   root.finish(
       "a configuration file has the sections breaker, retry, retry_budget, bulkhead, "
-      "timeout, fallback, pipeline and registry");
+      "timeout, fallback, pipeline, registry and fleet");
   return p;
 }
 
@@ -1856,6 +2043,9 @@ lab::ResilienceConfig Config::pipeline(std::string_view name) const {
 }
 RegistrySpec Config::registry(std::string_view name) const {
   return find(&Policies::registries, "registry", name);
+}
+FleetSettings Config::fleet(std::string_view name) const {
+  return find(&Policies::fleets, "fleet", name);
 }
 
 std::optional<ConfigError> Config::reload() {

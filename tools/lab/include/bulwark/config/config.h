@@ -21,16 +21,22 @@
 //
 // Sections: breaker, retry, retry_budget, bulkhead, timeout (name = duration), fallback,
 // pipeline (parts by name: breaker, retry, retry_budget, bulkhead, timeout, fallback;
-// breaker_scope) and registry (kind of breaker + `policy`, the name of its breakers'
-// default policy). Each policy's `name` defaults to its table's name.
+// breaker_scope), registry (kind of breaker + `policy`, the name of its breakers'
+// default policy) and fleet (a bulwark::redis::Fleet's settings and, in
+// [fleet.NAME.store], its Redis store's: FleetSettings below; bulwark/config/redis.h
+// turns them into the redis library's types). Each policy's `name` defaults to its
+// table's name.
 //
 // Environment variables override single keys after the file is read and before
 // anything is checked: BULWARK__<SECTION>__<NAME>__<KEY>[__<KEY>...], the path's parts
 // separated by two underscores and matched case-insensitively (a '-' in a policy's
 // name matches '_'): BULWARK__BREAKER__REVIEWS__HALF_OPEN__PROBES=3,
 // BULWARK__TIMEOUT__REVIEWS=2s. The value is a TOML value (3, 0.3, true, "400ms");
-// anything that is not one is taken as a string (400ms). The section and the policy
-// must be in the file. A bad value is an error naming the variable.
+// anything that is not one is taken as a string (400ms). A fleet's text keys (instance,
+// store.host, store.username, store.password, store.prefix) take the value verbatim,
+// never as TOML: BULWARK__FLEET__CHECKOUT__STORE__PASSWORD from a secret arrives as it
+// is. The section and the policy must be in the file. A bad value is an error naming
+// the variable.
 //
 // Every failure is a ConfigError (bulwark::lab::InputError) naming the file (or the
 // environment variable), the line and column, the key, and for an unknown key the
@@ -43,6 +49,9 @@
 #ifndef BULWARK_CONFIG_CONFIG_H_
 #define BULWARK_CONFIG_CONFIG_H_
 
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -72,6 +81,44 @@ struct RegistrySpec {
   lab::BreakerSpec policy;
 };
 
+// [fleet.NAME.store]: a Redis store's settings, by the field names of
+// bulwark::redis::RedisConfig (host ... reconnect_max) and ClusterConfig (cluster, seeds,
+// groups), checked as those stores check them. Plain types: this library does not
+// depend on bulwark::redis (bulwark/config/redis.h converts). One difference from
+// ClusterConfig: `cluster` is false unless the file says otherwise (one server).
+struct FleetStoreSettings {
+  std::string host = "127.0.0.1";
+  int port = 6379;
+  std::string username{};
+  std::string password{};  // set it from the environment, not in the file
+  std::string prefix = "{bulwark}:fleet:";
+  std::chrono::milliseconds retention = std::chrono::hours(1);
+  std::chrono::milliseconds idle_ttl = std::chrono::hours(24);
+  std::chrono::milliseconds timeout = std::chrono::milliseconds(500);
+  std::chrono::milliseconds reconnect_min = std::chrono::milliseconds(100);
+  std::chrono::milliseconds reconnect_max = std::chrono::seconds(5);
+  bool cluster = false;
+  std::vector<std::string> seeds{};  // "host:port" each
+  std::uint32_t groups = 1;
+};
+
+// [fleet.NAME]: a bulwark::redis::Fleet's settings, by FleetConfig's field names
+// (defaults as there), and its store's. Not the lab's scenario [fleet] table
+// (bulwark::lab::FleetSpec), which describes a simulated fleet.
+struct FleetSettings {
+  std::string name;      // the table's name
+  std::string instance;  // required; usually per instance: BULWARK__FLEET__NAME__INSTANCE
+  std::uint32_t quorum = 1;
+  std::chrono::milliseconds quorum_window = std::chrono::seconds(10);
+  std::chrono::milliseconds sync_interval = std::chrono::milliseconds(200);
+  std::chrono::milliseconds lease_duration = std::chrono::milliseconds::zero();
+  std::size_t queue_capacity = 4096;
+  std::uint32_t max_changes_per_sync = 1000;
+  std::chrono::milliseconds count_bucket = std::chrono::milliseconds::zero();
+  std::uint32_t count_buckets = 6;
+  FleetStoreSettings store{};  // the defaults when the file has no [fleet.NAME.store]
+};
+
 // Everything one version of the file holds, checked.
 struct Policies {
   std::string source;
@@ -83,6 +130,7 @@ struct Policies {
   std::map<std::string, Reasons, std::less<>> fallbacks;
   std::map<std::string, lab::ResilienceConfig, std::less<>> pipelines;
   std::map<std::string, RegistrySpec, std::less<>> registries;
+  std::map<std::string, FleetSettings, std::less<>> fleets;
   std::vector<ConfigError> warnings;
 };
 
@@ -114,6 +162,8 @@ class Config {
   // The pipeline with its named parts resolved.
   lab::ResilienceConfig pipeline(std::string_view name) const;
   RegistrySpec registry(std::string_view name) const;
+  // A fleet's settings and its store's (the password included: do not log it).
+  FleetSettings fleet(std::string_view name) const;
 
   // The current version, whole.
   std::shared_ptr<const Policies> policies() const;
@@ -125,7 +175,8 @@ class Config {
   // nothing changes and the result is the error. Runs on the caller's thread; no
   // thread of the library's. Live breakers and registries are not changed by this:
   // the application hands them the new values (BreakerPolicy::reconfigure,
-  // BasicRegistry::reconfigure; docs/configuration.md, "Reload").
+  // BasicRegistry::reconfigure; docs/configuration.md, "Reload"). A live Fleet and its
+  // store keep their settings: a fleet's new ones take effect in the next Fleet built.
   std::optional<ConfigError> reload();
 
  private:
