@@ -608,7 +608,8 @@ TEST(Docs, EveryTomlExampleInConfigurationMdLoads) {
                                   block.find("[config.") == std::string::npos;
         const bool policies_file = block.find("[breaker.") != std::string::npos ||
                                    block.find("[pipeline.") != std::string::npos ||
-                                   block.find("[fleet.") != std::string::npos;
+                                   block.find("[fleet.") != std::string::npos ||
+                                   block.find("[http_client.") != std::string::npos;
         if (policies_file) {
           (void)bulwark::config::parse(block, name);
         } else if (breaker_file) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/config/config.h"
@@ -224,6 +225,151 @@ TEST(ServiceConfig, ARegistryIsBuiltFromItsNamedPolicy) {
   bulwark::BasicRegistry<std::string, bulwark::CountWindowBreaker> hosts(std::move(options));
   auto h = hosts.get("a.example");
   EXPECT_EQ(h->config().window.size, 50u);
+}
+
+// [http_client.NAME]: an HTTP client's own settings, checked at load; every key is
+// carried by the bridge into http::Config (service_http_config_test).
+const std::string kClients = kFile + R"(
+[http_client.reviews]
+key_by = "route"
+
+[http_client.front]
+name = "front-door"
+pipeline = "reviews"
+
+[http_client.catalog]
+key_by = "host"
+default_timeout = "2s"
+attempt_timeout = "500ms"
+connect_timeout = "300ms"
+detailed_metrics = true
+max_retry_after = "30s"
+max_body_bytes = 1048576
+max_header_bytes = 4096
+max_redirects = 3
+origin_headers = ["X-Api-Key", "X-Tenant"]
+deadline_header = "Grpc-Timeout"
+deadline_header_format = "milliseconds"
+idempotency_header = "X-Request-Id"
+make_idempotency_keys = true
+max_idle_handles = 4
+user_agent = "catalog/2.1"
+)";
+
+TEST(ServiceConfig, AnHttpClientTableHoldsTheClientsSettings) {
+  const bulwark::config::Config cfg("svc.toml", parse(kClients), {});
+  const auto reviews = cfg.http_client("reviews");
+  EXPECT_EQ(reviews.name, "reviews");
+  EXPECT_EQ(reviews.pipeline, "reviews");  // a pipeline of the client's own name
+  EXPECT_EQ(reviews.key_by, bulwark::config::HttpKeyBy::route);
+  EXPECT_FALSE(reviews.default_timeout);  // unset: http::Config's default
+  const auto front = cfg.http_client("front");
+  EXPECT_EQ(front.name, "front-door");
+  EXPECT_EQ(front.pipeline, "reviews");
+  const auto c = cfg.http_client("catalog");
+  EXPECT_EQ(c.pipeline, "");  // no [pipeline.catalog]: none
+  EXPECT_EQ(c.key_by, bulwark::config::HttpKeyBy::host);
+  EXPECT_EQ(c.default_timeout, 2s);
+  EXPECT_EQ(c.attempt_timeout, 500ms);
+  EXPECT_EQ(c.connect_timeout, 300ms);
+  EXPECT_EQ(c.detailed_metrics, true);
+  EXPECT_EQ(c.max_retry_after, 30s);
+  EXPECT_EQ(c.max_body_bytes, 1048576u);
+  EXPECT_EQ(c.max_header_bytes, 4096u);
+  EXPECT_EQ(c.max_redirects, 3u);
+  EXPECT_EQ(c.origin_headers, (std::vector<std::string>{"X-Api-Key", "X-Tenant"}));
+  EXPECT_EQ(c.deadline_header, "Grpc-Timeout");
+  EXPECT_EQ(c.deadline_header_format, bulwark::DeadlineHeaderFormat::milliseconds);
+  EXPECT_EQ(c.idempotency_header, "X-Request-Id");
+  EXPECT_EQ(c.make_idempotency_keys, true);
+  EXPECT_EQ(c.max_idle_handles, 4u);
+  EXPECT_EQ(c.user_agent, "catalog/2.1");
+  try {
+    (void)cfg.http_client("search");
+    ADD_FAILURE();
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.field(), "http_client.search");
+    EXPECT_NE(e.message().find("there are \"catalog\", \"front\", \"reviews\""), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(ServiceConfig, AnHttpClientsBadValuesAreErrorsAtTheirKey) {
+  const auto bad = [](const std::string& body, const std::string& where, const std::string& key,
+                      const std::string& says) {
+    expect_error("[http_client.a]\n" + body, {}, where, "http_client.a." + key, says);
+  };
+  bad("key_by = \"path\"\n", "svc.toml:2:10", "key_by",
+      "must be one of \"host\", \"route\" (got \"path\")");
+  bad("default_timeout = \"0s\"\n", "svc.toml:2:19", "default_timeout", "must be positive");
+  bad("connect_timeout = 2\n", "svc.toml:2:19", "connect_timeout", "a bare number has no unit");
+  bad("conect_timeout = \"1s\"\n", "svc.toml:2:1", "conect_timeout",
+      "did you mean \"connect_timeout\"?");
+  bad("max_header_bytes = 100\n", "svc.toml:2:20", "max_header_bytes", "must be at least 256");
+  bad("max_body_bytes = 2147483648\n", "svc.toml:2:18", "max_body_bytes",
+      "must be at most 1073741824");
+  bad("max_body_bytes = 0\n", "svc.toml:2:18", "max_body_bytes", "must be positive");
+  bad("max_redirects = 51\n", "svc.toml:2:17", "max_redirects", "must be at most 50");
+  bad("max_idle_handles = -1\n", "svc.toml:2:20", "max_idle_handles", "must not be negative");
+  bad("deadline_header = \"X Timeout\"\n", "svc.toml:2:19", "deadline_header",
+      "must be a header name or empty");
+  bad("deadline_header_format = \"grpc\"\n", "svc.toml:2:26", "deadline_header_format",
+      "must be one of \"grpc_timeout\", \"milliseconds\"");
+  bad("idempotency_header = \"\"\n", "svc.toml:2:22", "idempotency_header",
+      "must be a header name");
+  bad("origin_headers = [\"X-Api-Key\", 3]\n", "svc.toml:2:32", "origin_headers",
+      "expected header names (strings), got the integer 3");
+  bad("user_agent = \"a\\nb\"\n", "svc.toml:2:14", "user_agent",
+      "must not contain control characters");
+  bad("name = \"\"\n", "svc.toml:2:8", "name", "must not be empty");
+  bad("pipeline = \"\"\n", "svc.toml:2:12", "pipeline", "must not be empty");
+  // The pipeline must be in the file: the nearest name is suggested.
+  expect_error("[pipeline.reviews]\n[http_client.a]\npipeline = \"review\"\n", {}, "svc.toml:3:12",
+               "http_client.a.pipeline",
+               "no [pipeline.review] in the file (did you mean \"reviews\"?)");
+  expect_error("[pipeline.search]\n[http_client.a]\npipeline = \"reviews\"\n", {}, "svc.toml:3:12",
+               "http_client.a.pipeline",
+               "no [pipeline.reviews] in the file (there are \"search\")");
+  // One field in one place: a pipeline's timeout is the client's attempt_timeout.
+  expect_error(
+      "[timeout]\nt = \"1s\"\n[pipeline.a]\ntimeout = \"t\"\n[http_client.a]\n"
+      "attempt_timeout = \"500ms\"\n",
+      {}, "svc.toml:6:19", "http_client.a.attempt_timeout", "is set by [pipeline.a] too");
+}
+
+TEST(ServiceConfig, AnHttpClientsKeysTakeEnvironmentOverrides) {
+  const auto p = parse(kClients, {{"BULWARK__HTTP_CLIENT__REVIEWS__KEY_BY", "host"},
+                                  {"BULWARK__HTTP_CLIENT__CATALOG__DEFAULT_TIMEOUT", "3s"},
+                                  {"BULWARK__HTTP_CLIENT__CATALOG__ORIGIN_HEADERS", "[\"X-Key\"]"},
+                                  {"BULWARK__HTTP_CLIENT__FRONT__USER_AGENT", "front/1"}});
+  EXPECT_EQ(p.http_clients.at("reviews").key_by, bulwark::config::HttpKeyBy::host);
+  EXPECT_EQ(p.http_clients.at("catalog").default_timeout, 3s);
+  EXPECT_EQ(p.http_clients.at("catalog").origin_headers, std::vector<std::string>{"X-Key"});
+  EXPECT_EQ(p.http_clients.at("front").user_agent, "front/1");
+  const std::string var = "BULWARK__HTTP_CLIENT__CATALOG__CONNECT_TIMEOUT";
+  expect_error(kClients, {{var, "0s"}}, "environment variable " + var + ":1:5",
+               "http_client.catalog.connect_timeout", "must be positive");
+  expect_error(kClients, {{"BULWARK__HTTP_CLIENT__FRONT__PIPELINE", "nosuch"}},
+               "environment variable BULWARK__HTTP_CLIENT__FRONT__PIPELINE:1:5",
+               "http_client.front.pipeline", "no [pipeline.nosuch] in the file");
+}
+
+TEST(ServiceConfig, ReloadRereadsAnHttpClientAndKeepsItOnABadValue) {
+  const std::string path = write("http_client.toml", kClients);
+  bulwark::config::Config cfg = bulwark::config::load_file(path, {});
+  EXPECT_EQ(cfg.http_client("catalog").max_redirects, 3u);
+  std::string next = kClients;
+  next.replace(next.find("max_redirects = 3"), 17, "max_redirects = 5");
+  write("http_client.toml", next);
+  ASSERT_FALSE(cfg.reload().has_value());
+  EXPECT_EQ(cfg.http_client("catalog").max_redirects, 5u);
+
+  next.replace(next.find("max_redirects = 5"), 17, "max_redirects = 500");
+  write("http_client.toml", next);
+  const auto error = cfg.reload();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_EQ(error->field(), "http_client.catalog.max_redirects");
+  EXPECT_EQ(cfg.http_client("catalog").max_redirects, 5u);
 }
 
 #ifdef BULWARK_TEST_HTTP

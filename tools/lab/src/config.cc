@@ -1568,9 +1568,9 @@ std::string describe(const Latency& l) {
 namespace bulwark::lab {
 namespace {
 
-constexpr std::string_view kSections[] = {"breaker",  "retry",    "retry_budget",
-                                          "bulkhead", "timeout",  "fallback",
-                                          "pipeline", "registry", "fleet"};
+constexpr std::string_view kSections[] = {"breaker", "retry",      "retry_budget", "bulkhead",
+                                          "timeout", "fallback",   "pipeline",     "registry",
+                                          "fleet",   "http_client"};
 
 // A fleet's keys whose environment value is text as it is, never TOML: a secret or a
 // pod's name that happens to read as a number, a boolean or a quoted string arrives
@@ -1846,6 +1846,134 @@ config::FleetSettings read_fleet_settings(Reader& r, const std::string& name) {
   return f;
 }
 
+// ---- [http_client.NAME]: bulwark::http::Config's client-level fields --------------
+//
+// The config library does not link bulwark::http: the client's own checks are made here
+// too, with its bounds (and bounds of our own on sizes), to name the key and its line;
+// the client checks again when bulwark/config/http.h hands the values over.
+
+constexpr std::size_t kMaxHttpBodyBytes = std::size_t{1} << 30;    // 1 GiB
+constexpr std::size_t kMaxHttpHeaderBytes = std::size_t{1} << 20;  // 1 MiB
+constexpr std::uint32_t kMaxHttpRedirects = 50;                    // as the client bounds it
+constexpr std::size_t kMaxIdleHandles = 1024;
+constexpr std::size_t kMaxOriginHeaders = 100;
+constexpr std::size_t kMaxUserAgentBytes = 1024;
+
+// An HTTP header name (RFC 9110's token), in ASCII whatever the locale.
+bool header_token(std::string_view s) {
+  if (s.empty()) return false;
+  return std::all_of(s.begin(), s.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+           std::string_view("!#$%&'*+-.^_`|~").find(c) != std::string_view::npos;
+  });
+}
+
+config::HttpClientSettings read_http_client(Reader& r, const std::string& name,
+                                            const config::Policies& p) {
+  config::HttpClientSettings c;
+  c.name = name;
+  if (auto v = r.string("name")) c.name = *v;
+  const auto pipeline = r.string("pipeline");
+  if (auto v = r.choice("key_by", {"host", "route"})) {
+    c.key_by = *v == "route" ? config::HttpKeyBy::route : config::HttpKeyBy::host;
+  }
+  c.default_timeout = r.duration("default_timeout", kMaxCallDuration);
+  c.attempt_timeout = r.duration("attempt_timeout", kMaxCallDuration);
+  c.connect_timeout = r.duration("connect_timeout", kMaxCallDuration);
+  c.detailed_metrics = r.boolean("detailed_metrics");
+  c.max_retry_after = r.duration("max_retry_after", kMaxCallDuration);
+  c.max_body_bytes = r.unsigned_integer("max_body_bytes", kMaxHttpBodyBytes);
+  c.max_header_bytes = r.unsigned_integer("max_header_bytes", kMaxHttpHeaderBytes);
+  c.max_redirects = r.count("max_redirects", kMaxHttpRedirects);
+  if (const toml::array* headers = r.array("origin_headers")) {
+    if (headers->size() > kMaxOriginHeaders) {
+      r.fail("origin_headers", "must have at most " + std::to_string(kMaxOriginHeaders) +
+                                   " entries (got " + std::to_string(headers->size()) + ")");
+    }
+    c.origin_headers.emplace();
+    for (const toml::node& n : *headers) {
+      const auto bad = [&](std::string message) {
+        throw InputError(r.where(n), r.key_path("origin_headers"), std::move(message));
+      };
+      if (!n.is_string()) bad("expected header names (strings), got " + type_name(n));
+      const std::string& h = n.as_string()->get();
+      if (!header_token(h)) bad(in_quotes(h) + " is not a header name");
+      c.origin_headers->push_back(h);
+    }
+  }
+  c.deadline_header = r.string("deadline_header");
+  if (auto v = r.choice("deadline_header_format", {"grpc_timeout", "milliseconds"})) {
+    c.deadline_header_format = *v == "milliseconds" ? DeadlineHeaderFormat::milliseconds
+                                                    : DeadlineHeaderFormat::grpc_timeout;
+  }
+  c.idempotency_header = r.string("idempotency_header");
+  c.make_idempotency_keys = r.boolean("make_idempotency_keys");
+  c.max_idle_handles = r.unsigned_integer("max_idle_handles", kMaxIdleHandles);
+  c.user_agent = r.string("user_agent", kMaxUserAgentBytes);
+  r.finish();
+
+  // As the client's constructor checks them.
+  if (c.name.empty()) r.fail("name", "must not be empty");
+  if (c.default_timeout && *c.default_timeout <= Nanos::zero())
+    r.fail("default_timeout", "must be positive (got " + format_duration(*c.default_timeout) + ")");
+  if (c.connect_timeout && *c.connect_timeout <= Nanos::zero())
+    r.fail("connect_timeout", "must be positive (got " + format_duration(*c.connect_timeout) + ")");
+  if (c.max_body_bytes && *c.max_body_bytes == 0) r.fail("max_body_bytes", "must be positive");
+  if (c.max_header_bytes && *c.max_header_bytes < 256) {
+    r.fail("max_header_bytes",
+           "must be at least 256 (got " + std::to_string(*c.max_header_bytes) + ")");
+  }
+  if (c.deadline_header && !c.deadline_header->empty() && !header_token(*c.deadline_header)) {
+    r.fail("deadline_header",
+           "must be a header name or empty (got " + in_quotes(*c.deadline_header) + ")");
+  }
+  if (c.idempotency_header && !header_token(*c.idempotency_header)) {
+    r.fail("idempotency_header",
+           "must be a header name (got " + in_quotes(*c.idempotency_header) + ")");
+  }
+  if (c.user_agent) {
+    for (const char ch : *c.user_agent) {
+      if (static_cast<unsigned char>(ch) < 0x20 || ch == 0x7f)
+        r.fail("user_agent",
+               "must not contain control characters (a line break would end the "
+               "header)");
+    }
+  }
+
+  // The pipeline its keys get: named, or the client's own name's.
+  if (pipeline) {
+    if (pipeline->empty()) r.fail("pipeline", "must not be empty (a [pipeline.NAME]'s name)");
+    if (p.pipelines.find(*pipeline) == p.pipelines.end()) {
+      std::string message = "no [pipeline." + escape_for_error(*pipeline) + "] in the file";
+      std::string best, names;
+      std::size_t best_d = std::max<std::size_t>(1, pipeline->size() / 4) + 1;
+      for (const auto& [n, v] : p.pipelines) {
+        names += (names.empty() ? "" : ", ") + in_quotes(n);
+        const std::size_t d = edit_distance(*pipeline, n);
+        if (d < best_d) best_d = d, best = n;
+      }
+      if (!best.empty()) {
+        message += " (did you mean " + in_quotes(best) + "?)";
+      } else if (!names.empty()) {
+        message += " (there are " + names + ")";
+      } else {
+        message += " (it has no pipelines)";
+      }
+      r.fail("pipeline", std::move(message));
+    }
+    c.pipeline = *pipeline;
+  } else if (p.pipelines.find(name) != p.pipelines.end()) {
+    c.pipeline = name;
+  }
+  // One field, one place: the pipeline's timeout is the client's attempt_timeout.
+  if (c.attempt_timeout && !c.pipeline.empty() && p.pipelines.at(c.pipeline).timeout) {
+    r.fail("attempt_timeout", "is set by [pipeline." + escape_for_error(c.pipeline) +
+                                  "] too (its timeout is the per-attempt one): set it in one "
+                                  "place");
+  }
+  return c;
+}
+
 config::Policies read_policies(Reader& root) {
   config::Policies p;
   p.source = *root.file();
@@ -1951,9 +2079,13 @@ config::Policies read_policies(Reader& root) {
     auto r = t.table(name);
     p.fleets.emplace(name, read_fleet_settings(*r, name));
   });
+  each("http_client", [&](Reader& t, const std::string& name) {
+    auto r = t.table(name);
+    p.http_clients.emplace(name, read_http_client(*r, name, p));
+  });
   root.finish(
       "a configuration file has the sections breaker, retry, retry_budget, bulkhead, "
-      "timeout, fallback, pipeline, registry and fleet");
+      "timeout, fallback, pipeline, registry, fleet and http_client");
   return p;
 }
 
@@ -2046,6 +2178,9 @@ RegistrySpec Config::registry(std::string_view name) const {
 }
 FleetSettings Config::fleet(std::string_view name) const {
   return find(&Policies::fleets, "fleet", name);
+}
+HttpClientSettings Config::http_client(std::string_view name) const {
+  return find(&Policies::http_clients, "http_client", name);
 }
 
 std::optional<ConfigError> Config::reload() {

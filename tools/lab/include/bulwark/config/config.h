@@ -22,9 +22,11 @@
 // Sections: breaker, retry, retry_budget, bulkhead, timeout (name = duration), fallback,
 // pipeline (parts by name: breaker, retry, retry_budget, bulkhead, timeout, fallback;
 // breaker_scope), registry (kind of breaker + `policy`, the name of its breakers'
-// default policy) and fleet (a bulwark::redis::Fleet's settings and, in
+// default policy), fleet (a bulwark::redis::Fleet's settings and, in
 // [fleet.NAME.store], its Redis store's: FleetSettings below; bulwark/config/redis.h
-// turns them into the redis library's types). Each policy's `name` defaults to its
+// turns them into the redis library's types) and http_client (a bulwark::http client's
+// own settings and the pipeline its hosts get: HttpClientSettings below;
+// bulwark/config/http.h makes the http::Config). Each policy's `name` defaults to its
 // table's name.
 //
 // Environment variables override single keys after the file is read and before
@@ -62,6 +64,7 @@
 #include <variant>
 #include <vector>
 
+#include "bulwark/deadline_header.h"
 #include "bulwark/lab/config.h"
 #include "bulwark/lab/input_error.h"
 
@@ -119,6 +122,40 @@ struct FleetSettings {
   FleetStoreSettings store{};  // the defaults when the file has no [fleet.NAME.store]
 };
 
+// How an HTTP client keys its breakers and bulkheads: bulwark::http::KeyBy's values.
+enum class HttpKeyBy : std::uint8_t {
+  host,   // one per scheme://host:port
+  route,  // one per host and route template
+};
+
+// [http_client.NAME]: a bulwark::http client's own settings, by the field names of
+// bulwark::http::Config, checked at load with the bounds the client checks (and a few
+// of its own: sizes are bounded). Plain types: this library does not depend on
+// bulwark::http (bulwark/config/http.h converts). An unset field (nullopt) keeps
+// http::Config's default, or the base config's. The function-valued fields (classify,
+// fallback, key_generator) are code's.
+struct HttpClientSettings {
+  std::string name;      // http::Config::name: the table's name unless `name` says otherwise
+  std::string pipeline;  // the [pipeline.X] every key gets; empty: none. Default: the
+                         // table's name when the file has such a pipeline
+  std::optional<HttpKeyBy> key_by{};
+  std::optional<Nanos> default_timeout{};  // > 0
+  std::optional<Nanos> attempt_timeout{};  // >= 0 (zero: none); not with a pipeline's timeout
+  std::optional<Nanos> connect_timeout{};  // > 0
+  std::optional<bool> detailed_metrics{};
+  std::optional<Nanos> max_retry_after{};                    // >= 0
+  std::optional<std::size_t> max_body_bytes{};               // 1 .. 1 GiB
+  std::optional<std::size_t> max_header_bytes{};             // 256 .. 1 MiB
+  std::optional<std::uint32_t> max_redirects{};              // 0 .. 50
+  std::optional<std::vector<std::string>> origin_headers{};  // header names
+  std::optional<std::string> deadline_header{};              // a header name, or empty
+  std::optional<DeadlineHeaderFormat> deadline_header_format{};
+  std::optional<std::string> idempotency_header{};  // a header name
+  std::optional<bool> make_idempotency_keys{};
+  std::optional<std::size_t> max_idle_handles{};  // 0 .. 1024
+  std::optional<std::string> user_agent{};        // no control characters
+};
+
 // Everything one version of the file holds, checked.
 struct Policies {
   std::string source;
@@ -131,6 +168,7 @@ struct Policies {
   std::map<std::string, lab::ResilienceConfig, std::less<>> pipelines;
   std::map<std::string, RegistrySpec, std::less<>> registries;
   std::map<std::string, FleetSettings, std::less<>> fleets;
+  std::map<std::string, HttpClientSettings, std::less<>> http_clients;
   std::vector<ConfigError> warnings;
 };
 
@@ -164,6 +202,8 @@ class Config {
   RegistrySpec registry(std::string_view name) const;
   // A fleet's settings and its store's (the password included: do not log it).
   FleetSettings fleet(std::string_view name) const;
+  // An HTTP client's settings; its `pipeline` names a pipeline of the same version.
+  HttpClientSettings http_client(std::string_view name) const;
 
   // The current version, whole.
   std::shared_ptr<const Policies> policies() const;
