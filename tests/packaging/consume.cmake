@@ -66,7 +66,8 @@ if(MODE STREQUAL "install")
   set(expected bin/bulwark lib/libbulwark.a include/bulwark/version.h
       include/bulwark/circuit_breaker.h lib/cmake/bulwark/bulwarkConfig.cmake
       lib/cmake/bulwark/bulwarkConfigVersion.cmake lib/cmake/bulwark/bulwark-core-targets.cmake
-      lib/pkgconfig/bulwark.pc)
+      lib/pkgconfig/bulwark.pc share/bulwark/examples/make_reviews_trace.py
+      share/bulwark/examples/bulwark.rules.yml)
   foreach(c IN LISTS COMPONENTS)
     string(REPLACE "_" "-" pc ${c})  # prometheus_cpp: bulwark-prometheus-cpp.pc
     list(APPEND expected lib/cmake/bulwark/bulwark-${c}-targets.cmake lib/pkgconfig/bulwark-${pc}.pc)
@@ -210,7 +211,8 @@ elseif(MODE STREQUAL "deb")
   run("dpkg-deb -c" dpkg-deb -c ${deb})
   set(contents "${out}")
   foreach(f IN ITEMS ./usr/bin/bulwark ./usr/lib/libbulwark.a ./usr/include/bulwark/version.h
-                     ./usr/lib/cmake/bulwark/bulwarkConfig.cmake ./usr/lib/pkgconfig/bulwark.pc)
+                     ./usr/lib/cmake/bulwark/bulwarkConfig.cmake ./usr/lib/pkgconfig/bulwark.pc
+                     ./usr/share/bulwark/examples/make_reviews_trace.py)
     expect_contains("dpkg-deb -c" "${contents}" "${f}")
   endforeach()
   foreach(c IN LISTS COMPONENTS)

@@ -10,9 +10,9 @@ The page is the test's source, not a copy of it:
     later one through bash exactly as written, except that the page's loopback ports
     8000 (the upstream), 8080 (the service) and 9090 (Prometheus) become free ports the test
     picked (in commands, in the files and in the outputs), `cmake` is the CMake under test,
-    `bulwark` and the installed programs are found on PATH (<prefix>/bin first) and
-    BULWARK_SOURCE is the source tree. A command ending in `&` runs in the background
-    until the end of the test; the test waits until the last port it names accepts
+    `bulwark` and the installed programs are found on PATH (<prefix>/bin first),
+    BULWARK_PREFIX is the install prefix and BULWARK_SOURCE the source tree. A command
+    ending in `&` runs in the background until the end of the test; the test waits until the last port it names accepts
     connections (bounded). A program a command needs that is not installed fails the
     test, naming the Debian package (scripts/install-deps.sh installs them all);
   - every fenced block whose info string has `output=<case>` is what is printed in that
@@ -318,6 +318,7 @@ def main():
     env = dict(os.environ)
     env["PATH"] = os.path.join(args.prefix, "bin") + os.pathsep + env.get("PATH", "")
     env["BULWARK_SOURCE"] = source
+    env["BULWARK_PREFIX"] = args.prefix
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"  # curl: loopback, never a proxy
     shell = Shell(src, env, ports, args.cmake)
     try:
