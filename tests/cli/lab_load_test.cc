@@ -311,6 +311,21 @@ TEST(Load, TheShedderQueuesForAtMostItsControlledDelay) {
   EXPECT_EQ(no_queue.shed, 90u);
 }
 
+TEST(Load, AStandingShedderQueueServesTheNewestWaiterFirst) {
+  // One slot, 1 s calls, an arrival every 2 ms. The first waiter (at 2 ms) makes the
+  // queue non-empty; from 102 ms on it has not been empty for `interval`: it stands, so
+  // waiters get `target_delay` (5 ms) and a freed slot goes to the newest. At 1 s the
+  // queue holds the arrivals at 996 and 998 ms: the one at 998 is served (waited 2 ms;
+  // FIFO would serve 996, 4 ms), and again at 2 s. Every other arrival is refused.
+  const Scenario s = loaded(500, 2s, 1, 0, 1s);
+  const ConfigurationResult r = simulate_configuration(s, shed(1, 128));
+  EXPECT_EQ(r.requests, 1000u);
+  EXPECT_EQ(r.served_full, 3u);
+  EXPECT_EQ(r.shed, 997u);
+  EXPECT_EQ(r.max, 1002ms) << "the newest waiter, 2 ms old, took the slot";
+  EXPECT_EQ(r.peak_queued, 50u) << "the arrivals from 2 to 100 ms, before the first expiry";
+}
+
 TEST(Load, TheShedderKeepsGoodputUnderTheRampAndEndsTheStorm) {
   const SimulationResult overload = simulate(builtin_scenario("overload"));
   const ConfigurationResult& shedder = named(overload, "shedder");
