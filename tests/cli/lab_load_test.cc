@@ -264,6 +264,132 @@ TEST(Load, TheAdaptiveLimitOnTheIncidentKeepsTheBestBulkheadsGoodput) {
   EXPECT_LE(*named(r, "adaptive").limit_lowest, 8u) << "the 14 s latency shrinks it";
 }
 
+// A shedder of the library's defaults but for what the test sets, in front of the server.
+ResilienceConfig shed(std::uint32_t limit, std::size_t max_queue) {
+  ResilienceConfig c = plain("shedder");
+  c.shedder = ShedderSpec{};
+  c.shedder->limit = limit;
+  c.shedder->config.normal_share = 1.0;
+  c.shedder->config.max_queue = max_queue;
+  return c;
+}
+
+TEST(Load, TheShedderRefusesAtOnceWhatItsDeadlineCannotMake) {
+  // 250 ms calls, a 100 ms timeout: with the expected service time known (250 ms),
+  // attempts are refused at their arrival (deadline_too_short) instead of being served
+  // for nobody. Each refusal folds half the 100 ms it had left into the estimate, so now
+  // and then (after ~14 refusals) one is admitted to measure the service again: that
+  // one times out and is the only wasted work.
+  const Scenario s = loaded(10, 2s, 10, 100, 250ms);
+  ResilienceConfig c = shed(10, 128);
+  c.timeout = 100ms;
+  c.shedder->config.initial_service_time = 250ms;
+  const ConfigurationResult r = simulate_configuration(s, c);
+  EXPECT_EQ(r.served_full, 0u);
+  EXPECT_GE(r.shed * 10, r.requests * 8) << r.shed;
+  EXPECT_EQ(r.shed + r.wasted, r.requests);
+  ResilienceConfig none = plain();
+  none.timeout = 100ms;
+  EXPECT_EQ(simulate_configuration(s, none).wasted, s.arrivals.rate * 2);
+}
+
+TEST(Load, TheShedderQueuesForAtMostItsControlledDelay) {
+  // One slot, 1 s calls, an arrival every 100 ms, no timeout. A waiter is refused after
+  // `interval` (100 ms: the queue never stands, the next arrival finds it empty), so
+  // only the one queued when the slot comes free (the arrival 100 ms before) is served:
+  // the arrival at 0, then one a second — 10 in 10 s and the one queued at the end.
+  const Scenario s = loaded(10, 10s, 1, 0, 1s);
+  const ConfigurationResult r = simulate_configuration(s, shed(1, 128));
+  EXPECT_EQ(r.requests, 100u);
+  EXPECT_EQ(r.served_full, 11u);
+  EXPECT_EQ(r.shed, 89u);
+  EXPECT_EQ(r.refused, 0u) << "the server's own queue is never used";
+  EXPECT_EQ(r.peak_queued, 1u);
+  // No queue: every call that finds the slot taken is refused at once.
+  const ConfigurationResult no_queue = simulate_configuration(s, shed(1, 0));
+  EXPECT_EQ(no_queue.served_full, 10u);
+  EXPECT_EQ(no_queue.shed, 90u);
+}
+
+TEST(Load, AStandingShedderQueueServesTheNewestWaiterFirst) {
+  // One slot, 1 s calls, an arrival every 2 ms. The first waiter (at 2 ms) makes the
+  // queue non-empty; from 102 ms on it has not been empty for `interval`: it stands, so
+  // waiters get `target_delay` (5 ms) and a freed slot goes to the newest. At 1 s the
+  // queue holds the arrivals at 996 and 998 ms: the one at 998 is served (waited 2 ms;
+  // FIFO would serve 996, 4 ms), and again at 2 s. Every other arrival is refused.
+  const Scenario s = loaded(500, 2s, 1, 0, 1s);
+  const ConfigurationResult r = simulate_configuration(s, shed(1, 128));
+  EXPECT_EQ(r.requests, 1000u);
+  EXPECT_EQ(r.served_full, 3u);
+  EXPECT_EQ(r.shed, 997u);
+  EXPECT_EQ(r.max, 1002ms) << "the newest waiter, 2 ms old, took the slot";
+  EXPECT_EQ(r.peak_queued, 50u) << "the arrivals from 2 to 100 ms, before the first expiry";
+}
+
+TEST(Load, TheShedderKeepsGoodputUnderTheRampAndEndsTheStorm) {
+  const SimulationResult overload = simulate(builtin_scenario("overload"));
+  const ConfigurationResult& shedder = named(overload, "shedder");
+  const ConfigurationResult& none = named(overload, "no_protection");
+  // Under the ramp past capacity: the server refuses with 503s instead of queueing
+  // work its callers will give up on; goodput at least the caller's bulkhead's.
+  EXPECT_GE(shedder.served_full, named(overload, "bulkhead").served_full);
+  EXPECT_GT(shedder.served_full, 3 * none.served_full);
+  EXPECT_GT(shedder.shed, 0u);
+  EXPECT_EQ(shedder.refused, 0u) << "the server's own queue never fills";
+  EXPECT_LT(shedder.wasted * 50, none.wasted) << "little work for callers who gave up";
+  ASSERT_TRUE(shedder.recovered_after);
+  EXPECT_LE(*shedder.recovered_after, 10s);
+  EXPECT_EQ(named(overload, "recommended").goal_met, true);
+
+  const SimulationResult storm = simulate(builtin_scenario("retry-storm"));
+  const ConfigurationResult& ended = named(storm, "shedder");
+  ASSERT_TRUE(ended.recovered_after) << "the storm ends with the server's own protection";
+  EXPECT_LE(*ended.recovered_after, 10s);
+  EXPECT_GT(ended.served_full, 4 * named(storm, "no_protection").served_full);
+  EXPECT_GT(ended.shed, 0u);
+  EXPECT_EQ(named(storm, "recommended").goal_met, true);
+}
+
+TEST(Load, TheShedderWithAnAdaptiveLimitReportsWhereItSettled) {
+  Scenario s = loaded(400, 20s, 60, 400, 100ms);
+  ResilienceConfig c = shed(1, 128);
+  c.shedder->adaptive_limit = AdaptiveLimitConfig{};
+  const ConfigurationResult r = simulate_configuration(s, c);
+  ASSERT_TRUE(r.limit_settled);
+  EXPECT_GE(*r.limit_settled, 40) << "400/s x 100 ms: 40 in flight";
+  EXPECT_GT(r.served_full * 10, r.requests * 9);
+}
+
+TEST(Load, BadShedderConfigurationsAreRefusedNamingTheKey) {
+  const std::string server =
+      "[dependency.server]\nworkers = 4\nqueue = 10\nservice_time = \"100ms\"\n";
+  const std::string phase = "[[dependency.phases]]\nstart = \"0s\"\n";
+  struct Case {
+    std::string toml;
+    std::string error;
+  };
+  for (const Case& c : {
+           Case{kBase + server + phase + "[config.a.shedder]\nmax_queues = 3\n",
+                "config.a.shedder.max_queues: unknown key \"max_queues\" in [config.a.shedder] "
+                "(did you mean \"max_queue\"?)"},
+           Case{kBase + server + phase + "[config.a.shedder]\nnormal_share = 2\n",
+                "config.a.shedder.normal_share: must be in (0, 1] (got 2"},
+           Case{kBase + server + phase + "[config.a.shedder]\nlimit = 0\n",
+                "config.a.shedder.limit: must be at least 1 (got 0)"},
+           Case{kBase + server + phase +
+                    "[config.a.shedder]\nlimit = 8\n[config.a.shedder.adaptive_limit]\n",
+                "config.a.shedder.limit: contradicts [config.a.shedder.adaptive_limit]"},
+           Case{
+               kBase + server + phase + "[config.a.shedder]\nqueue_timeout_is_drop = true\n",
+               "config.a.shedder.queue_timeout_is_drop: needs a [config.a.shedder.adaptive_limit]"},
+           Case{kBase + "[dependency]\n" + phase + "latency = \"1s\"\n[config.a.shedder]\n",
+                "config.a.shedder: needs a [dependency.server] table"},
+       }) {
+    EXPECT_NE(error_of(c.toml).find(c.error), std::string::npos) << c.toml << "\n---\n"
+                                                                 << error_of(c.toml);
+  }
+}
+
 TEST(Load, BuiltinScenariosByName) {
   EXPECT_EQ(builtin_scenario("incident").name, builtin_scenario().name);
   EXPECT_TRUE(builtin_scenario("overload").dependency.server);

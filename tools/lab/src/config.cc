@@ -877,6 +877,41 @@ ThrottleConfig read_throttle(Reader& r) {
   return c;
 }
 
+// [config.NAME.shedder]: the library's LoadShedderConfig, by its field names, and its
+// limit: `limit` (a FixedLimit) or an [adaptive_limit] table (an AdaptiveLimitSource;
+// queue_timeout_is_drop as its constructor's argument).
+ShedderSpec read_shedder(Reader& r) {
+  ShedderSpec s;
+  LoadShedderConfig& c = s.config;
+  if (auto v = r.string("name")) c.name = *v;
+  if (auto v = r.number("normal_share")) c.normal_share = *v;
+  if (auto v = r.number("sheddable_share")) c.sheddable_share = *v;
+  if (auto v = r.count("max_queue", kMaxServerQueue)) c.max_queue = *v;
+  if (auto v = r.duration("target_delay")) c.target_delay = *v;
+  if (auto v = r.duration("interval")) c.interval = *v;
+  if (auto v = r.duration("initial_service_time", kMaxCallDuration)) c.initial_service_time = *v;
+  if (auto v = r.number("service_time_weight")) c.service_time_weight = *v;
+  if (auto v = r.duration("min_retry_after")) c.min_retry_after = *v;
+  if (auto v = r.duration("max_retry_after")) c.max_retry_after = *v;
+  if (auto v = r.boolean("coarse_timing")) c.coarse_timing = *v;
+  if (auto v = r.count("http_status", 999)) c.http_status = static_cast<int>(*v);
+  if (auto v = r.count("limit", kMaxConcurrent)) {
+    if (*v < 1) r.fail("limit", "must be at least 1 (got 0)");
+    s.limit = *v;
+  }
+  if (auto v = r.boolean("queue_timeout_is_drop")) s.queue_timeout_is_drop = *v;
+  if (auto t = r.table("adaptive_limit")) s.adaptive_limit = read_adaptive_limit(*t);
+  r.finish();
+  if (r.has("limit") && s.adaptive_limit) {
+    r.fail("limit", "contradicts [" + r.key_path("adaptive_limit") + "]: give one of them");
+  }
+  if (r.has("queue_timeout_is_drop") && !s.adaptive_limit) {
+    r.fail("queue_timeout_is_drop", "needs a [" + r.key_path("adaptive_limit") + "] table");
+  }
+  if (auto ok = validate(c); !ok) r.fail_config(ok.error());
+  return s;
+}
+
 // [config.NAME.goal]: what the configuration must do after the trigger (server only).
 LoadGoal read_goal(Reader& r) {
   LoadGoal g;
@@ -919,8 +954,10 @@ ResilienceConfig read_configuration(Reader& r, std::string name) {
   if (auto t = r.table("goal")) c.goal = read_goal(*t);
   if (auto t = r.table("adaptive_limit")) c.adaptive_limit = read_adaptive_limit(*t);
   if (auto t = r.table("throttle")) c.throttle = read_throttle(*t);
+  if (auto t = r.table("shedder")) c.shedder = read_shedder(*t);
   r.finish();
-  if (c.goal && c.goal->limit_settles_near && !c.adaptive_limit) {
+  if (c.goal && c.goal->limit_settles_near && !c.adaptive_limit &&
+      !(c.shedder && c.shedder->adaptive_limit)) {
     r.fail("goal", "limit_settles_near needs a [" + r.key_path("adaptive_limit") + "] table");
   }
   if (c.retry_budget && !c.retry) {
@@ -1277,6 +1314,10 @@ Scenario read_scenario(Reader& root) {
       }
       auto c = r->table(name);
       s.configurations.push_back(read_configuration(*c, name));
+      if (s.configurations.back().shedder && !s.dependency.server) {
+        c->fail("shedder",
+                "needs a [dependency.server] table (the shedder stands in front of a server)");
+      }
     }
     r->finish();
   }

@@ -82,6 +82,7 @@ Json configuration_json(const ConfigurationResult& c, std::uint32_t workers, boo
   }
   if (server) {
     summary["refused"] = c.refused;
+    summary["shed"] = c.shed;
     summary["wasted"] = c.wasted;
     summary["peak_queued"] = c.peak_queued;
     summary["success_p99_ms"] = ms(c.success_p99);

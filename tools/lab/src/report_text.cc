@@ -302,6 +302,10 @@ void write_summary(std::ostream& out, const SimulationResult& r) {
         [](const auto& c) { return format_readable(c.success_p99); });
     row("calls refused by " + dep + " (queue full)",
         [](const auto& c) { return group_thousands(c.refused); });
+    if (std::any_of(configs.begin(), configs.end(), [](const auto& c) { return c.shed > 0; })) {
+      row("calls refused by its load shedder (503)",
+          [](const auto& c) { return group_thousands(c.shed); });
+    }
     row("calls " + dep + " served after the caller gave up",
         [](const auto& c) { return group_thousands(c.wasted); });
     row("peak calls queued at " + dep,

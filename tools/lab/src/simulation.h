@@ -10,6 +10,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <limits>
 #include <memory>
@@ -25,6 +26,7 @@
 #include "bulwark/lab/duration.h"
 #include "bulwark/lab/input_error.h"
 #include "bulwark/lab/simulate.h"
+#include "bulwark/load_shedder.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
 #include "bulwark/throttle.h"
@@ -175,6 +177,21 @@ class Simulation {
   using Bulkhead = BasicBulkhead<ManualClock>;
   using Budget = BasicRetryBudget<ManualClock>;
   using Limit = BasicAdaptiveLimit<ManualClock>;
+  // The shedder's limit: a fixed one, or the adaptive limit its permits feed.
+  struct ShedLimit {
+    std::size_t fixed = 64;
+    std::optional<BasicAdaptiveLimitSource<ManualClock>> adaptive;
+    std::size_t limit() const noexcept { return adaptive ? adaptive->limit() : fixed; }
+    void on_sample(Nanos rtt, bool dropped, std::size_t in_flight) noexcept {
+      if (adaptive) adaptive->on_sample(rtt, dropped, in_flight);
+    }
+    void on_sample(Nanos rtt, bool dropped) noexcept { on_sample(rtt, dropped, 0); }
+    void on_queue_timeout(Nanos waited) noexcept {
+      if (adaptive) adaptive->on_queue_timeout(waited);
+    }
+  };
+  using Shedder = BasicLoadShedder<ShedLimit, ManualClock>;
+  static constexpr std::uint32_t kNoPermit = std::numeric_limits<std::uint32_t>::max();
 
  public:
   Simulation(const Scenario& scenario, const ResilienceConfig& config,
@@ -198,6 +215,15 @@ class Simulation {
     if (config.bulkhead) bulkhead_.emplace(*config.bulkhead, clock_);
     if (config.adaptive_limit) limit_.emplace(*config.adaptive_limit, clock_);
     if (config.throttle) throttle_.emplace(*config.throttle, clock_);
+    if (config.shedder) {
+      ShedLimit l;
+      l.fixed = config.shedder->limit;
+      if (config.shedder->adaptive_limit) {
+        shed_limiter_.emplace(*config.shedder->adaptive_limit, clock_);
+        l.adaptive.emplace(*shed_limiter_, config.shedder->queue_timeout_is_drop);
+      }
+      shedder_.emplace(config.shedder->config, std::move(l), clock_);
+    }
     if (config.retry) {
       RetryConfig rc = config.retry->config;
       // A fresh generator per run: the same scenario always simulates the same way.
@@ -269,7 +295,7 @@ class Simulation {
         dispatch(e);
       }
     }
-    if (limit_) summarize_limit();
+    if (limit_ || shed_limiter_) summarize_limit();
     if (server_) summarize_load(end);
     if (config_.goal && config_.goal->limit_settles_near && result_.limit_settled) {
       const double target = *config_.goal->limit_settles_near;
@@ -304,7 +330,8 @@ class Simulation {
     retry,
     wait_expired,
     page_done,
-    server_done
+    server_done,
+    shed_expired
   };
 
   struct Event {
@@ -316,6 +343,7 @@ class Simulation {
     bool failed = false;
     bool timed_out = false;
     PageResult result = PageResult::full;
+    std::uint32_t permit = kNoPermit;  // server_done: the shedder's permit it holds
   };
   // The event order: time, then at equal times everything else before arrivals (as in
   // replay: a call that ends at t frees its worker, slot and permit for a request
@@ -420,7 +448,11 @@ class Simulation {
     Nanos previous_delay = Nanos::zero();
     std::uint32_t attempts = 0;
     std::uint32_t gen = 0;
-    bool waiting = false;  // for a bulkhead slot
+    bool waiting = false;                // for a bulkhead slot
+    bool shed_waiting = false;           // in the shedder's queue
+    Ticks shed_since = 0;                // when it entered that queue
+    Ticks attempt_deadline = kTicksMax;  // the attempt's timeout, for the shedder
+    std::optional<Nanos> retry_after{};  // a shedder refusal's hint, for the retry
     bool active = false;
     std::optional<Permit> permit;
     std::optional<typename Bulkhead::Permit> slot;
@@ -456,6 +488,9 @@ class Simulation {
       case Kind::server_done:
         on_server_done(e);
         break;
+      case Kind::shed_expired:
+        if (live(e) && requests_[e.req].shed_waiting) shed_expire(e);
+        break;
     }
   }
 
@@ -477,6 +512,7 @@ class Simulation {
       case Kind::attempt_done:
       case Kind::retry:
       case Kind::server_done:
+      case Kind::shed_expired:
         heap_push(e);
         break;
       case Kind::arrival:
@@ -491,6 +527,7 @@ class Simulation {
 
   void close_step() {
     if (limit_) result_.timeline.back().limit = limit_->limit();
+    if (shed_limiter_) result_.timeline.back().limit = shed_limiter_->limit();
     if constexpr (kHasBreaker) result_.timeline.back().state = breaker_->state();
   }
 
@@ -641,6 +678,7 @@ class Simulation {
     // With a server, the answer and the timeout race: the first one ends the attempt
     // and the other is stale from here on.
     if (server_) ++r.gen;
+    if (r.shed_waiting) leave_shed_queue(r, e.t);  // timed out while the shedder queued it
     --in_flight_;
     if (throttle_) throttle_->record(!e.failed);
     if (r.limit_permit) {
@@ -663,8 +701,9 @@ class Simulation {
     const Reason own = e.timed_out ? Reason::timeout : Reason::call_error;
     if (!retry_) return finish(e.req, e.t, own);
     const std::uint64_t bits = retry_->needs_random() ? retry_->random_bits() : 0;
+    const std::optional<Nanos> hint = std::exchange(r.retry_after, std::nullopt);
     const RetryDecision d =
-        retry_->decide(r.attempts, r.previous_delay, std::nullopt, e.t, Deadline::never(), bits);
+        retry_->decide(r.attempts, r.previous_delay, hint, e.t, Deadline::never(), bits);
     switch (d.verdict) {
       case RetryDecision::Verdict::exhausted:
         return finish(e.req, e.t, Reason::retries_exhausted);
@@ -756,6 +795,7 @@ class Simulation {
     std::uint32_t req = 0;
     std::uint32_t gen = 0;
     bool failed = false;
+    std::uint32_t permit = kNoPermit;  // the shedder's, held until it is served
   };
 
   // The attempt goes to the server: served now by a free worker, queued, or refused.
@@ -770,20 +810,162 @@ class Simulation {
     ++step().calls;
     if (phase.degraded) ++result_.calls_while_degraded;
     const Job job{service.count(), id, r.gen, failed};
-    pump(t);
-    if (server_busy_ < capacity(phase) && queued_ == 0) {
-      serve(job, t);
-    } else if (queued_ < server_->queue) {
-      queue_.push(job);
-      ++queued_;
-      result_.peak_queued = std::max(result_.peak_queued, queued_);
-    } else {
-      ++result_.refused;  // refused at once: a fast failure, never in flight for long
-      return push(t, id, Kind::attempt_done, true, false);
+    if (shedder_) {
+      r.attempt_deadline =
+          config_.timeout ? saturating_add(t, config_.timeout->count()) : kTicksMax;
+      if (!shed_submit(job, t)) return;
+    } else if (!to_server(job, t)) {
+      return;
     }
     note_levels();
     if (config_.timeout)
       push(saturating_add(t, config_.timeout->count()), id, Kind::attempt_done, true, true);
+  }
+
+  // The server takes the attempt: a free worker, its queue, or refused (false: the
+  // attempt has failed at once; a shedder's permit is given back as a drop).
+  bool to_server(const Job& job, Ticks t) {
+    pump(t);
+    if (server_busy_ < capacity(phase_at(t)) && queued_ == 0) {
+      serve(job, t);
+    } else if (queued_ < server_->queue) {
+      queue_.push(job);
+      ++queued_;
+      note_queued();
+    } else {
+      ++result_.refused;  // refused at once: a fast failure, never in flight for long
+      let_go(job.permit, true);
+      push(t, job.req, Kind::attempt_done, true, false);
+      return false;
+    }
+    return true;
+  }
+
+  void note_queued() {
+    result_.peak_queued = std::max(result_.peak_queued, queued_ + shed_queued_);
+  }
+
+  // ---- the shedder in front of the server -------------------------------------------
+  //
+  // Admission, the limit, the deadline check and the permits' accounting (service time,
+  // the limit's samples) are the library's: try_acquire() under the simulation's clock.
+  // acquire() blocks, so its queue is modelled here as load_shedder.h describes it: a
+  // waiter's expiry is fixed when it queues (controlled delay, or its deadline minus the
+  // expected service time), a freed permit goes to the oldest waiter, or the newest
+  // while the queue stands (not empty for `interval`), and the refusal's hint is the
+  // library's formula.
+
+  struct ShedWaiter {
+    Job job;
+  };
+
+  BasicContext<ManualClock> shed_context(const Request& r) const {
+    BasicContext<ManualClock> ctx(clock_);
+    if (r.attempt_deadline != kTicksMax) return ctx.with_deadline(Deadline::at(r.attempt_deadline));
+    return ctx;
+  }
+
+  // Admitted (and sent to the server), queued, or refused at once (false).
+  bool shed_submit(Job job, Ticks t) {
+    Request& r = requests_[job.req];
+    auto p = shedder_->try_acquire(shed_context(r), Priority::normal);
+    if (p) {
+      job.permit = hold(std::move(*p));
+      if (to_server(job, t)) return true;
+      shed_dispatch(t);
+      return false;
+    }
+    const LoadShedderConfig& c = shedder_->config();
+    if (p.error().reason == ShedReason::deadline_too_short || shed_queued_ >= c.max_queue) {
+      shed_refuse(job.req, t, p.error().retry_after);
+      return false;
+    }
+    if (shed_queued_ == 0) shed_last_empty_ = t;
+    Ticks expires = std::min(saturating_add(t, c.interval.count()),
+                             std::max(saturating_add(shed_last_empty_, c.interval.count()),
+                                      saturating_add(t, c.target_delay.count())));
+    bool deadline = false;
+    if (r.attempt_deadline != kTicksMax) {
+      const Ticks cutoff = saturating_sub(r.attempt_deadline, shedder_->service_time().count());
+      if (cutoff < expires) expires = cutoff, deadline = true;
+    }
+    shed_queue_.push_back({job});
+    ++shed_queued_;
+    note_queued();
+    r.shed_waiting = true;
+    r.shed_since = t;
+    push(expires, job.req, Kind::shed_expired, false, deadline);
+    return true;
+  }
+
+  // The 503: a fast failure, with the shedder's Retry-After for the caller's retry.
+  void shed_refuse(std::uint32_t id, Ticks t, Nanos retry_after) {
+    ++result_.shed;
+    requests_[id].retry_after = retry_after;
+    push(t, id, Kind::attempt_done, true, false);
+  }
+
+  void leave_shed_queue(Request& r, Ticks t) {
+    r.shed_waiting = false;
+    if (--shed_queued_ == 0) {
+      shed_last_empty_ = t;
+      shed_queue_.clear();  // only stale entries are left
+    }
+  }
+
+  // A waiter's time has come: the controlled delay, or its deadline (timed_out).
+  void shed_expire(const Event& e) {
+    Request& r = requests_[e.req];
+    leave_shed_queue(r, e.t);
+    if (!e.timed_out) shedder_->limit_source().on_queue_timeout(Nanos(e.t - r.shed_since));
+    const LoadShedderConfig& c = shedder_->config();
+    const Ticks limit =
+        static_cast<Ticks>(std::max<std::size_t>(1, shedder_->limit_source().limit()));
+    const Nanos drain(shedder_->service_time().count() / limit *
+                      static_cast<Ticks>(shed_queued_ + 1));
+    shed_refuse(e.req, e.t, std::clamp(drain, c.min_retry_after, c.max_retry_after));
+  }
+
+  // Permits came free: waiters take them, oldest first, newest first while the queue
+  // stands.
+  void shed_dispatch(Ticks t) {
+    if (!shedder_ || shed_queued_ == 0) return;
+    const bool lifo = t - shed_last_empty_ >= shedder_->config().interval.count();
+    while (shed_queued_ > 0 && shedder_->in_flight() < shedder_->class_limit(Priority::normal)) {
+      Job job = (lifo ? shed_queue_.back() : shed_queue_.front()).job;
+      lifo ? shed_queue_.pop_back() : shed_queue_.pop_front();
+      Request& r = requests_[job.req];
+      if (!r.active || r.gen != job.gen || !r.shed_waiting) continue;  // stale
+      leave_shed_queue(r, t);
+      auto p = shedder_->try_acquire(shed_context(r), Priority::normal);
+      if (!p) {
+        shed_refuse(job.req, t, p.error().retry_after);
+        continue;
+      }
+      job.permit = hold(std::move(*p));
+      to_server(job, t);
+    }
+  }
+
+  std::uint32_t hold(typename Shedder::Permit p) {
+    std::uint32_t i = 0;
+    if (!shed_free_.empty()) {
+      i = shed_free_.back();
+      shed_free_.pop_back();
+    } else {
+      i = static_cast<std::uint32_t>(shed_permits_.size());
+      shed_permits_.emplace_back();
+    }
+    shed_permits_[i].emplace(std::move(p));
+    return i;
+  }
+
+  // Gives a permit back (a drop: the server refused the call).
+  void let_go(std::uint32_t i, bool dropped) {
+    if (i == kNoPermit) return;
+    if (dropped) shed_permits_[i]->drop();
+    shed_permits_[i].reset();
+    shed_free_.push_back(i);
   }
 
   std::uint32_t capacity(const Phase& phase) const {
@@ -793,7 +975,7 @@ class Simulation {
   void serve(const Job& job, Ticks t) {
     ++server_busy_;
     heap_push(Event{saturating_add(t, job.service), seq_++, job.req, job.gen, Kind::server_done,
-                    job.failed});
+                    job.failed, false, PageResult::full, job.permit});
   }
 
   // Queued attempts take the workers free (the phase's number may have grown).
@@ -809,12 +991,14 @@ class Simulation {
 
   void on_server_done(const Event& e) {
     --server_busy_;
+    let_go(e.permit, false);  // dropped if served past the attempt's deadline
     if (live(e)) {
       on_attempt_done(e);
     } else {
       ++result_.wasted;  // the caller gave up on it (or the page is over)
     }
     pump(e.t);
+    shed_dispatch(e.t);
   }
 
   void summarize_limit() {
@@ -874,6 +1058,8 @@ class Simulation {
     r.attempts = 0;
     r.previous_delay = Nanos::zero();
     r.waiting = false;
+    r.shed_waiting = false;
+    r.retry_after.reset();
     return id;
   }
 
@@ -938,6 +1124,10 @@ class Simulation {
   std::optional<BasicThrottle<ManualClock>> throttle_;
   std::optional<RetryPolicy> retry_;
   std::optional<Budget> budget_;
+  std::optional<Limit> shed_limiter_;  // the shedder's adaptive limit
+  std::optional<Shedder> shedder_;
+  std::vector<std::optional<typename Shedder::Permit>> shed_permits_;  // held by server jobs
+  std::vector<std::uint32_t> shed_free_;
 
   ConfigurationResult result_;
   static constexpr Ticks kNoArrival = std::numeric_limits<Ticks>::max();
@@ -965,6 +1155,9 @@ class Simulation {
   Fifo<Job> queue_;
   std::uint32_t queued_ = 0;
   std::uint32_t server_busy_ = 0;
+  std::deque<ShedWaiter> shed_queue_;  // with stale entries, skipped when reached
+  std::uint32_t shed_queued_ = 0;      // live waiters
+  Ticks shed_last_empty_ = 0;
   Histogram success_latency_;
   bool varying_rate_ = false;
 };

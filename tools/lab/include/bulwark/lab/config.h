@@ -54,6 +54,7 @@
 #include "bulwark/clock.h"
 #include "bulwark/fallback.h"
 #include "bulwark/lab/input_error.h"
+#include "bulwark/load_shedder.h"
 #include "bulwark/pipeline.h"
 #include "bulwark/retry.h"
 #include "bulwark/retry_budget.h"
@@ -131,6 +132,17 @@ struct LoadGoal {
   std::optional<std::uint32_t> limit_settles_near{};
 };
 
+// A server-side load shedder (load_shedder.h) in front of the dependency's server
+// ([config.NAME.shedder]): what the server admits, queues and refuses (simulate.h).
+// Its limit is `limit` (a FixedLimit), or an adaptive one fed by the shedder's permits
+// (an AdaptiveLimitSource, with `queue_timeout_is_drop`).
+struct ShedderSpec {
+  LoadShedderConfig config;
+  std::uint32_t limit = 64;
+  std::optional<AdaptiveLimitConfig> adaptive_limit{};
+  bool queue_timeout_is_drop = false;
+};
+
 struct ResilienceConfig {
   std::string name;
   std::optional<Nanos> timeout;  // per attempt; none: the call takes what it takes
@@ -150,6 +162,9 @@ struct ResilienceConfig {
   // is reported as `throttled`; an attempt's success counts as accepted.
   std::optional<ThrottleConfig>
       throttle{};  // [config.NAME.goal]: checked and reported after the run
+  // The dependency's own protection (with a [dependency.server] only): a refusal is a
+  // fast failure the caller sees (`call_error`, counted in ConfigurationResult::shed).
+  std::optional<ShedderSpec> shedder{};
 };
 
 enum class ArrivalProcess : std::uint8_t { constant, poisson };

@@ -24,6 +24,13 @@
 //                With a server ([dependency.server]) the attempt is served by one of its
 //                workers, after waiting in its FIFO queue, or refused when the queue is
 //                full; a caller's timeout abandons it, but the server still serves it.
+//                A configuration's [shedder] (a LoadShedder in front of the server)
+//                decides first: try_acquire() with the attempt's deadline (its
+//                timeout); a request the limit has no slot for waits in the shedder's
+//                queue (controlled delay, LIFO while the queue stands) until a permit
+//                is given back; a refusal (503) fails the attempt at once and its
+//                Retry-After is the retry's hint. The permit is held until the server
+//                has served the call.
 //   retry        after a failed attempt: RetryPolicy::decide, then the budget's ticket;
 //                the worker stays busy through the backoff
 //   fallback     a failure whose reason it covers serves the page degraded
@@ -129,6 +136,7 @@ struct ConfigurationResult {
 
   // With a server dependency (Dependency::server); zero/empty without one.
   std::uint64_t refused = 0;          // attempts the server refused (its queue was full)
+  std::uint64_t shed = 0;             // attempts the shedder refused (503), at once or queued
   std::uint64_t wasted = 0;           // attempts the server served after the caller gave up
   std::uint32_t peak_queued = 0;      // attempts waiting in the server's queue
   Nanos success_p99 = Nanos::zero();  // page latency of the pages served fully
