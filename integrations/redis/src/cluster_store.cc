@@ -104,7 +104,8 @@ struct RedisClusterStore::Call {
   std::optional<StoreError> error;
 };
 
-RedisClusterStore::RedisClusterStore(ClusterConfig config) : config_(std::move(config)) {
+RedisClusterStore::RedisClusterStore(ClusterConfig config)
+    : config_(std::move(config)), merge_(std::clamp<std::uint32_t>(config_.groups, 1, 1000)) {
   { RedisFleetStore check(config_.redis); }  // validates host, port, prefix, times, auth
   if (config_.groups < 1 || config_.groups > 1000)
     bad("groups", "must be in 1..1000, got " + std::to_string(config_.groups));
@@ -135,12 +136,7 @@ RedisClusterStore::~RedisClusterStore() {
 }
 
 std::uint32_t RedisClusterStore::group_of(std::string_view key) const noexcept {
-  std::uint32_t h = 2166136261u;  // FNV-1a: the same on every instance and platform
-  for (const char c : key) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 16777619u;
-  }
-  return h % config_.groups;
+  return detail::group_of(key, config_.groups);
 }
 
 std::string RedisClusterStore::node_of(std::uint32_t group) const {
@@ -243,7 +239,7 @@ void RedisClusterStore::run(std::vector<Call*>& calls, Deadline deadline) {
     const bool eval = call->eval || sha_.empty();
     const auto args = script_args(
         eval ? std::string(fleet_script()) : sha_, eval, groups_[call->group].prefix, *request_,
-        call->ops, groups_[call->group].cursor, config_.redis.retention, config_.redis.idle_ttl);
+        call->ops, merge_.cursor(call->group), config_.redis.retention, config_.redis.idle_ttl);
     std::vector<const char*> argv;
     std::vector<size_t> lens;
     for (const std::string& a : args) {
@@ -527,9 +523,7 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
   request_ = &req;
   // The Fleet reads on from the sum of the group cursors this store last returned; any
   // other cursor (0 after a new incarnation) reads every group from the start.
-  if (req.cursor == 0 || req.cursor != last_sequence_) {
-    for (Group& g : groups_) g.cursor = 0;
-  }
+  merge_.begin(req.cursor);
   if (config_.cluster && (map_stale_ || slots_.empty())) {
     auto m = read_map(deadline);
     if (!m && slots_.empty()) return Unexpected(m.error());
@@ -639,65 +633,9 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
   if (std::none_of(subs.begin(), subs.end(), [](const auto& s) { return s.has_value(); }))
     return Unexpected(*first_error);
 
-  SyncReply out;
-  out.partial_error = partial;
-  bool went_back = false;
-  for (std::uint32_t g = 0; g < groups_.size(); ++g) {
-    if (!subs[g]) continue;
-    SyncReply& sub = *subs[g];
-    if (out.server_ms == 0 && sub.server_ms > 0) out.server_ms = sub.server_ms;
-    if (sub.sequence < groups_[g].cursor) went_back = true;
-    groups_[g].cursor = sub.sequence;
-    groups_[g].incarnation = sub.incarnation;
-  }
-  std::uint64_t sum = 0;
-  for (std::uint32_t g = 0; g < groups_.size(); ++g) {
-    if (g > 0) out.incarnation += '/';
-    out.incarnation += groups_[g].incarnation.empty() ? "?" : groups_[g].incarnation;
-    sum += groups_[g].cursor;
-  }
-  out.sequence = went_back ? 0 : sum;
-  last_sequence_ = out.sequence;
-  // Per op, in the request's order, from its group's reply (or a placeholder, lost).
-  std::vector<std::size_t> at_lease(groups_.size()), at_count(groups_.size()),
-      at_window(groups_.size()), at_op(groups_.size());
-  if (!partial.empty()) out.lost.assign(req.ops.size(), 0);
-  for (std::size_t i = 0; i < req.ops.size(); ++i) {
-    const FleetOp& op = req.ops[i];
-    const std::uint32_t g = group_of(op.key);
-    if (!subs[g]) {
-      out.lost[i] = 1;
-      out.written.push_back(0);
-      if (op.kind == FleetOp::Kind::lease) out.lease_holders.emplace_back();
-      if (op.kind == FleetOp::Kind::count) out.counts.push_back({"0", "0"});
-      if (op.kind == FleetOp::Kind::window) out.windows.emplace_back("0|0|0|0");
-      continue;
-    }
-    SyncReply& sub = *subs[g];
-    out.written.push_back(sub.written[at_op[g]++]);
-    if (op.kind == FleetOp::Kind::lease)
-      out.lease_holders.push_back(sub.lease_holders[at_lease[g]++]);
-    if (op.kind == FleetOp::Kind::count) out.counts.push_back(sub.counts[at_count[g]++]);
-    if (op.kind == FleetOp::Kind::window) out.windows.push_back(sub.windows[at_window[g]++]);
-  }
-  for (std::uint32_t g = 0; g < groups_.size(); ++g) {
-    if (!subs[g]) continue;
-    SyncReply& sub = *subs[g];
-    for (std::string& r : sub.repairs) out.repairs.push_back(std::move(r));
-    // Opens in this group's node's clock, moved to the reply's (the first group's).
-    const std::int64_t shift = sub.server_ms > 0 ? out.server_ms - sub.server_ms : 0;
-    for (RawRecord& change : sub.changes) {
-      if (shift != 0) {
-        auto rec = decode_record(change.value);
-        if (rec && rec->state == SharedState::open) {
-          rec->until_ms = std::max<std::int64_t>(rec->until_ms + shift, 1);
-          change.value = encode_record(*rec);
-        }
-      }
-      out.changes.push_back(std::move(change));
-    }
-  }
-  return out;
+  std::vector<std::uint32_t> op_group(req.ops.size());
+  for (std::size_t i = 0; i < req.ops.size(); ++i) op_group[i] = group_of(req.ops[i].key);
+  return merge_.merge(req, subs, op_group, std::move(partial));
 }
 
 }  // namespace bulwark::redis

@@ -60,6 +60,7 @@
 #include <utility>
 #include <vector>
 
+#include "bulwark/redis/detail/group_merge.h"
 #include "bulwark/redis/fleet_store.h"
 #include "bulwark/redis/redis_store.h"
 
@@ -110,8 +111,6 @@ class RedisClusterStore final : public FleetStore {
   struct Group {
     std::string prefix;
     std::uint16_t slot = 0;
-    std::uint64_t cursor = 0;
-    std::string incarnation;  // "" until it answers once
   };
   struct Call;  // one group's script call in one exchange
 
@@ -127,7 +126,7 @@ class RedisClusterStore final : public FleetStore {
   std::vector<Node*> slots_;                            // slot -> master; empty: unknown
   bool map_stale_ = true;
   std::string sha_;
-  std::uint64_t last_sequence_ = 0;
+  detail::GroupMerge merge_;              // the groups' cursors and incarnations
   const SyncRequest* request_ = nullptr;  // during an exchange
   std::atomic<std::uint64_t> redirects_{0}, map_reads_{0};
 };
