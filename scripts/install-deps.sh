@@ -18,6 +18,8 @@ packages=(
   dpkg-dev file
   # the measurement commands in docs/performance.md and docs/lab.md (/usr/bin/time, callgrind)
   time valgrind
+  # the commands of docs/getting-started.md (packaging_getting_started)
+  curl
 )
 
 missing=()
