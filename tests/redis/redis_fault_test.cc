@@ -15,8 +15,11 @@
 //     instance reaches every other after one sync of each;
 //   - every refusal was counted (a repair of the store, a refused open).
 // One redis-server serves the whole binary (each test its own key prefix); the faults
-// that stop it restart it on the same port. Breakers run on a ManualClock and each
-// instance's wall clock is the test's variable; Redis keeps its own time, which is real.
+// that stop it restart it on the same port. Every fault runs twice: against
+// RedisFleetStore, and against RedisClusterStore on the same server (cluster = false,
+// one group: the same keys), whose quiet syncs read the counter and incarnation instead
+// of running the script, and must notice each fault all the same. Breakers run on a ManualClock and
+// each instance's wall clock is the test's variable; Redis keeps its own time, which is real.
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -35,6 +38,7 @@
 #include <thread>
 #include <vector>
 
+#include "bulwark/redis/cluster_store.h"
 #include "bulwark/redis/fleet.h"
 #include "bulwark/redis/redis_store.h"
 #include "redis/redis_server.h"
@@ -68,16 +72,19 @@ Windowed::Config windowed_config() {
 // The store of one instance, with a tap: which threads called exchange(), and how often.
 class Tap final : public FleetStore {
  public:
-  explicit Tap(RedisConfig config) : redis_(std::move(config)) {}
+  Tap(RedisConfig config, bool grouped)
+      : redis_(grouped ? std::unique_ptr<FleetStore>(std::make_unique<RedisClusterStore>(
+                             ClusterConfig{.redis = std::move(config), .cluster = false}))
+                       : std::make_unique<RedisFleetStore>(std::move(config))) {}
   Expected<SyncReply, StoreError> exchange(const SyncRequest& request) override {
     {
       std::lock_guard lock(mu_);
       threads_.insert(std::this_thread::get_id());
       ++exchanges_;
     }
-    return redis_.exchange(request);
+    return redis_->exchange(request);
   }
-  std::chrono::milliseconds timeout() const noexcept override { return redis_.timeout(); }
+  std::chrono::milliseconds timeout() const noexcept override { return redis_->timeout(); }
   std::uint64_t exchanges() const {
     std::lock_guard lock(mu_);
     return exchanges_;
@@ -88,18 +95,19 @@ class Tap final : public FleetStore {
   }
 
  private:
-  RedisFleetStore redis_;
+  std::unique_ptr<FleetStore> redis_;
   mutable std::mutex mu_;
   std::set<std::thread::id> threads_;
   std::uint64_t exchanges_ = 0;
 };
 
-class RedisFaultTest : public ::testing::Test {
+// The parameter: RedisClusterStore (true) or RedisFleetStore (false).
+class RedisFaultTest : public ::testing::TestWithParam<bool> {
  public:  // the fault table's steps reach the fixture from lambdas
   // One instance of the service.
   struct Node {
     Node(RedisFaultTest& t, std::string id, std::int64_t skew_ms)
-        : tap(t.redis_config()),
+        : tap(t.redis_config(), t.GetParam()),
           inventory(plain_config("inventory"), t.clock),
           payments(plain_config("payments"), t.clock),
           search(windowed_config(), t.clock),
@@ -328,7 +336,7 @@ class RedisFaultTest : public ::testing::Test {
   ASSERT_TRUE(round());            \
   ASSERT_EQ(disagreement(), "") << "at start"
 
-TEST_F(RedisFaultTest, PausedAndResumed) {
+TEST_P(RedisFaultTest, PausedAndResumed) {
   START_WITH_AN_OPEN_KEY();
   server_->pause();
   for (auto& n : nodes) {
@@ -341,7 +349,7 @@ TEST_F(RedisFaultTest, PausedAndResumed) {
   expect_sharing_again("after SIGCONT");
 }
 
-TEST_F(RedisFaultTest, KilledAndRestartedEmpty) {
+TEST_P(RedisFaultTest, KilledAndRestartedEmpty) {
   START_WITH_AN_OPEN_KEY();
   server_->kill();
   std::remove(server_->snapshot().c_str());
@@ -360,7 +368,7 @@ TEST_F(RedisFaultTest, KilledAndRestartedEmpty) {
 // from the start (or they would miss the decisions numbered as those they read past:
 // here the fleet-wide close of "inventory"), and those holding "payments" open publish
 // it again.
-TEST_F(RedisFaultTest, RestartedFromAnOlderSnapshot) {
+TEST_P(RedisFaultTest, RestartedFromAnOlderSnapshot) {
   START_WITH_AN_OPEN_KEY();
   ASSERT_EQ(command({"SAVE"}), "OK");
   open_on(*nodes[1], "payments");
@@ -378,7 +386,7 @@ TEST_F(RedisFaultTest, RestartedFromAnOlderSnapshot) {
   expect_sharing_again("after a restart from an older snapshot");
 }
 
-TEST_F(RedisFaultTest, Flushed) {
+TEST_P(RedisFaultTest, Flushed) {
   START_WITH_AN_OPEN_KEY();
   command({"FLUSHALL"});
   traffic_during_fault();
@@ -389,7 +397,7 @@ TEST_F(RedisFaultTest, Flushed) {
 // store's counters survive (the record made the least recently used key, the fillers
 // next, so that LRU takes the record before any of the fleet's busy keys): the
 // instances holding the key open publish it again.
-TEST_F(RedisFaultTest, AnOpenRecordEvictedUnderMaxmemory) {
+TEST_P(RedisFaultTest, AnOpenRecordEvictedUnderMaxmemory) {
   START_WITH_AN_OPEN_KEY();
   const std::string record = key_of("k:inventory");
   auto dump = [&](const std::string& key) { return command({"DUMP", key}); };
@@ -419,7 +427,7 @@ TEST_F(RedisFaultTest, AnOpenRecordEvictedUnderMaxmemory) {
 }
 
 // Evicting whatever LRU picks, the fleet's own keys included.
-TEST_F(RedisFaultTest, EvictedUnderMaxmemory) {
+TEST_P(RedisFaultTest, EvictedUnderMaxmemory) {
   START_WITH_AN_OPEN_KEY();
   const std::string used = [&] {
     const std::string info = command({"INFO", "memory"});
@@ -445,7 +453,7 @@ TEST_F(RedisFaultTest, EvictedUnderMaxmemory) {
 }
 
 // An instance that opened a key crashes and comes back under the same id.
-TEST_F(RedisFaultTest, AnInstanceRestartsUnderItsOwnId) {
+TEST_P(RedisFaultTest, AnInstanceRestartsUnderItsOwnId) {
   START_WITH_AN_OPEN_KEY();
   nodes[0] = std::make_unique<Node>(*this, "a", 0);  // its breakers start CLOSED
   EXPECT_EQ(nodes[0]->inventory.state(), State::closed);
@@ -455,7 +463,7 @@ TEST_F(RedisFaultTest, AnInstanceRestartsUnderItsOwnId) {
 // Instance clocks an hour behind, a day ahead, and absurdly far (1970, year 33658):
 // Redis keeps every time in its own clock and only the remaining time travels, so each
 // adopts what is left by Redis's clock.
-TEST_F(RedisFaultTest, InstanceClocksFarFromRedis) {
+TEST_P(RedisFaultTest, InstanceClocksFarFromRedis) {
   const std::int64_t now = wall;
   start_fleet({0, -3'600'000, 86'400'000, 1 - now, 1'000'000'000'000'000 - now});
   ASSERT_TRUE(round());
@@ -492,7 +500,7 @@ struct Plant {
   Counted counted;
 };
 
-TEST_F(RedisFaultTest, CorruptAndAbsurdValuesInEveryKeyTheStoreWrites) {
+TEST_P(RedisFaultTest, CorruptAndAbsurdValuesInEveryKeyTheStoreWrites) {
   using Do = std::function<void(RedisFaultTest&)>;
   auto set = [](const char* key, std::string value) -> Do {
     return [key, value](RedisFaultTest& t) { t.command({"SET", t.key_of(key), value}); };
@@ -695,6 +703,11 @@ TEST_F(RedisFaultTest, CorruptAndAbsurdValuesInEveryKeyTheStoreWrites) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, RedisFaultTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? "RedisClusterStore" : "RedisFleetStore";
+                         });
 
 }  // namespace
 }  // namespace bulwark::redis
