@@ -25,18 +25,21 @@
 //     instance decided something there), the incarnation changed, a key is missing (the
 //     group expired, or its node restarted or was flushed), a read failed (a key of the
 //     wrong type) — the script runs for that group in the same exchange, in a second
-//     pipelined round sent only to the nodes of those groups; it reads the changes,
-//     starts a new incarnation if need be (and the instances re-publish), repairs.
-//   - The script also runs for a quiet group when its node's connection is not the one
-//     its script last ran on (a reconnect: the node may have restarted from a snapshot,
-//     which only the script notices), and at least once every `heartbeat` (per group,
-//     per store, measured on SyncRequest::now_ms): its refresh of the group's TTLs
-//     (idle_ttl) is what keeps a quiet fleet's keys alive while its instances live.
-// So an exchange costs one round trip when nothing changed beyond the heartbeat, two at
-// worst when some group must run its script (a redirect or a lost script adds one more,
-// as below), never more round trips than groups, and no script run for a group that has
-// nothing to say. A node that answers nothing costs the exchange its deadline only for
-// its own groups: the others' replies are read meanwhile.
+//     pipelined round sent only to the nodes of those groups, each as soon as it
+//     answered its reads; it reads the changes, starts a new incarnation if need be (and
+//     the instances re-publish), repairs.
+//   - The script runs at once, no read first, for a group without ops when the read
+//     could not find it quiet: no script answered for it yet, its node's connection is
+//     not the one its script last ran on (a reconnect: the node may have restarted from
+//     a snapshot, keys intact, which only the script's run_id check notices), or its
+//     heartbeat is due: at least once every `heartbeat` (per group, per store, measured
+//     on SyncRequest::now_ms), since the script's refresh of the group's TTLs (idle_ttl)
+//     is what keeps a quiet fleet's keys alive while its instances live.
+// So an exchange costs one round trip when nothing changed beyond the heartbeat (and no
+// script runs), two at worst when some group without ops must run its script (a
+// redirect or a lost script adds one more, as below). A node that answers nothing
+// costs the exchange its deadline only for its own groups: the others' replies are read
+// meanwhile, and their follow-up scripts sent. script_calls() and reads() count both.
 //
 // Cluster routing (`cluster` true). The store reads the slot map (CLUSTER SLOTS) from
 // `host`:`port` or a node of `seeds` on the first exchange, and again on the exchange
