@@ -214,6 +214,12 @@ class ScriptedRedis {
     std::lock_guard lock(mu_);
     groups_[prefix] = std::move(g);
   }
+  // Until the next script call, every GET is answered MOVED to this same server (as a
+  // node answers while its slot's ownership changes).
+  void move_gets() {
+    std::lock_guard lock(mu_);
+    moved_ = true;
+  }
 
  private:
   static std::string bulk(const std::string& v) {
@@ -226,12 +232,21 @@ class ScriptedRedis {
       log_.push_back("SCRIPT");
       return bulk(std::string(40, 'a'));
     }
+    if (name == "CLUSTER") {  // CLUSTER SLOTS: every slot is this server's
+      log_.push_back("CLUSTER");
+      return "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n" + bulk("127.0.0.1") + ":" +
+             std::to_string(server_.port()) + "\r\n";
+    }
     if (name == "TIME") {
       log_.push_back("TIME");
       return "*2\r\n" + bulk("1700000000") + bulk("123456");
     }
     if (name == "GET") {
       log_.push_back("GET " + cmd[1]);
+      if (moved_) {
+        return "-MOVED " + std::to_string(key_slot(cmd[1])) +
+               " 127.0.0.1:" + std::to_string(server_.port()) + "\r\n";
+      }
       for (auto& [prefix, g] : groups_) {
         if (g.id.empty()) continue;
         if (cmd[1] == prefix + "seq") return bulk(std::to_string(g.seq));
@@ -242,6 +257,7 @@ class ScriptedRedis {
     // EVALSHA sha 1 <prefix>seq ARGV...: ARGV[8] (the op count) is cmd[11].
     const std::string prefix = cmd[3].substr(0, cmd[3].size() - 3);
     log_.push_back(name + " " + prefix);
+    moved_ = false;
     Group& g = groups_[prefix];
     if (g.id.empty()) g.id = prefix + "#" + std::to_string(++incarnations_);
     const int ops = std::stoi(cmd[11]);
@@ -294,6 +310,7 @@ class ScriptedRedis {
   std::vector<std::string> log_;
   std::map<std::string, Group> groups_;
   int incarnations_ = 0;
+  bool moved_ = false;
   FakeServer server_;  // last: stopped first
 };
 
@@ -389,6 +406,42 @@ TEST(ClusterQuiet, AGroupWithNothingToSayGetsTheReadAndNoScript) {
   EXPECT_EQ(store.heartbeat(), 10s);
   EXPECT_THROW(RedisClusterStore(ClusterConfig{.heartbeat = 24h}), InvalidConfig);
   EXPECT_EQ(RedisClusterStore(ClusterConfig{}).heartbeat(), 5min);
+}
+
+// A read redirected (MOVED) becomes the group's script at the node named, in the same
+// exchange; the next exchange reads the slot map again and is quiet.
+TEST(ClusterQuiet, ARedirectedReadBecomesTheScriptAtTheNodeNamed) {
+  ScriptedRedis redis;
+  RedisClusterStore store(
+      ClusterConfig{.redis = RedisConfig{.port = redis.port(), .prefix = "{r}:", .timeout = 2s},
+                    .cluster = true,
+                    .heartbeat = 10s});
+  const std::string g = store.group_prefix(0);
+  const std::vector<std::string> read = {"GET " + g + "seq", "GET " + g + "id", "TIME"};
+  SyncRequest req;
+  req.instance = "a";
+  req.now_ms = 1'000'000;
+  auto sync = [&] {
+    auto r = store.exchange(req);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    if (r) req.cursor = r->sequence;
+    req.now_ms += 1000;
+    return r.has_value();
+  };
+  ASSERT_TRUE(sync());
+  EXPECT_EQ(redis.take(), (std::vector<std::string>{"SCRIPT", "CLUSTER", "EVALSHA " + g}));
+  ASSERT_TRUE(sync());
+  EXPECT_EQ(redis.take(), read);
+  redis.move_gets();
+  ASSERT_TRUE(sync());
+  auto moved = read;
+  moved.push_back("EVALSHA " + g);
+  EXPECT_EQ(redis.take(), moved);
+  EXPECT_EQ(store.redirects(), 1u);
+  ASSERT_TRUE(sync());
+  auto after = read;
+  after.insert(after.begin(), "CLUSTER");
+  EXPECT_EQ(redis.take(), after);
 }
 
 // Standalone: groups on one server, the same protocol.
