@@ -7,6 +7,9 @@
 //
 //   bulwark_fleet_load --store standalone --instances 100,200,400 --seconds 15
 //   bulwark_fleet_load --store cluster --groups 12 --instances 100,200,400 --seconds 15
+//   bulwark_fleet_load --store sharded --groups 12 --instances 200 --change 0
+// (`sharded`: RedisClusterStore with cluster = false over the one redis-server; `--change
+// 0`: a quiet fleet, no key changes.)
 //
 // Per run it prints, after a warm-up: syncs per second done and late, sync duration
 // p50/p99/max, failed syncs, and per master node the commands Redis ran per second (INFO
@@ -43,7 +46,7 @@ using namespace bulwark::redis;
 using Clock = std::chrono::steady_clock;
 
 struct Options {
-  std::string store = "standalone";  // or "cluster"
+  std::string store = "standalone";  // or "cluster", "sharded"
   std::vector<int> instances{200};
   int keys = 1000;
   double change = 0.01;  // of the keys, per interval, fleet-wide
@@ -54,12 +57,13 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "bulwark_fleet_load: %s\n"
-               "usage: bulwark_fleet_load [--store standalone|cluster] [--instances N[,N...]]\n"
-               "  [--keys 1000] [--change 0.01] [--interval-ms 200] [--seconds 15]\n"
-               "  [--threads 8] [--groups 12]\n",
-               why);
+  std::fprintf(
+      stderr,
+      "bulwark_fleet_load: %s\n"
+      "usage: bulwark_fleet_load [--store standalone|cluster|sharded] [--instances N[,N...]]\n"
+      "  [--keys 1000] [--change 0.01] [--interval-ms 200] [--seconds 15]\n"
+      "  [--threads 8] [--groups 12]\n",
+      why);
   std::exit(2);
 }
 
@@ -71,7 +75,8 @@ Options parse(int argc, char** argv) {
     const std::string v = argv[++i];
     if (a == "--store") {
       o.store = v;
-      if (v != "standalone" && v != "cluster") usage("--store: standalone or cluster");
+      if (v != "standalone" && v != "cluster" && v != "sharded")
+        usage("--store: standalone, cluster or sharded");
     } else if (a == "--instances") {
       o.instances.clear();
       std::istringstream in(v);
@@ -203,7 +208,10 @@ void run(const Options& o, Servers& servers, int n) {
   fleet.reserve(static_cast<std::size_t>(n));
   for (int i = 0; i < n; ++i) {
     std::unique_ptr<FleetStore> store;
-    if (servers.one) {
+    if (servers.one && o.store == "sharded") {
+      store = std::make_unique<RedisClusterStore>(ClusterConfig{
+          .redis = {.port = servers.one->port()}, .cluster = false, .groups = o.groups});
+    } else if (servers.one) {
       store = std::make_unique<RedisFleetStore>(RedisConfig{.port = servers.one->port()});
     } else {
       store = std::make_unique<RedisClusterStore>(
@@ -262,7 +270,8 @@ void run(const Options& o, Servers& servers, int n) {
   }
   // The changes: 1 % of the keys per interval, each decided by the next instance.
   std::thread changer([&] {
-    const int per_interval = std::max(1, static_cast<int>(o.change * o.keys + 0.5));
+    const int per_interval =
+        o.change > 0 ? std::max(1, static_cast<int>(o.change * o.keys + 0.5)) : 0;
     std::size_t key = 0, who = 0;
     for (auto due = start; due < stop; due += interval) {
       std::this_thread::sleep_until(due);
@@ -327,7 +336,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   Servers servers;
-  if (o.store == "standalone") {
+  if (o.store != "cluster") {
     servers.one = std::make_unique<testing::RedisServer>();
     if (!servers.one->start()) {
       std::fprintf(stderr, "bulwark_fleet_load: redis-server did not start\n");

@@ -9,13 +9,20 @@
 #include "redis/redis_cluster.h"
 
 #include <gtest/gtest.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
+#include <map>
 #include <memory>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "bulwark/circuit_breaker.h"
@@ -185,6 +192,258 @@ TEST(ClusterSlots, RedirectsAndRepliesThatAreNotWhatRedisSendsAreErrors) {
   }
 }
 
+// A standalone fake redis-server that keeps, per group prefix, a counter and an
+// incarnation, answers SCRIPT LOAD, EVALSHA (the script's reply for ops that write
+// nothing), GET of <prefix>seq and <prefix>id, and TIME, and records every command: the
+// exact sequence a store sends.
+class ScriptedRedis {
+ public:
+  struct Group {
+    std::uint64_t seq = 0;
+    std::string id;  // "": the keys are gone (expired, flushed); the script makes new ones
+  };
+  ScriptedRedis()
+      : server_([this](int fd, const std::atomic<bool>& running) { serve(fd, running); }) {}
+  int port() const { return server_.port(); }
+  // The commands since the last call: "EVALSHA <prefix>", "GET <key>", "TIME", "SCRIPT".
+  std::vector<std::string> take() {
+    std::lock_guard lock(mu_);
+    return std::exchange(log_, {});
+  }
+  void set(const std::string& prefix, Group g) {
+    std::lock_guard lock(mu_);
+    groups_[prefix] = std::move(g);
+  }
+  // Until the next script call, every GET is answered MOVED to this same server (as a
+  // node answers while its slot's ownership changes).
+  void move_gets() {
+    std::lock_guard lock(mu_);
+    moved_ = true;
+  }
+
+ private:
+  static std::string bulk(const std::string& v) {
+    return "$" + std::to_string(v.size()) + "\r\n" + v + "\r\n";
+  }
+  std::string answer(const std::vector<std::string>& cmd) {
+    std::lock_guard lock(mu_);
+    const std::string& name = cmd[0];
+    if (name == "SCRIPT") {
+      log_.push_back("SCRIPT");
+      return bulk(std::string(40, 'a'));
+    }
+    if (name == "CLUSTER") {  // CLUSTER SLOTS: every slot is this server's
+      log_.push_back("CLUSTER");
+      return "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n" + bulk("127.0.0.1") + ":" +
+             std::to_string(server_.port()) + "\r\n";
+    }
+    if (name == "TIME") {
+      log_.push_back("TIME");
+      return "*2\r\n" + bulk("1700000000") + bulk("123456");
+    }
+    if (name == "GET") {
+      log_.push_back("GET " + cmd[1]);
+      if (moved_) {
+        return "-MOVED " + std::to_string(key_slot(cmd[1])) +
+               " 127.0.0.1:" + std::to_string(server_.port()) + "\r\n";
+      }
+      for (auto& [prefix, g] : groups_) {
+        if (g.id.empty()) continue;
+        if (cmd[1] == prefix + "seq") return bulk(std::to_string(g.seq));
+        if (cmd[1] == prefix + "id") return bulk(g.id);
+      }
+      return "$-1\r\n";
+    }
+    // EVALSHA sha 1 <prefix>seq ARGV...: ARGV[8] (the op count) is cmd[11].
+    const std::string prefix = cmd[3].substr(0, cmd[3].size() - 3);
+    log_.push_back(name + " " + prefix);
+    moved_ = false;
+    Group& g = groups_[prefix];
+    if (g.id.empty()) g.id = prefix + "#" + std::to_string(++incarnations_);
+    const int ops = std::stoi(cmd[11]);
+    std::string out = bulk(g.id) + bulk("1700000000123") + bulk(std::to_string(g.seq)) + bulk("0") +
+                      bulk("0") + bulk("0") + bulk(std::to_string(ops));
+    for (int i = 0; i < ops; ++i) out += bulk("0");
+    out += bulk("0");
+    return "*" + std::to_string(8 + ops) + "\r\n" + out;
+  }
+  void serve(int fd, const std::atomic<bool>& running) {
+    std::string buf;
+    while (running.load()) {
+      pollfd p{fd, POLLIN, 0};
+      if (::poll(&p, 1, 20) <= 0) continue;
+      char chunk[65536];
+      const ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
+      if (n <= 0) return;
+      buf.append(chunk, static_cast<std::size_t>(n));
+      // Whole RESP arrays of bulk strings, answered in order.
+      for (;;) {
+        std::vector<std::string> cmd;
+        std::size_t at = 0;
+        const auto head = buf.find("\r\n");
+        if (buf.empty() || buf[0] != '*' || head == std::string::npos) break;
+        const int count = std::stoi(buf.substr(1, head - 1));
+        at = head + 2;
+        bool whole = true;
+        for (int i = 0; i < count && whole; ++i) {
+          const auto end = buf.find("\r\n", at);
+          if (end == std::string::npos) {
+            whole = false;
+            break;
+          }
+          const std::size_t len = std::stoul(buf.substr(at + 1, end - at - 1));
+          if (end + 2 + len + 2 > buf.size()) {
+            whole = false;
+            break;
+          }
+          cmd.push_back(buf.substr(end + 2, len));
+          at = end + 2 + len + 2;
+        }
+        if (!whole) break;
+        buf.erase(0, at);
+        if (!FakeServer::send_all(fd, answer(cmd))) return;
+      }
+    }
+  }
+
+  std::mutex mu_;
+  std::vector<std::string> log_;
+  std::map<std::string, Group> groups_;
+  int incarnations_ = 0;
+  bool moved_ = false;
+  FakeServer server_;  // last: stopped first
+};
+
+// What one quiet or busy exchange sends, command by command: the script only for a group
+// with ops, or whose counter moved, whose keys are gone, or whose heartbeat is due; the
+// cheap read (GET seq, GET id, TIME) for every other group, in the same exchange.
+TEST(ClusterQuiet, AGroupWithNothingToSayGetsTheReadAndNoScript) {
+  ScriptedRedis redis;
+  RedisClusterStore store(
+      ClusterConfig{.redis = RedisConfig{.port = redis.port(), .prefix = "{q}:", .timeout = 2s},
+                    .cluster = false,
+                    .groups = 2,
+                    .heartbeat = 10s});
+  const std::string g0 = store.group_prefix(0), g1 = store.group_prefix(1);
+  const std::vector<std::string> read0 = {"GET " + g0 + "seq", "GET " + g0 + "id", "TIME"};
+  const std::vector<std::string> read1 = {"GET " + g1 + "seq", "GET " + g1 + "id", "TIME"};
+  auto cat = [](std::vector<std::string> a, const std::vector<std::string>& b) {
+    a.insert(a.end(), b.begin(), b.end());
+    return a;
+  };
+  SyncRequest req;
+  req.instance = "a";
+  req.now_ms = 1'000'000;
+  auto sync = [&] {
+    auto r = store.exchange(req);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    if (r) req.cursor = r->sequence;
+    return r;
+  };
+  // First: the script everywhere (nothing known yet), no read.
+  auto first = sync();
+  ASSERT_TRUE(first);
+  EXPECT_EQ(redis.take(), (std::vector<std::string>{"SCRIPT", "EVAL " + g0, "EVAL " + g1}));
+  // Quiet: the reads only; the reply is the groups' incarnations, cursors and TIME.
+  req.now_ms += 1000;
+  auto quiet = sync();
+  ASSERT_TRUE(quiet);
+  EXPECT_EQ(redis.take(), cat(read0, read1));
+  EXPECT_EQ(quiet->incarnation, first->incarnation);
+  EXPECT_EQ(quiet->sequence, first->sequence);
+  EXPECT_EQ(quiet->server_ms, 1'700'000'000'123);
+  EXPECT_TRUE(quiet->changes.empty());
+  // Another instance decided something in group 1: its script, in the same exchange.
+  redis.set(g1, {.seq = 3, .id = g1 + "#2"});
+  req.now_ms += 1000;
+  auto moved = sync();
+  ASSERT_TRUE(moved);
+  EXPECT_EQ(redis.take(), cat(cat(read0, read1), {"EVALSHA " + g1}));
+  EXPECT_EQ(moved->sequence, 3u);
+  req.now_ms += 1000;
+  (void)sync();
+  EXPECT_EQ(redis.take(), cat(read0, read1));  // caught up: quiet again
+  // Group 0's keys are gone (expired, flushed): its script runs, a new incarnation.
+  redis.set(g0, {});
+  req.now_ms += 1000;
+  auto gone = sync();
+  ASSERT_TRUE(gone);
+  EXPECT_EQ(redis.take(), cat(cat(read0, read1), {"EVALSHA " + g0}));
+  EXPECT_NE(gone->incarnation, moved->incarnation);
+  // Another incarnation under the same counter: the script too.
+  redis.set(g1, {.seq = 3, .id = g1 + "#other"});
+  req.now_ms += 1000;
+  (void)sync();
+  EXPECT_EQ(redis.take(), cat(cat(read0, read1), {"EVALSHA " + g1}));
+  // An op for group 1: its script at once, the read for group 0 only.
+  FleetOp op;
+  op.kind = FleetOp::Kind::close;
+  op.reason = TransitionReason::probes_succeeded;
+  for (int k = 0;; ++k) {
+    op.key = key_name(k);
+    if (store.group_of(op.key) == 1) break;
+  }
+  req.ops = {op};
+  req.now_ms += 1000;
+  (void)sync();
+  EXPECT_EQ(redis.take(), cat(read0, {"EVALSHA " + g1}));
+  req.ops.clear();
+  // The heartbeat: 10 s after a group's last script, its script again, no read first.
+  // Group 0's last script ran at +4 s, group 1's at +6 s (virtual time, the requests').
+  req.now_ms += 7000;  // +13 s
+  (void)sync();
+  EXPECT_EQ(redis.take(), cat(read0, read1));
+  req.now_ms += 1000;  // +14 s: group 0's is due
+  (void)sync();
+  EXPECT_EQ(redis.take(), cat({"EVALSHA " + g0}, read1));
+  req.now_ms += 2000;  // +16 s: group 1's is due
+  (void)sync();
+  EXPECT_EQ(redis.take(), cat(read0, {"EVALSHA " + g1}));
+  // A wall clock that steps back: the script, to be safe.
+  req.now_ms -= 60'000;
+  (void)sync();
+  EXPECT_EQ(redis.take(), (std::vector<std::string>{"EVALSHA " + g0, "EVALSHA " + g1}));
+  EXPECT_EQ(store.heartbeat(), 10s);
+  EXPECT_THROW(RedisClusterStore(ClusterConfig{.heartbeat = 24h}), InvalidConfig);
+  EXPECT_EQ(RedisClusterStore(ClusterConfig{}).heartbeat(), 5min);
+}
+
+// A read redirected (MOVED) becomes the group's script at the node named, in the same
+// exchange; the next exchange reads the slot map again and is quiet.
+TEST(ClusterQuiet, ARedirectedReadBecomesTheScriptAtTheNodeNamed) {
+  ScriptedRedis redis;
+  RedisClusterStore store(
+      ClusterConfig{.redis = RedisConfig{.port = redis.port(), .prefix = "{r}:", .timeout = 2s},
+                    .cluster = true,
+                    .heartbeat = 10s});
+  const std::string g = store.group_prefix(0);
+  const std::vector<std::string> read = {"GET " + g + "seq", "GET " + g + "id", "TIME"};
+  SyncRequest req;
+  req.instance = "a";
+  req.now_ms = 1'000'000;
+  auto sync = [&] {
+    auto r = store.exchange(req);
+    EXPECT_TRUE(r) << (r ? "" : r.error().message);
+    if (r) req.cursor = r->sequence;
+    req.now_ms += 1000;
+    return r.has_value();
+  };
+  ASSERT_TRUE(sync());
+  EXPECT_EQ(redis.take(), (std::vector<std::string>{"SCRIPT", "CLUSTER", "EVALSHA " + g}));
+  ASSERT_TRUE(sync());
+  EXPECT_EQ(redis.take(), read);
+  redis.move_gets();
+  ASSERT_TRUE(sync());
+  auto moved = read;
+  moved.push_back("EVALSHA " + g);
+  EXPECT_EQ(redis.take(), moved);
+  EXPECT_EQ(store.redirects(), 1u);
+  ASSERT_TRUE(sync());
+  auto after = read;
+  after.insert(after.begin(), "CLUSTER");
+  EXPECT_EQ(redis.take(), after);
+}
+
 // Standalone: groups on one server, the same protocol.
 TEST(ClusterStandalone, GroupsOnOneServerShareOpens) {
   if (const auto why = bulwark::testing::redis_server_missing(); !why.empty()) {
@@ -209,6 +468,51 @@ TEST(ClusterStandalone, GroupsOnOneServerShareOpens) {
     EXPECT_FALSE(server.scan(a.store.group_prefix(g) + "k:*").empty()) << g;
   // Nothing under the unsharded prefix: every key is in its group.
   EXPECT_TRUE(server.scan("{sa}:fleet:*").empty());
+}
+
+// A server restarted from a snapshot holding exactly the keys it had: the counter and
+// incarnation read the same, but the Redis process is another (its run_id), which only
+// the script notices. A reconnect sends the script, not the read: a new incarnation.
+TEST(ClusterStandalone, ARestartFromAnIdenticalSnapshotRunsTheScriptAndMakesANewIncarnation) {
+  if (const auto why = bulwark::testing::redis_server_missing(); !why.empty()) {
+    if (bulwark::testing::servers_required()) FAIL() << why;
+    GTEST_SKIP() << why;
+  }
+  char dir[] = "/tmp/bulwark-redis-snap-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  RedisServer server({}, dir);
+  ASSERT_TRUE(server.start());
+  RedisClusterStore store(ClusterConfig{.redis = RedisConfig{.port = server.port(),
+                                                             .prefix = "{snap}:fleet:",
+                                                             .reconnect_min = 1ms,
+                                                             .reconnect_max = 1ms},
+                                        .cluster = false,
+                                        .groups = 2});
+  SyncRequest req;
+  req.instance = "a";
+  req.now_ms = now_ms();
+  auto first = store.exchange(req);
+  ASSERT_TRUE(first) << first.error().message;
+  req.cursor = first->sequence;
+  const auto scripts = store.script_calls();
+  auto quiet = store.exchange(req);
+  ASSERT_TRUE(quiet);
+  EXPECT_EQ(store.script_calls(), scripts);  // quiet: reads only
+  ASSERT_EQ(server.command({"SAVE"}), "OK");
+  server.kill();
+  ASSERT_TRUE(server.start());
+  EXPECT_EQ(server.command({"EXISTS", store.group_prefix(0) + "seq"}), "1");
+  // The first exchange after the restart may fail on the dead connection; a later one
+  // (bounded) answers, through a new connection: the scripts, a new incarnation.
+  Expected<SyncReply, StoreError> after = Unexpected(StoreError{});
+  for (int i = 0; i < 50 && !(after = store.exchange(req)); ++i) {
+    std::this_thread::sleep_for(5ms);  // the 1 ms reconnect backoff
+  }
+  ASSERT_TRUE(after) << after.error().message;
+  EXPECT_NE(after->incarnation, first->incarnation);
+  server.stop();
+  std::remove(server.snapshot().c_str());
+  ::rmdir(dir);
 }
 
 TEST(ClusterStandalone, AuthOnTheConnection) {
@@ -407,6 +711,123 @@ TEST_F(RedisClusterTest, APausedMasterCostsOnlyItsGroupsAndTheyCatchUpAfter) {
     }
     return true;
   })) << a->fleet.reading().last_error;
+}
+
+// The cluster's masters' counts of one command since their last CONFIG RESETSTAT, by port.
+std::map<int, long> calls_of(RedisCluster& cluster, const std::string& command) {
+  std::map<int, long> out;
+  for (const auto& n : cluster.nodes()) {
+    if (!n.master || n.failed) continue;
+    const std::string stats = cluster.server(n.port)->command({"INFO", "commandstats"});
+    const std::string tag = "cmdstat_" + command + ":calls=";
+    const auto at = stats.find(tag);
+    out[n.port] = at == std::string::npos ? 0 : std::stol(stats.substr(at + tag.size()));
+  }
+  return out;
+}
+void reset_stats(RedisCluster& cluster) {
+  for (const auto& n : cluster.nodes()) {
+    if (n.master && !n.failed) cluster.server(n.port)->command({"CONFIG", "RESETSTAT"});
+  }
+}
+long total(const std::map<int, long>& m) {
+  long sum = 0;
+  for (const auto& [port, n] : m) sum += n;
+  return sum;
+}
+
+TEST_F(RedisClusterTest, AQuietSyncRunsNoScriptAndADecisionRunsItOnlyWhereItWasMade) {
+  const ClusterConfig cc = config("{quiet}:fleet:");
+  auto a = make("a", cc), b = make("b", cc);
+  ASSERT_TRUE(settle({a.get(), b.get()}, [] { return true; }));
+  // Quiet: b's sync reads every group (GET seq, GET id, TIME) and runs no script.
+  reset_stats(*cluster_);
+  const auto scripts = b->store.script_calls();
+  ASSERT_TRUE(b->sync_whole()) << b->fleet.reading().last_error;
+  EXPECT_EQ(total(calls_of(*cluster_, "evalsha")), 0);
+  EXPECT_EQ(total(calls_of(*cluster_, "get")), 2 * static_cast<long>(cc.groups));
+  EXPECT_EQ(total(calls_of(*cluster_, "time")), static_cast<long>(cc.groups));
+  EXPECT_EQ(b->store.script_calls(), scripts);
+  // a opens one key of group g: a's sync runs g's script only; b's next sync finds g's
+  // counter moved, runs g's script only, on g's node, and adopts the open.
+  const int k = 5;
+  const std::uint32_t g = a->store.group_of(key_name(k));
+  RedisServer* owner = cluster_->master_of_slot(key_slot(a->store.group_prefix(g)));
+  ASSERT_NE(owner, nullptr);
+  a->fail(k);
+  reset_stats(*cluster_);
+  ASSERT_TRUE(a->sync_whole()) << a->fleet.reading().last_error;
+  EXPECT_EQ(total(calls_of(*cluster_, "evalsha")), 1);
+  reset_stats(*cluster_);
+  ASSERT_TRUE(b->sync_whole()) << b->fleet.reading().last_error;
+  EXPECT_TRUE(b->open(k));
+  const auto evals = calls_of(*cluster_, "evalsha");
+  EXPECT_EQ(total(evals), 1);
+  EXPECT_EQ(evals.at(owner->port()), 1);
+  // b checks the open it now holds (an assert_open op, the Fleet's periodic check:
+  // something to say, in g only), then, caught up, is quiet again.
+  reset_stats(*cluster_);
+  ASSERT_TRUE(b->sync_whole());
+  EXPECT_EQ(total(calls_of(*cluster_, "evalsha")), 1);
+  EXPECT_EQ(calls_of(*cluster_, "evalsha").at(owner->port()), 1);
+  reset_stats(*cluster_);
+  ASSERT_TRUE(b->sync_whole());
+  EXPECT_EQ(total(calls_of(*cluster_, "evalsha")), 0);
+}
+
+TEST_F(RedisClusterTest, AFlushedNodeIsNoticedByTheReadAndTheOpensArePublishedAgain) {
+  const ClusterConfig cc = config("{flush}:fleet:");
+  auto a = make("a", cc), b = make("b", cc);
+  ASSERT_TRUE(settle({a.get(), b.get()}, [] { return true; }));
+  for (int k = 0; k < kKeys; ++k) a->fail(k);
+  ASSERT_TRUE(a->sync_whole());
+  ASSERT_TRUE(b->sync_whole());
+  ASSERT_TRUE(a->sync_whole());  // quiet now
+  const auto scripts = a->store.script_calls();
+  ASSERT_TRUE(a->sync_whole());
+  ASSERT_EQ(a->store.script_calls(), scripts);
+  // Group 0's node loses everything (its connections stay): the reads find its groups'
+  // keys missing, their scripts start new incarnations, and a and b publish their opens
+  // again, which a newcomer reads.
+  RedisServer* flushed = cluster_->master_of_slot(key_slot(a->store.group_prefix(0)));
+  ASSERT_NE(flushed, nullptr);
+  ASSERT_EQ(flushed->command({"FLUSHALL"}), "OK");
+  ASSERT_TRUE(flushed->scan(a->store.group_prefix(0) + "*").empty());
+  auto c = make("c", cc);
+  EXPECT_TRUE(settle({a.get(), b.get(), c.get()},
+                     [&] {
+                       for (int k = 0; k < kKeys; ++k) {
+                         if (!c->open(k)) return false;
+                       }
+                       return true;
+                     }))
+      << a->fleet.reading().last_error << " / " << c->fleet.reading().last_error;
+  EXPECT_EQ(flushed->command({"EXISTS", a->store.group_prefix(0) + "seq"}), "1");
+}
+
+TEST_F(RedisClusterTest, TheHeartbeatRunsTheScriptOfAQuietGroupAndRenewsItsKeys) {
+  ClusterConfig cc = config("{beat}:fleet:");
+  cc.heartbeat = 60s;
+  auto a = make("a", cc);
+  ASSERT_TRUE(settle({a.get()}, [] { return true; }));
+  ASSERT_TRUE(a->sync_whole());
+  // Shorten group 0's TTLs, as if the group had been quiet for most of idle_ttl.
+  const std::string seq = a->store.group_prefix(0) + "seq";
+  RedisServer* owner = cluster_->master_of_slot(key_slot(seq));
+  ASSERT_NE(owner, nullptr);
+  ASSERT_EQ(owner->command({"PEXPIRE", seq, "600000"}), "1");
+  // Quiet syncs before the heartbeat is due renew nothing: no script.
+  wall += 59'000;
+  const auto scripts = a->store.script_calls();
+  ASSERT_TRUE(a->sync_whole());
+  EXPECT_EQ(a->store.script_calls(), scripts);
+  EXPECT_LE(std::stol(owner->command({"PTTL", seq})), 600'000);
+  // The heartbeat (the fleet's wall clock, virtual here): every group's script, whose
+  // refresh gives the keys idle_ttl again.
+  wall += 1000;
+  ASSERT_TRUE(a->sync_whole());
+  EXPECT_EQ(a->store.script_calls(), scripts + cc.groups);
+  EXPECT_GT(std::stol(owner->command({"PTTL", seq})), 600'000);
 }
 
 // Last: it leaves a master dead.

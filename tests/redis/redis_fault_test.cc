@@ -15,8 +15,14 @@
 //     instance reaches every other after one sync of each;
 //   - every refusal was counted (a repair of the store, a refused open).
 // One redis-server serves the whole binary (each test its own key prefix); the faults
-// that stop it restart it on the same port. Breakers run on a ManualClock and each
-// instance's wall clock is the test's variable; Redis keeps its own time, which is real.
+// that stop it restart it on the same port. Every fault runs against RedisFleetStore and
+// against RedisClusterStore on the same server (cluster = false, one group: the same
+// keys), whose quiet syncs read the counter and incarnation instead of running the
+// script, and must notice each fault all the same; and those that a Redis Cluster
+// node can undergo without a restart (paused, flushed, an instance restarting, far
+// clocks, corrupt values) run against RedisClusterStore on a real six-node cluster
+// (redis_cluster.h), on the master of the prefix's slot. Breakers run on a ManualClock and
+// each instance's wall clock is the test's variable; Redis keeps its own time, which is real.
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -35,8 +41,10 @@
 #include <thread>
 #include <vector>
 
+#include "bulwark/redis/cluster_store.h"
 #include "bulwark/redis/fleet.h"
 #include "bulwark/redis/redis_store.h"
+#include "redis/redis_cluster.h"
 #include "redis/redis_server.h"
 
 namespace bulwark::redis {
@@ -45,7 +53,11 @@ namespace {
 using namespace std::chrono_literals;
 using Plain = BasicCircuitBreaker<ManualClock>;
 using Windowed = BasicCircuitBreaker<ManualClock, CountWindow>;
+using bulwark::testing::RedisCluster;
 using bulwark::testing::RedisServer;
+
+// Which store, against what.
+enum class Target { fleet_store, cluster_store, real_cluster };
 
 // Once Redis is healthy, each instance shares again within this many syncs: the first
 // reconnects and sees a new incarnation (or the loss), the second publishes again what
@@ -68,16 +80,20 @@ Windowed::Config windowed_config() {
 // The store of one instance, with a tap: which threads called exchange(), and how often.
 class Tap final : public FleetStore {
  public:
-  explicit Tap(RedisConfig config) : redis_(std::move(config)) {}
+  Tap(RedisConfig config, Target target)
+      : redis_(target == Target::fleet_store
+                   ? std::unique_ptr<FleetStore>(std::make_unique<RedisFleetStore>(config))
+                   : std::make_unique<RedisClusterStore>(ClusterConfig{
+                         .redis = config, .cluster = target == Target::real_cluster})) {}
   Expected<SyncReply, StoreError> exchange(const SyncRequest& request) override {
     {
       std::lock_guard lock(mu_);
       threads_.insert(std::this_thread::get_id());
       ++exchanges_;
     }
-    return redis_.exchange(request);
+    return redis_->exchange(request);
   }
-  std::chrono::milliseconds timeout() const noexcept override { return redis_.timeout(); }
+  std::chrono::milliseconds timeout() const noexcept override { return redis_->timeout(); }
   std::uint64_t exchanges() const {
     std::lock_guard lock(mu_);
     return exchanges_;
@@ -88,18 +104,18 @@ class Tap final : public FleetStore {
   }
 
  private:
-  RedisFleetStore redis_;
+  std::unique_ptr<FleetStore> redis_;
   mutable std::mutex mu_;
   std::set<std::thread::id> threads_;
   std::uint64_t exchanges_ = 0;
 };
 
-class RedisFaultTest : public ::testing::Test {
+class RedisFaultTest : public ::testing::TestWithParam<Target> {
  public:  // the fault table's steps reach the fixture from lambdas
   // One instance of the service.
   struct Node {
     Node(RedisFaultTest& t, std::string id, std::int64_t skew_ms)
-        : tap(t.redis_config()),
+        : tap(t.redis_config(), t.GetParam()),
           inventory(plain_config("inventory"), t.clock),
           payments(plain_config("payments"), t.clock),
           search(windowed_config(), t.clock),
@@ -142,6 +158,10 @@ class RedisFaultTest : public ::testing::Test {
     dir_ = dir;
     server_ = std::make_unique<RedisServer>(std::vector<std::string>{}, dir_);
     if (!server_->start()) server_.reset();
+    if (std::system("command -v redis-cli >/dev/null 2>&1") == 0) {
+      cluster_ = std::make_unique<RedisCluster>();
+      cluster_error_ = cluster_->start();
+    }
   }
   static void TearDownTestSuite() {
     if (server_) {
@@ -149,6 +169,7 @@ class RedisFaultTest : public ::testing::Test {
       std::remove(server_->snapshot().c_str());
     }
     server_.reset();
+    cluster_.reset();
     if (!dir_.empty()) ::rmdir(dir_.c_str());
   }
 
@@ -162,27 +183,46 @@ class RedisFaultTest : public ::testing::Test {
     if (!server_->running()) {
       ASSERT_TRUE(server_->start());
     }
+    if (GetParam() == Target::real_cluster) {
+      if (!cluster_) {
+        if (bulwark::testing::servers_required()) FAIL() << "redis-cli is not installed";
+        GTEST_SKIP() << "redis-cli is not installed";
+      }
+      ASSERT_EQ(cluster_error_, "");
+      ASSERT_TRUE(cluster_->wait_ok());
+    }
     // Each test its own prefix, so that nothing one left behind reaches another.
     static int n = 0;
     prefix = "{fault" + std::to_string(++n) + "}:fleet:";
   }
   void TearDown() override {
     nodes.clear();
-    if (server_ && server_->running()) {
+    if (GetParam() == Target::real_cluster) {
+      if (RedisServer* t = cluster_ ? target() : nullptr) t->command({"FLUSHALL"});
+    } else if (server_ && server_->running()) {
       server_->command({"CONFIG", "SET", "maxmemory", "0"});
       server_->command({"CONFIG", "SET", "maxmemory-policy", "noeviction"});
       server_->command({"FLUSHALL"});
     }
   }
 
-  RedisConfig redis_config() const {
-    return RedisConfig{.port = server_->port(),
-                       .prefix = prefix,
-                       .timeout = 100ms,
-                       .reconnect_min = 1ms,
-                       .reconnect_max = 1ms};
+  // The server the fleet's keys live on: the one server, or the cluster's master of the
+  // prefix's slot.
+  RedisServer* target() const {
+    if (GetParam() != Target::real_cluster) return server_.get();
+    return cluster_->master_of_slot(key_slot(prefix));
   }
-  std::string command(std::vector<std::string> args) const { return server_->command(args); }
+  // A fault this target cannot undergo: the test is skipped, saying why.
+  bool single_server_only() const { return GetParam() == Target::real_cluster; }
+  RedisConfig redis_config() const {
+    return RedisConfig{
+        .port = GetParam() == Target::real_cluster ? cluster_->seed_port() : server_->port(),
+        .prefix = prefix,
+        .timeout = 100ms,
+        .reconnect_min = 1ms,
+        .reconnect_max = 1ms};
+  }
+  std::string command(std::vector<std::string> args) const { return target()->command(args); }
   std::string key_of(const std::string& name) const { return prefix + name; }
 
   // The fleet: instances a, b, c (wall clocks skewed by `skews`, ms).
@@ -210,7 +250,8 @@ class RedisFaultTest : public ::testing::Test {
         auto s = n->fleet.sync();
         if (s) break;
         last_errors.push_back(s.error());
-        const bool backoff = s.error().message.rfind("not connected; next attempt", 0) == 0;
+        const bool backoff =
+            s.error().message.find("not connected; next attempt") != std::string::npos;
         if (!backoff || std::chrono::steady_clock::now() > deadline) {
           ok = false;
           break;
@@ -307,6 +348,8 @@ class RedisFaultTest : public ::testing::Test {
   }
 
   static inline std::unique_ptr<RedisServer> server_;
+  static inline std::unique_ptr<RedisCluster> cluster_;
+  static inline std::string cluster_error_;
   static inline std::string dir_;
   ManualClock clock;
   // Near the real time (Redis's), so that Redis's own expiries behave.
@@ -328,20 +371,32 @@ class RedisFaultTest : public ::testing::Test {
   ASSERT_TRUE(round());            \
   ASSERT_EQ(disagreement(), "") << "at start"
 
-TEST_F(RedisFaultTest, PausedAndResumed) {
+TEST_P(RedisFaultTest, PausedAndResumed) {
   START_WITH_AN_OPEN_KEY();
-  server_->pause();
+  RedisServer* paused = target();
+  ASSERT_NE(paused, nullptr);
+  if (cluster_ && GetParam() == Target::real_cluster) {
+    cluster_->pause(paused);
+  } else {
+    paused->pause();
+  }
   for (auto& n : nodes) {
     auto s = n->fleet.sync();  // bounded by the store's deadline, never a hang
     ASSERT_FALSE(s);
     EXPECT_EQ(s.error().kind, StoreError::Kind::timeout) << s.error().message;
   }
   traffic_during_fault();
-  server_->resume();
+  if (cluster_ && GetParam() == Target::real_cluster) {
+    cluster_->resume(paused);
+    ASSERT_TRUE(cluster_->wait_ok());
+  } else {
+    paused->resume();
+  }
   expect_sharing_again("after SIGCONT");
 }
 
-TEST_F(RedisFaultTest, KilledAndRestartedEmpty) {
+TEST_P(RedisFaultTest, KilledAndRestartedEmpty) {
+  if (single_server_only()) GTEST_SKIP() << "a cluster node is not restarted or snapshotted here";
   START_WITH_AN_OPEN_KEY();
   server_->kill();
   std::remove(server_->snapshot().c_str());
@@ -360,7 +415,8 @@ TEST_F(RedisFaultTest, KilledAndRestartedEmpty) {
 // from the start (or they would miss the decisions numbered as those they read past:
 // here the fleet-wide close of "inventory"), and those holding "payments" open publish
 // it again.
-TEST_F(RedisFaultTest, RestartedFromAnOlderSnapshot) {
+TEST_P(RedisFaultTest, RestartedFromAnOlderSnapshot) {
+  if (single_server_only()) GTEST_SKIP() << "a cluster node is not restarted or snapshotted here";
   START_WITH_AN_OPEN_KEY();
   ASSERT_EQ(command({"SAVE"}), "OK");
   open_on(*nodes[1], "payments");
@@ -378,7 +434,7 @@ TEST_F(RedisFaultTest, RestartedFromAnOlderSnapshot) {
   expect_sharing_again("after a restart from an older snapshot");
 }
 
-TEST_F(RedisFaultTest, Flushed) {
+TEST_P(RedisFaultTest, Flushed) {
   START_WITH_AN_OPEN_KEY();
   command({"FLUSHALL"});
   traffic_during_fault();
@@ -389,7 +445,8 @@ TEST_F(RedisFaultTest, Flushed) {
 // store's counters survive (the record made the least recently used key, the fillers
 // next, so that LRU takes the record before any of the fleet's busy keys): the
 // instances holding the key open publish it again.
-TEST_F(RedisFaultTest, AnOpenRecordEvictedUnderMaxmemory) {
+TEST_P(RedisFaultTest, AnOpenRecordEvictedUnderMaxmemory) {
+  if (single_server_only()) GTEST_SKIP() << "a cluster node is not restarted or snapshotted here";
   START_WITH_AN_OPEN_KEY();
   const std::string record = key_of("k:inventory");
   auto dump = [&](const std::string& key) { return command({"DUMP", key}); };
@@ -419,7 +476,8 @@ TEST_F(RedisFaultTest, AnOpenRecordEvictedUnderMaxmemory) {
 }
 
 // Evicting whatever LRU picks, the fleet's own keys included.
-TEST_F(RedisFaultTest, EvictedUnderMaxmemory) {
+TEST_P(RedisFaultTest, EvictedUnderMaxmemory) {
+  if (single_server_only()) GTEST_SKIP() << "a cluster node is not restarted or snapshotted here";
   START_WITH_AN_OPEN_KEY();
   const std::string used = [&] {
     const std::string info = command({"INFO", "memory"});
@@ -445,7 +503,7 @@ TEST_F(RedisFaultTest, EvictedUnderMaxmemory) {
 }
 
 // An instance that opened a key crashes and comes back under the same id.
-TEST_F(RedisFaultTest, AnInstanceRestartsUnderItsOwnId) {
+TEST_P(RedisFaultTest, AnInstanceRestartsUnderItsOwnId) {
   START_WITH_AN_OPEN_KEY();
   nodes[0] = std::make_unique<Node>(*this, "a", 0);  // its breakers start CLOSED
   EXPECT_EQ(nodes[0]->inventory.state(), State::closed);
@@ -455,7 +513,7 @@ TEST_F(RedisFaultTest, AnInstanceRestartsUnderItsOwnId) {
 // Instance clocks an hour behind, a day ahead, and absurdly far (1970, year 33658):
 // Redis keeps every time in its own clock and only the remaining time travels, so each
 // adopts what is left by Redis's clock.
-TEST_F(RedisFaultTest, InstanceClocksFarFromRedis) {
+TEST_P(RedisFaultTest, InstanceClocksFarFromRedis) {
   const std::int64_t now = wall;
   start_fleet({0, -3'600'000, 86'400'000, 1 - now, 1'000'000'000'000'000 - now});
   ASSERT_TRUE(round());
@@ -492,7 +550,7 @@ struct Plant {
   Counted counted;
 };
 
-TEST_F(RedisFaultTest, CorruptAndAbsurdValuesInEveryKeyTheStoreWrites) {
+TEST_P(RedisFaultTest, CorruptAndAbsurdValuesInEveryKeyTheStoreWrites) {
   using Do = std::function<void(RedisFaultTest&)>;
   auto set = [](const char* key, std::string value) -> Do {
     return [key, value](RedisFaultTest& t) { t.command({"SET", t.key_of(key), value}); };
@@ -695,6 +753,21 @@ TEST_F(RedisFaultTest, CorruptAndAbsurdValuesInEveryKeyTheStoreWrites) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Stores, RedisFaultTest,
+                         ::testing::Values(Target::fleet_store, Target::cluster_store,
+                                           Target::real_cluster),
+                         [](const ::testing::TestParamInfo<Target>& param) {
+                           switch (param.param) {
+                             case Target::fleet_store:
+                               return "RedisFleetStore";
+                             case Target::cluster_store:
+                               return "RedisClusterStore";
+                             case Target::real_cluster:
+                               return "RedisClusterStoreOnACluster";
+                           }
+                           return "?";
+                         });
 
 }  // namespace
 }  // namespace bulwark::redis

@@ -62,7 +62,7 @@ bool split_address(std::string_view a, std::string& host, int& port) {
 }  // namespace
 
 struct RedisClusterStore::Node {
-  enum class Expect : std::uint8_t { auth, load, asking, script, slots };
+  enum class Expect : std::uint8_t { auth, load, asking, script, read, slots };
   struct Pending {
     Expect kind;
     Call* call;
@@ -73,6 +73,7 @@ struct RedisClusterStore::Node {
   redisContext* ctx = nullptr;
   std::chrono::steady_clock::time_point next_attempt{};
   std::uint32_t failures = 0;
+  std::uint64_t connection = 0;  // counts the connections made: a new one is a new number
   std::minstd_rand rng{std::random_device{}()};
   std::deque<Pending> pending;  // the replies this exchange waits for, in order
 
@@ -100,11 +101,17 @@ struct RedisClusterStore::Call {
   Node* target = nullptr;
   bool asking = false;
   bool eval = false;
-  ReplyPtr reply;
+  bool read = false;    // the cheap read (GET seq, GET id, TIME) rather than the script
+  bool resent = false;  // sent again once already (a redirect, a lost script)
+  bool answered = false;
+  ReplyPtr reply;                  // the script's
+  std::vector<ReplyPtr> reads;     // the cheap read's three
+  std::optional<SyncReply> quiet;  // the read found nothing to say: the group's part
   std::optional<StoreError> error;
 };
 
-RedisClusterStore::RedisClusterStore(ClusterConfig config) : config_(std::move(config)) {
+RedisClusterStore::RedisClusterStore(ClusterConfig config)
+    : config_(std::move(config)), merge_(std::clamp<std::uint32_t>(config_.groups, 1, 1000)) {
   { RedisFleetStore check(config_.redis); }  // validates host, port, prefix, times, auth
   if (config_.groups < 1 || config_.groups > 1000)
     bad("groups", "must be in 1..1000, got " + std::to_string(config_.groups));
@@ -127,6 +134,15 @@ RedisClusterStore::RedisClusterStore(ClusterConfig config) : config_(std::move(c
     }
     group.slot = key_slot(group.prefix);
   }
+  const auto ttl = config_.redis.idle_ttl;
+  if (config_.heartbeat < std::chrono::milliseconds::zero())
+    bad("heartbeat", "must not be negative (zero: the default)");
+  if (config_.heartbeat >= ttl)
+    bad("heartbeat", "must be below idle_ttl (" + std::to_string(ttl.count()) +
+                         " ms), or the group's keys expire between two heartbeats");
+  heartbeat_ = config_.heartbeat > std::chrono::milliseconds::zero()
+                   ? config_.heartbeat
+                   : std::min<std::chrono::milliseconds>(ttl / 8, std::chrono::minutes(5));
 }
 
 RedisClusterStore::~RedisClusterStore() {
@@ -135,12 +151,7 @@ RedisClusterStore::~RedisClusterStore() {
 }
 
 std::uint32_t RedisClusterStore::group_of(std::string_view key) const noexcept {
-  std::uint32_t h = 2166136261u;  // FNV-1a: the same on every instance and platform
-  for (const char c : key) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 16777619u;
-  }
-  return h % config_.groups;
+  return detail::group_of(key, config_.groups);
 }
 
 std::string RedisClusterStore::node_of(std::uint32_t group) const {
@@ -188,6 +199,7 @@ std::optional<StoreError> ensure_connected(NodeT& n, const RedisConfig& cfg, Dea
     n.drop(cfg);
     return e;
   }
+  ++n.connection;
   using Expect = typename NodeT::Expect;
   if (!cfg.password.empty()) {
     if (cfg.username.empty()) {
@@ -219,20 +231,41 @@ void RedisClusterStore::run(std::vector<Call*>& calls, Deadline deadline) {
   std::vector<Node*> active;
   auto fail = [&](Node& n, const StoreError& e) {
     for (const auto& p : n.pending) {
-      if (p.call != nullptr && !p.call->reply && !p.call->error) p.call->error = e;
+      if (p.call != nullptr && !p.call->answered && !p.call->reply && !p.call->error)
+        p.call->error = e;
     }
     n.drop(config_.redis);
     if (config_.cluster) map_stale_ = true;
   };
-  for (Call* call : calls) {
+  // Queues `call` on its node (connecting it if need be).
+  auto append = [&](Call* call) {
     call->reply.reset();
+    call->reads.clear();
+    call->answered = false;
     call->error.reset();
     Node& n = *call->target;
     if (auto e = ensure_connected(n, config_.redis, deadline)) {
       call->error = StoreError{e->kind, e->message};
       if (config_.cluster && e->message.find("next attempt") == std::string::npos)
         map_stale_ = true;
-      continue;
+      return;
+    }
+    if (std::find(active.begin(), active.end(), &n) == active.end()) active.push_back(&n);
+    if (call->read) {
+      // The group's counter and incarnation, and the node's clock: plain commands.
+      const std::string& prefix = groups_[call->group].prefix;
+      const std::string seq = prefix + "seq", id = prefix + "id";
+      const char* get_seq[] = {"GET", seq.c_str()};
+      const char* get_id[] = {"GET", id.c_str()};
+      const size_t seq_len[] = {3, seq.size()}, id_len[] = {3, id.size()};
+      const char* time[] = {"TIME"};
+      const size_t time_len[] = {4};
+      redisAppendCommandArgv(n.ctx, 2, get_seq, seq_len);
+      redisAppendCommandArgv(n.ctx, 2, get_id, id_len);
+      redisAppendCommandArgv(n.ctx, 1, time, time_len);
+      for (int i = 0; i < 3; ++i) n.pending.push_back({Node::Expect::read, call});
+      reads_.fetch_add(1, std::memory_order_relaxed);
+      return;
     }
     if (call->asking) {
       const char* argv[] = {"ASKING"};
@@ -243,7 +276,7 @@ void RedisClusterStore::run(std::vector<Call*>& calls, Deadline deadline) {
     const bool eval = call->eval || sha_.empty();
     const auto args = script_args(
         eval ? std::string(fleet_script()) : sha_, eval, groups_[call->group].prefix, *request_,
-        call->ops, groups_[call->group].cursor, config_.redis.retention, config_.redis.idle_ttl);
+        call->ops, merge_.cursor(call->group), config_.redis.retention, config_.redis.idle_ttl);
     std::vector<const char*> argv;
     std::vector<size_t> lens;
     for (const std::string& a : args) {
@@ -252,14 +285,14 @@ void RedisClusterStore::run(std::vector<Call*>& calls, Deadline deadline) {
     }
     redisAppendCommandArgv(n.ctx, static_cast<int>(argv.size()), argv.data(), lens.data());
     n.pending.push_back({Node::Expect::script, call});
-    if (std::find(active.begin(), active.end(), &n) == active.end()) active.push_back(&n);
-  }
-  // Write.
-  for (Node* n : active) {
+    script_calls_.fetch_add(1, std::memory_order_relaxed);
+  };
+  // Sends what `n` holds.
+  auto flush = [&](Node* n) {
     const auto left = left_until(deadline);
     if (left <= std::chrono::microseconds::zero()) {
       fail(*n, {StoreError::Kind::timeout, n->name + ": no time left to send"});
-      continue;
+      return;
     }
     redisSetTimeout(n->ctx, to_timeval(left));
     int done = 0;
@@ -274,7 +307,9 @@ void RedisClusterStore::run(std::vector<Call*>& calls, Deadline deadline) {
         break;
       }
     }
-  }
+  };
+  for (Call* call : calls) append(call);
+  for (Node* n : active) flush(n);
   // Read, from every node at once.
   for (;;) {
     std::vector<pollfd> fds;
@@ -336,13 +371,31 @@ void RedisClusterStore::run(std::vector<Call*>& calls, Deadline deadline) {
           }
         } else if (p.kind == Node::Expect::script) {
           p.call->reply = std::move(reply);
+          p.call->answered = true;
+        } else if (p.kind == Node::Expect::read) {
+          p.call->reads.push_back(std::move(reply));
+          p.call->answered = p.call->reads.size() == 3;
         }
         // ASKING: its +OK (or error, which the script call's own reply then explains).
       }
       if (n.ctx != nullptr && n.pending.empty()) {
         n.failures = 0;
-        if (n.ctx->reader != nullptr && n.ctx->reader->pos < n.ctx->reader->len)
+        if (n.ctx->reader != nullptr && n.ctx->reader->pos < n.ctx->reader->len) {
           fail(n, {StoreError::Kind::protocol, n.name + ": the server sent more than asked"});
+          continue;
+        }
+        // The node answered its reads: the groups that have something to say get their
+        // script now, on this node only, while the others' replies are still awaited.
+        bool more = false;
+        for (Call* c : calls) {
+          if (c->read && c->target == &n && c->answered && !c->error && !c->quiet &&
+              read_wants_script(*c)) {
+            c->read = false;
+            append(c);
+            more = more || !c->error;
+          }
+        }
+        if (more && n.ctx != nullptr) flush(&n);
       }
     }
   }
@@ -518,7 +571,49 @@ bool redirect(const std::string& error, std::string_view kind, std::size_t& slot
 
 bool starts(const std::string& s, const char* word) { return s.rfind(word, 0) == 0; }
 
+// An error reply of a node that does not serve the group now: the cluster reconfiguring,
+// or a redirect not followed.
+bool unavailable(const std::string& why) {
+  std::size_t slot = 0;
+  std::string host;
+  int port = 0;
+  return starts(why, "TRYAGAIN") || starts(why, "CLUSTERDOWN") || starts(why, "LOADING") ||
+         starts(why, "MASTERDOWN") || starts(why, "READONLY") ||
+         redirect(why, "MOVED", slot, host, port) || redirect(why, "ASK", slot, host, port);
+}
+
 }  // namespace
+
+bool RedisClusterStore::read_wants_script(Call& c) {
+  for (const ReplyPtr& r : c.reads) {
+    // A redirect or a node not serving: exchange_locked() looks at it. Anything else (a
+    // key of the wrong type): the script, which repairs it.
+    if (r->type == REDIS_REPLY_ERROR) return !unavailable(text_of(r.get()));
+  }
+  const redisReply *seq = c.reads[0].get(), *id = c.reads[1].get(), *time = c.reads[2].get();
+  std::uint64_t secs = 0, micros = 0;
+  if (time->type != REDIS_REPLY_ARRAY || time->elements != 2 ||
+      !parse_u64(time->element[0], secs) || !parse_u64(time->element[1], micros) ||
+      secs > (std::uint64_t{1} << 40)) {
+    c.error = StoreError{StoreError::Kind::protocol,
+                         c.target->name + ": TIME did not return [seconds, microseconds]"};
+    return false;
+  }
+  // Nothing to say: the counter is the cursor, the incarnation the one the script last
+  // returned (checked before the read was sent: the same node and connection, the
+  // heartbeat not due).
+  const Group& grp = groups_[c.group];
+  std::uint64_t at = 0;
+  if (seq->type != REDIS_REPLY_STRING || !parse_u64(seq, at) || at != merge_.cursor(c.group) ||
+      id->type != REDIS_REPLY_STRING || text_of(id) != grp.incarnation)
+    return true;
+  SyncReply sub;
+  sub.incarnation = grp.incarnation;
+  sub.sequence = at;
+  sub.server_ms = static_cast<std::int64_t>(secs * 1000 + micros / 1000);
+  c.quiet = std::move(sub);
+  return false;
+}
 
 Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncRequest& req) {
   const SigpipeGuard no_sigpipe;
@@ -527,9 +622,7 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
   request_ = &req;
   // The Fleet reads on from the sum of the group cursors this store last returned; any
   // other cursor (0 after a new incarnation) reads every group from the start.
-  if (req.cursor == 0 || req.cursor != last_sequence_) {
-    for (Group& g : groups_) g.cursor = 0;
-  }
+  merge_.begin(req.cursor);
   if (config_.cluster && (map_stale_ || slots_.empty())) {
     auto m = read_map(deadline);
     if (!m && slots_.empty()) return Unexpected(m.error());
@@ -546,6 +639,13 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
     Call& c = calls[g];
     c.group = g;
     c.target = standalone != nullptr ? standalone : slots_[groups_[g].slot];
+    // Nothing to send: the cheap read first, unless it could not find the group quiet
+    // anyway (no script answered yet, another node or connection, the heartbeat due).
+    const Group& grp = groups_[g];
+    c.read = c.ops.empty() && !grp.incarnation.empty() && c.target != nullptr &&
+             grp.script_node == c.target && c.target->ctx != nullptr &&
+             grp.script_connection == c.target->connection && req.now_ms >= grp.script_ms &&
+             req.now_ms - grp.script_ms < heartbeat_.count();
     if (c.target == nullptr) {
       c.error =
           StoreError{StoreError::Kind::unavailable, "slot " + std::to_string(groups_[g].slot) +
@@ -555,39 +655,65 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
     }
     todo.push_back(&c);
   }
-  // A first round for every group, and one more for those redirected (MOVED, ASK) or
-  // whose node lost the script.
-  for (int round = 0; round < 2 && !todo.empty(); ++round) {
+  // A first round for every group: the script, or the cheap read, followed on the same
+  // node, as soon as that node answered, by the script for the groups whose read found
+  // something to say (run()). Another round for the calls redirected (MOVED, ASK) or
+  // whose node lost the script: each call is sent again at most once for either.
+  auto redirected = [&](Call* c, const std::string& why, std::vector<Call*>& again) {
+    std::size_t slot = 0;
+    std::string host;
+    int port = 0;
+    const bool moved = redirect(why, "MOVED", slot, host, port);
+    const bool ask = !moved && redirect(why, "ASK", slot, host, port);
+    if (!(moved || ask) || !config_.cluster) return false;
+    redirects_.fetch_add(1, std::memory_order_relaxed);
+    Node& to = node(host, port);
+    if (moved) {
+      slots_[slot] = &to;
+      map_stale_ = true;  // one slot moved: others may have too
+    }
+    c->target = &to;
+    c->asking = ask;
+    c->reply.reset();
+    if (!c->resent) {
+      c->resent = true;
+      c->read = false;  // a group on the move: the script, which reads all it needs
+      again.push_back(c);
+    } else {
+      c->error = StoreError{StoreError::Kind::unavailable, "redirected twice: " + why};
+    }
+    return true;
+  };
+  for (int round = 0; round < 3 && !todo.empty(); ++round) {
     run(todo, deadline);
     std::vector<Call*> again;
     for (Call* c : todo) {
+      if (c->read) {
+        // Answered by run() unless it failed: quiet, or an error reply to look at here
+        // (a redirect, a node not serving).
+        if (c->error || !c->answered || c->quiet) continue;
+        for (const ReplyPtr& r : c->reads) {
+          if (r->type != REDIS_REPLY_ERROR) continue;
+          const std::string why = text_of(r.get());
+          if (!redirected(c, why, again)) {
+            c->error = StoreError{StoreError::Kind::unavailable, c->target->name + ": " + why};
+            map_stale_ = config_.cluster;
+          }
+          break;
+        }
+        if (!c->error && c->read && !c->quiet && !c->resent) {
+          c->error = StoreError{StoreError::Kind::protocol, "the group's read was not judged"};
+        }
+        continue;
+      }
       if (!c->reply || c->reply->type != REDIS_REPLY_ERROR) continue;
       const std::string why = text_of(c->reply.get());
-      std::size_t slot = 0;
-      std::string host;
-      int port = 0;
-      const bool moved = redirect(why, "MOVED", slot, host, port);
-      const bool ask = !moved && redirect(why, "ASK", slot, host, port);
-      if ((moved || ask) && config_.cluster) {
-        redirects_.fetch_add(1, std::memory_order_relaxed);
-        Node& to = node(host, port);
-        if (moved) {
-          slots_[slot] = &to;
-          map_stale_ = true;  // one slot moved: others may have too
-        }
-        c->target = &to;
-        c->asking = ask;
-        if (round == 0) {
-          again.push_back(c);
-        } else {
-          c->reply.reset();
-          c->error = StoreError{StoreError::Kind::unavailable, "redirected twice: " + why};
-        }
-      } else if (starts(why, "NOSCRIPT") && round == 0) {
+      if (redirected(c, why, again)) continue;
+      if (starts(why, "NOSCRIPT") && !c->resent) {
+        c->resent = true;
         c->eval = true;
         again.push_back(c);
-      } else if (starts(why, "TRYAGAIN") || starts(why, "CLUSTERDOWN") || starts(why, "LOADING") ||
-                 starts(why, "MASTERDOWN") || starts(why, "READONLY") || moved || ask) {
+      } else if (unavailable(why)) {
         c->reply.reset();
         c->error = StoreError{StoreError::Kind::unavailable, c->target->name + ": " + why};
         map_stale_ = config_.cluster;
@@ -605,7 +731,9 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
   std::optional<StoreError> first_error;
   std::string partial;
   for (Call& c : calls) {
-    if (!c.error && c.reply) {
+    if (!c.error && c.quiet) {
+      subs[c.group] = std::move(*c.quiet);
+    } else if (!c.error && c.reply) {
       auto sub = parse_script_reply(c.reply.get(), c.ops.size());
       if (sub) {
         std::size_t leases = 0, counts = 0, windows = 0;
@@ -619,6 +747,11 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
           c.error = StoreError{StoreError::Kind::protocol,
                                "the fleet script returned lists that do not match the ops"};
         } else {
+          Group& grp = groups_[c.group];
+          grp.incarnation = sub->incarnation;
+          grp.script_node = c.target;
+          grp.script_connection = c.target->connection;
+          grp.script_ms = req.now_ms;
           subs[c.group] = std::move(*sub);
         }
       } else {
@@ -639,65 +772,9 @@ Expected<SyncReply, StoreError> RedisClusterStore::exchange_locked(const SyncReq
   if (std::none_of(subs.begin(), subs.end(), [](const auto& s) { return s.has_value(); }))
     return Unexpected(*first_error);
 
-  SyncReply out;
-  out.partial_error = partial;
-  bool went_back = false;
-  for (std::uint32_t g = 0; g < groups_.size(); ++g) {
-    if (!subs[g]) continue;
-    SyncReply& sub = *subs[g];
-    if (out.server_ms == 0 && sub.server_ms > 0) out.server_ms = sub.server_ms;
-    if (sub.sequence < groups_[g].cursor) went_back = true;
-    groups_[g].cursor = sub.sequence;
-    groups_[g].incarnation = sub.incarnation;
-  }
-  std::uint64_t sum = 0;
-  for (std::uint32_t g = 0; g < groups_.size(); ++g) {
-    if (g > 0) out.incarnation += '/';
-    out.incarnation += groups_[g].incarnation.empty() ? "?" : groups_[g].incarnation;
-    sum += groups_[g].cursor;
-  }
-  out.sequence = went_back ? 0 : sum;
-  last_sequence_ = out.sequence;
-  // Per op, in the request's order, from its group's reply (or a placeholder, lost).
-  std::vector<std::size_t> at_lease(groups_.size()), at_count(groups_.size()),
-      at_window(groups_.size()), at_op(groups_.size());
-  if (!partial.empty()) out.lost.assign(req.ops.size(), 0);
-  for (std::size_t i = 0; i < req.ops.size(); ++i) {
-    const FleetOp& op = req.ops[i];
-    const std::uint32_t g = group_of(op.key);
-    if (!subs[g]) {
-      out.lost[i] = 1;
-      out.written.push_back(0);
-      if (op.kind == FleetOp::Kind::lease) out.lease_holders.emplace_back();
-      if (op.kind == FleetOp::Kind::count) out.counts.push_back({"0", "0"});
-      if (op.kind == FleetOp::Kind::window) out.windows.emplace_back("0|0|0|0");
-      continue;
-    }
-    SyncReply& sub = *subs[g];
-    out.written.push_back(sub.written[at_op[g]++]);
-    if (op.kind == FleetOp::Kind::lease)
-      out.lease_holders.push_back(sub.lease_holders[at_lease[g]++]);
-    if (op.kind == FleetOp::Kind::count) out.counts.push_back(sub.counts[at_count[g]++]);
-    if (op.kind == FleetOp::Kind::window) out.windows.push_back(sub.windows[at_window[g]++]);
-  }
-  for (std::uint32_t g = 0; g < groups_.size(); ++g) {
-    if (!subs[g]) continue;
-    SyncReply& sub = *subs[g];
-    for (std::string& r : sub.repairs) out.repairs.push_back(std::move(r));
-    // Opens in this group's node's clock, moved to the reply's (the first group's).
-    const std::int64_t shift = sub.server_ms > 0 ? out.server_ms - sub.server_ms : 0;
-    for (RawRecord& change : sub.changes) {
-      if (shift != 0) {
-        auto rec = decode_record(change.value);
-        if (rec && rec->state == SharedState::open) {
-          rec->until_ms = std::max<std::int64_t>(rec->until_ms + shift, 1);
-          change.value = encode_record(*rec);
-        }
-      }
-      out.changes.push_back(std::move(change));
-    }
-  }
-  return out;
+  std::vector<std::uint32_t> op_group(req.ops.size());
+  for (std::size_t i = 0; i < req.ops.size(); ++i) op_group[i] = group_of(req.ops[i].key);
+  return merge_.merge(req, subs, op_group, std::move(partial));
 }
 
 }  // namespace bulwark::redis

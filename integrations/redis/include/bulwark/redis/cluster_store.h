@@ -13,13 +13,33 @@
 // of a deployment must use the same group count (a key would be looked for in another
 // group otherwise).
 //
-// One exchange() sends one script call per group, every group each time (a group with
-// nothing to send still has to be read: other instances' decisions), pipelined: the
-// calls to one node go out together and come back in one round trip, and the nodes
-// are written to and read from together (one poll() over their sockets), so an
-// exchange costs one round trip per node that holds a group, all at once, no more
-// round trips than groups. A node that answers nothing costs the exchange its deadline
-// only for its own groups: the others' replies are read meanwhile.
+// One exchange() sends, per group, either the script or a cheap read, pipelined: the
+// commands to one node go out together and come back in one round trip, and the nodes
+// are written to and read from together (one poll() over their sockets).
+//   - A group with ops from this instance gets the script (EVALSHA), as RedisFleetStore.
+//   - A group with none gets three plain commands instead: GET <group>seq, GET <group>id
+//     and TIME (a few microseconds of the node's CPU, no script). When the counter is
+//     this store's cursor for the group and the incarnation the one its script last
+//     returned, the group has nothing to say: its part of the reply is that incarnation,
+//     that cursor, TIME's clock, no change. Otherwise — the sequence moved (another
+//     instance decided something there), the incarnation changed, a key is missing (the
+//     group expired, or its node restarted or was flushed), a read failed (a key of the
+//     wrong type) — the script runs for that group in the same exchange, in a second
+//     pipelined round sent only to the nodes of those groups, each as soon as it
+//     answered its reads; it reads the changes, starts a new incarnation if need be (and
+//     the instances re-publish), repairs.
+//   - The script runs at once, no read first, for a group without ops when the read
+//     could not find it quiet: no script answered for it yet, its node's connection is
+//     not the one its script last ran on (a reconnect: the node may have restarted from
+//     a snapshot, keys intact, which only the script's run_id check notices), or its
+//     heartbeat is due: at least once every `heartbeat` (per group, per store, measured
+//     on SyncRequest::now_ms), since the script's refresh of the group's TTLs (idle_ttl)
+//     is what keeps a quiet fleet's keys alive while its instances live.
+// So an exchange costs one round trip when nothing changed beyond the heartbeat (and no
+// script runs), two at worst when some group without ops must run its script (a
+// redirect or a lost script adds one more, as below). A node that answers nothing
+// costs the exchange its deadline only for its own groups: the others' replies are read
+// meanwhile, and their follow-up scripts sent. script_calls() and reads() count both.
 //
 // Cluster routing (`cluster` true). The store reads the slot map (CLUSTER SLOTS) from
 // `host`:`port` or a node of `seeds` on the first exchange, and again on the exchange
@@ -51,6 +71,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -60,6 +81,7 @@
 #include <utility>
 #include <vector>
 
+#include "bulwark/redis/detail/group_merge.h"
 #include "bulwark/redis/fleet_store.h"
 #include "bulwark/redis/redis_store.h"
 
@@ -81,6 +103,11 @@ struct ClusterConfig {
   std::vector<std::string> seeds{};
   // Hash-tag groups the keys are spread over: 1..1000.
   std::uint32_t groups = 1;
+  // The script runs for a quiet group at least this often (see above), its TTL refresh
+  // being the fleet's heartbeat; in between, a cheap read. Zero: idle_ttl / 8, at most
+  // five minutes. Otherwise positive and below idle_ttl. Measured on the requests'
+  // now_ms (the Fleet's wall clock); a clock that steps back runs the script at once.
+  std::chrono::milliseconds heartbeat{0};
 };
 
 class RedisClusterStore final : public FleetStore {
@@ -103,6 +130,14 @@ class RedisClusterStore final : public FleetStore {
   // Redirects followed (MOVED and ASK) and slot map reads, since construction.
   std::uint64_t redirects() const noexcept { return redirects_.load(std::memory_order_relaxed); }
   std::uint64_t map_reads() const noexcept { return map_reads_.load(std::memory_order_relaxed); }
+  // Script runs and cheap reads of a group (see above) sent, since construction (a
+  // read followed by the script in the same exchange counts once each).
+  std::uint64_t script_calls() const noexcept {
+    return script_calls_.load(std::memory_order_relaxed);
+  }
+  std::uint64_t reads() const noexcept { return reads_.load(std::memory_order_relaxed); }
+  // The heartbeat in use (config().heartbeat, or its default).
+  std::chrono::milliseconds heartbeat() const noexcept { return heartbeat_; }
   const ClusterConfig& config() const noexcept { return config_; }
 
  private:
@@ -110,14 +145,21 @@ class RedisClusterStore final : public FleetStore {
   struct Group {
     std::string prefix;
     std::uint16_t slot = 0;
-    std::uint64_t cursor = 0;
-    std::string incarnation;  // "" until it answers once
+    // Where and when the script last answered for the group, and what it said: a cheap
+    // read is enough while they hold.
+    std::string incarnation;  // "" until the script answered once
+    const Node* script_node = nullptr;
+    std::uint64_t script_connection = 0;
+    std::int64_t script_ms = 0;  // the request's now_ms
   };
   struct Call;  // one group's script call in one exchange
 
   Node& node(const std::string& host, int port);
   Expected<void, StoreError> read_map(std::chrono::steady_clock::time_point deadline);
   void run(std::vector<Call*>& calls, std::chrono::steady_clock::time_point deadline);
+  // Judges a group's answered cheap read: true if the script must run for it; else
+  // the read is the group's part of the reply (or an error, or a redirect to follow).
+  bool read_wants_script(Call& c);
   Expected<SyncReply, StoreError> exchange_locked(const SyncRequest& request);
 
   ClusterConfig config_;
@@ -127,9 +169,10 @@ class RedisClusterStore final : public FleetStore {
   std::vector<Node*> slots_;                            // slot -> master; empty: unknown
   bool map_stale_ = true;
   std::string sha_;
-  std::uint64_t last_sequence_ = 0;
+  detail::GroupMerge merge_;              // the groups' cursors and incarnations
   const SyncRequest* request_ = nullptr;  // during an exchange
-  std::atomic<std::uint64_t> redirects_{0}, map_reads_{0};
+  std::chrono::milliseconds heartbeat_{0};
+  std::atomic<std::uint64_t> redirects_{0}, map_reads_{0}, script_calls_{0}, reads_{0};
 };
 
 }  // namespace bulwark::redis
