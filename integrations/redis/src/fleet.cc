@@ -388,7 +388,9 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   std::vector<std::uint32_t> leased;
   std::vector<std::size_t> leased_op;  // the op of each, in req.ops
   const std::int64_t lead = 2 * config_.sync_interval.count();
-  for (std::uint32_t i = 0; i < members_.size(); ++i) {
+  // None while the store is read again from the start (cursor 0, after it restarted):
+  // the records held here may be the old store's, their lease asked for already.
+  for (std::uint32_t i = 0; i < members_.size() && cursor_ != 0; ++i) {
     if (!members_[i]) continue;
     Member& m = *members_[i];
     if (!m.shared_open || m.reset_past || m.lease_asked == m.record.sequence) continue;
@@ -546,6 +548,13 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
     cursor_ = 0;
   } else {
     cursor_ = reply->sequence;
+  }
+  if (cursor_ == 0) {
+    // The store numbers its decisions again from where it restarted: a lease asked for
+    // an old decision says nothing of a new one under the same number.
+    for (const auto& mp : members_) {
+      if (mp) mp->lease_asked = 0;
+    }
   }
   incarnation_ = reply->incarnation;
 
