@@ -16,8 +16,9 @@ ShardedMemoryStore::ShardedMemoryStore(std::uint32_t nodes, std::uint32_t groups
 }
 
 void ShardedMemoryStore::take_over(std::uint32_t node, bool kept) {
-  down_[node] = 0;
+  set_node_down(node, false);
   if (kept) return;
+  ++generation_;
   for (std::uint32_t g = node; g < groups(); g += nodes()) {
     Group& group = groups_[g];
     group.store->restart();  // its incarnation goes up by one, its sequence back to 0
@@ -36,8 +37,24 @@ std::optional<redis::FleetRecord> ShardedMemoryStore::record(const std::string& 
 }
 
 Expected<redis::SyncReply, redis::StoreError> ShardedMemoryStore::exchange(
-    const redis::SyncRequest& req, redis::detail::GroupMerge& merge) {
+    const redis::SyncRequest& req, Client& client) {
   const std::uint32_t n = nodes(), gs = groups();
+  if (req.ops.empty() && !all_down_ && nodes_down_ == 0 && client.generation == generation_ &&
+      req.cursor == client.sequence) {
+    // Nothing to send, and no group changed since this client read them all: what the
+    // groups' stores and the merge would answer.
+    for (std::uint32_t k = 0; k < n; ++k) {
+      ++loads_[k].exchanges;
+      loads_[k].calls += (gs - k + n - 1) / n;
+    }
+    redis::SyncReply reply;
+    reply.incarnation = client.incarnation;
+    reply.sequence = client.sequence;
+    reply.server_ms = clock_ms_();
+    return reply;
+  }
+  client.generation = ~std::uint64_t{0};
+  redis::detail::GroupMerge& merge = client.merge_;
   op_group_.resize(req.ops.size());
   for (auto& ops : group_ops_) ops.clear();
   for (std::size_t i = 0; i < req.ops.size(); ++i) {
@@ -90,6 +107,7 @@ Expected<redis::SyncReply, redis::StoreError> ShardedMemoryStore::exchange(
       partial += "group " + std::to_string(g) + ": " + r.error().message;
       continue;
     }
+    if (r->incarnation != group.incarnation || r->sequence != group.sequence) ++generation_;
     group.incarnation = r->incarnation;
     group.known = r->changes.size() < sub_.max_changes;  // else it may have cut the list
     group.sequence = r->sequence;
@@ -100,7 +118,23 @@ Expected<redis::SyncReply, redis::StoreError> ShardedMemoryStore::exchange(
         redis::StoreError{redis::StoreError::Kind::unavailable,
                           all_down_ ? "the store is down" : "every node is down: " + partial});
   }
-  return merge.merge(req, subs_, op_group_, std::move(partial));
+  const bool complete = partial.empty();
+  redis::SyncReply reply = merge.merge(req, subs_, op_group_, std::move(partial));
+  // Caught up: every group read to its newest sequence, and the reply's sequence their
+  // sum (not 0 for a group that went back, which the next exchange reads from the start).
+  bool caught_up = complete;
+  std::uint64_t sum = 0;
+  for (std::uint32_t g = 0; g < gs && caught_up; ++g) {
+    caught_up = groups_[g].known && merge.cursor(g) == groups_[g].sequence;
+    sum += merge.cursor(g);
+  }
+  caught_up = caught_up && reply.sequence == sum;
+  if (caught_up) {
+    client.generation = generation_;
+    client.incarnation = reply.incarnation;
+    client.sequence = reply.sequence;
+  }
+  return reply;
 }
 
 }  // namespace bulwark::lab::detail

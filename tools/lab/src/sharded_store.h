@@ -12,8 +12,9 @@
 // Cost: per exchange, one MemoryFleetStore exchange per group with ops or with
 // changes after the client's cursor; a group with neither is answered from what the
 // model knows of it (its incarnation and sequence: exactly what its MemoryFleetStore
-// would say), so a quiet group costs a few comparisons. Not thread-safe (the lab's loop
-// is one thread). Lifetime: the model outlives its clients, which outlive their Fleets.
+// would say), so a quiet group costs a few comparisons, and an exchange with no ops
+// from a client caught up with every group since none changed costs O(nodes). Not thread-safe (the
+// lab's loop is one thread). Lifetime: the model outlives its clients, which outlive their Fleets.
 
 #ifndef BULWARK_LAB_SRC_SHARDED_STORE_H_
 #define BULWARK_LAB_SRC_SHARDED_STORE_H_
@@ -51,7 +52,10 @@ class ShardedMemoryStore {
     return redis::detail::group_of(key, groups());
   }
 
-  void set_node_down(std::uint32_t node, bool down) { down_[node] = down; }
+  void set_node_down(std::uint32_t node, bool down) {
+    if ((down_[node] != 0) != down) nodes_down_ += down ? 1 : -1;
+    down_[node] = down;
+  }
   void set_all_down(bool down) { all_down_ = down; }
   // The node's replica takes over its groups: with their data (kept), or empty.
   void take_over(std::uint32_t node, bool kept);
@@ -64,12 +68,18 @@ class ShardedMemoryStore {
     explicit Client(ShardedMemoryStore& store) : store_(store), merge_(store.groups()) {}
     Expected<redis::SyncReply, redis::StoreError> exchange(
         const redis::SyncRequest& request) override {
-      return store_.exchange(request, merge_);
+      return store_.exchange(request, *this);
     }
 
    private:
+    friend class ShardedMemoryStore;
     ShardedMemoryStore& store_;
     redis::detail::GroupMerge merge_;
+    // Caught up with every group at the store's `generation` (none changed since): an
+    // exchange with no ops gets `incarnation` and `sequence` again, as the merge would.
+    std::uint64_t generation = ~std::uint64_t{0};
+    std::string incarnation;
+    std::uint64_t sequence = 0;
   };
 
  private:
@@ -83,13 +93,16 @@ class ShardedMemoryStore {
     bool known = true;
   };
   Expected<redis::SyncReply, redis::StoreError> exchange(const redis::SyncRequest& request,
-                                                         redis::detail::GroupMerge& merge);
+                                                         Client& client);
 
   std::function<std::int64_t()> clock_ms_;
   std::vector<Group> groups_;
   std::vector<NodeLoad> loads_;
   std::vector<char> down_;
   bool all_down_ = false;
+  std::uint32_t nodes_down_ = 0;
+  // Goes up whenever a group's sequence or incarnation changes.
+  std::uint64_t generation_ = 0;
   // Scratch, reused by every exchange.
   redis::SyncRequest sub_;
   std::vector<std::optional<redis::SyncReply>> subs_;
