@@ -300,6 +300,28 @@ TEST(FleetRecoveryTest, AfterTheStoreRestartsEmptyTheLeaseIsAskedForItsNewDecisi
   EXPECT_FALSE(b.breaker.try_acquire()) << "b waits for a's verdict";
 }
 
+// A lease granted in the reply that says the store restarted was asked for a decision the
+// store no longer holds: an instance that waited for its holder would hold its breaker
+// open for the lease and publish that wait as an open of the fleet's.
+TEST(FleetRecoveryTest, ALeaseGrantedByARestartedStoreIsNotWaitedFor) {
+  World w;
+  Instance a(w, "a"), b(w, "b");
+  a.fail();
+  a.sync(), b.sync();  // open for 10 s
+  w.advance(9700ms);
+  w.store.restart();
+  a.sync();  // asks the lease of the old decision: the restarted store grants it to a
+  b.sync();  // asks too: a holds it
+  EXPECT_FALSE(b.key().lease_holder);
+  const auto left = b.retry_after();
+  ASSERT_TRUE(left);
+  EXPECT_LE(*left, 300ms) << "b waits for a lease of a decision the store lost";
+  b.sync(), a.sync(), b.sync(), a.sync();  // both publish their opens again
+  const auto stored = decode_record(w.store.get_raw("inventory").value_or(""));
+  ASSERT_TRUE(stored);
+  EXPECT_LE(stored->until_ms, w.wall + 300) << "the lease's wait published as the fleet's open";
+}
+
 // Fleet::reset(key) is the fleet-wide close.
 TEST(FleetRecoveryTest, FleetResetClosesTheKeyForTheWholeFleet) {
   World w;

@@ -549,16 +549,19 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   } else {
     cursor_ = reply->sequence;
   }
-  if (cursor_ == 0) {
-    // The store numbers its decisions again from where it restarted: a lease asked for
-    // an old decision says nothing of a new one under the same number.
+  // Read from the start: the store numbers its decisions again from where it restarted,
+  // so a lease asked for an old decision says nothing of a new one under the same
+  // number; and a lease this reply grants was asked for a decision the store no longer
+  // holds: neither is kept, nor waited for.
+  const bool reread = cursor_ == 0;
+  if (reread) {
     for (const auto& mp : members_) {
       if (mp) mp->lease_asked = 0;
     }
   }
   incarnation_ = reply->incarnation;
 
-  const std::size_t n_leases = std::min(leased.size(), reply->lease_holders.size());
+  const std::size_t n_leases = reread ? 0 : std::min(leased.size(), reply->lease_holders.size());
   for (std::size_t i = 0; i < n_leases; ++i) {
     Member& m = *members_[leased[i]];
     const std::string& holder = reply->lease_holders[i];
