@@ -1,7 +1,8 @@
 // The fleet in `bulwark simulate` (bulwark/lab/fleet.h): the built-in fleet scenario
 // meets the requirement's goals (ratios of calls counted in virtual time), runs are
 // deterministic, a store that is down makes sharing behave exactly like isolation,
-// bad [fleet] values are clear errors, and the CLI runs it. In a build without
+// bad [fleet] values are clear errors, the sharded store model (3 nodes, a failover)
+// keeps the gains and every open, and the CLI runs it. In a build without
 // bulwark::redis, every fleet run is the clear "no fleet support" error.
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -127,6 +129,130 @@ TEST(Fleet, AnOutageDuringTheIncidentCostsCallsAndTheFleetRecovers) {
             c.shared.total.requests);
 }
 
+// tools/examples/fleet_10k.toml (3 store nodes, 16 groups, the key's node failing
+// mid-incident and its replica taking over empty) at 200 instances, the same 2 pages per
+// second each.
+Scenario sharded_fleet() {
+  Scenario s =
+      load_scenario_file(std::string(BULWARK_SOURCE_DIR) + "/tools/examples/fleet_10k.toml");
+  s.fleet->instances = 200;
+  s.arrivals.rate = 400;
+  return s;
+}
+
+const FleetNodeLoad& key_node(const FleetRun& r) {
+  for (const FleetNodeLoad& n : r.nodes) {
+    if (n.holds_key) return n;
+  }
+  throw std::logic_error("no node holds the key");
+}
+
+TEST(FleetSharded, TheGainsHoldThroughAFailoverAndNoOpenIsLost) {
+  const Scenario s = sharded_fleet();
+  ASSERT_EQ(s.fleet->nodes, 3u);
+  ASSERT_EQ(s.fleet->groups, 16u);
+  ASSERT_TRUE(s.fleet->failover);
+  ASSERT_FALSE(s.fleet->failover->replica_kept);
+  const FleetSimulationResult r = simulate_fleet(s);
+  const FleetConfigurationResult& c = r.configurations[0];
+  EXPECT_GE(c.goals.isolated_over_shared, 5.0);
+  EXPECT_TRUE(c.goals.open_together);
+  EXPECT_EQ(c.shared.never_opened, 0u);
+
+  // The node holding the key failed while the fleet held it open, and came back empty;
+  // the instances published the open again within a sync interval and a round trip, and
+  // not one of them closed meanwhile.
+  ASSERT_TRUE(c.shared.failover);
+  const FleetFailoverOutcome& o = *c.shared.failover;
+  EXPECT_TRUE(o.key_on_node);
+  EXPECT_TRUE(o.key_open_at_failure);
+  EXPECT_FALSE(o.key_open_at_takeover);
+  ASSERT_TRUE(o.key_reopened_after);
+  EXPECT_LE(*o.key_reopened_after, s.fleet->sync_interval + s.fleet->store_latency);
+  EXPECT_TRUE(o.key_open_settled);
+  EXPECT_EQ(o.not_closed_at_failure, 200u);
+  EXPECT_EQ(o.not_closed_at_takeover, 200u);
+  EXPECT_EQ(o.not_closed_settled, 200u);
+  EXPECT_GT(o.unanswered, 0u);
+  EXPECT_GT(o.lost_ops, 0u);
+
+  // Per node: every exchange asks every node, each group once; only the failed node
+  // missed calls; the nodes' counts sum to the store's.
+  ASSERT_EQ(c.shared.nodes.size(), 3u);
+  std::uint32_t groups = 0;
+  std::uint64_t unanswered = 0, lost = 0;
+  for (const FleetNodeLoad& n : c.shared.nodes) {
+    groups += n.groups;
+    unanswered += n.unanswered;
+    lost += n.lost_ops;
+    EXPECT_EQ(n.exchanges, c.shared.nodes[0].exchanges);
+    EXPECT_EQ(n.calls + n.unanswered, n.exchanges * n.groups) << "node " << n.node;
+    if (!n.holds_key) {
+      EXPECT_EQ(n.ops + n.unanswered + n.lost_ops, 0u) << "node " << n.node;
+    }
+  }
+  EXPECT_EQ(groups, 16u);
+  EXPECT_EQ(unanswered, o.unanswered);
+  EXPECT_EQ(lost, o.lost_ops);
+  EXPECT_EQ(key_node(c.shared).node, s.fleet->failover->node);
+  EXPECT_EQ(c.shared.nodes[0].latency, 1ms);
+  EXPECT_EQ(c.shared.nodes[2].latency, 5ms);
+  EXPECT_GE(c.shared.nodes[0].exchanges, c.shared.store_exchanges);
+
+  // The same run without the failover sends as many calls while degraded.
+  Scenario quiet = s;
+  quiet.fleet->failover.reset();
+  const FleetSimulationResult q = simulate_fleet(quiet);
+  EXPECT_LE(c.shared.total.calls_while_degraded,
+            q.configurations[0].shared.total.calls_while_degraded * 102 / 100);
+  EXPECT_FALSE(q.configurations[0].shared.failover);
+
+  // Deterministic, per node and failover included.
+  EXPECT_EQ(fleet_to_json(r), fleet_to_json(simulate_fleet(s)));
+  const auto j = nlohmann::json::parse(fleet_to_json(r));
+  EXPECT_EQ(j["fleet"]["nodes"], 3);
+  EXPECT_EQ(j["configurations"][0]["runs"][2]["nodes"].size(), 3u);
+  EXPECT_EQ(j["configurations"][0]["runs"][2]["failover"]["not_closed_settled"], 200);
+}
+
+// When the replica takes over empty just after the fleet's open period ended (its lease
+// asked for and held), the instances publish the probe's new open into the new store,
+// which numbers it 1 as the old store numbered the first open: the lease must still be
+// asked for it, or every instance probes on its own at its end.
+TEST(FleetSharded, AReplicaTakingOverEmptyAfterTheLeaseCostsNoCalls) {
+  Scenario s = sharded_fleet();
+  s.fleet->failover->at = 62s;
+  const FleetSimulationResult r = simulate_fleet(s);
+  s.fleet->failover.reset();
+  const FleetSimulationResult q = simulate_fleet(s);
+  const std::uint64_t with = r.configurations[0].shared.total.calls_while_degraded;
+  const std::uint64_t without = q.configurations[0].shared.total.calls_while_degraded;
+  EXPECT_LE(with, without * 102 / 100) << "with the failover " << with << ", without " << without;
+  EXPECT_GE(r.configurations[0].goals.isolated_over_shared, 5.0);
+}
+
+TEST(FleetSharded, AReplicaWithTheDataKeepsTheKeyOpen) {
+  Scenario s = sharded_fleet();
+  s.fleet->failover->replica_kept = true;
+  const FleetSimulationResult r = simulate_fleet(s);
+  const FleetFailoverOutcome& o = *r.configurations[0].shared.failover;
+  EXPECT_TRUE(o.key_open_at_takeover);
+  EXPECT_EQ(o.key_reopened_after, Nanos::zero());
+  EXPECT_EQ(o.not_closed_settled, 200u);
+}
+
+TEST(FleetSharded, OneNodeOneGroupIsTheSingleStore) {
+  // The defaults: the output has no trace of nodes, and a failover of the only node is
+  // an outage followed by a restart.
+  Scenario s = short_fleet();
+  const std::string plain = fleet_to_json(simulate_fleet(s));
+  EXPECT_EQ(plain.find("\"nodes\""), std::string::npos);
+  s.fleet->failover = StoreFailover{.node = 0, .at = 40s, .down = 2s};
+  const FleetSimulationResult r = simulate_fleet(s);
+  EXPECT_GT(r.configurations[0].shared.sync_errors, 0u);
+  EXPECT_EQ(r.configurations[0].shared.failover->not_closed_settled, 40u);
+}
+
 TEST(Fleet, FleetWindowsCostStoreOpsAndChangeNothingWhenTheFirstTripIsShared) {
   // Quorum 1: the first instance's own trip is shared before the fleet's summed window
   // would trip, so fleet windows add the instances' window levels to the exchanges and
@@ -232,6 +358,33 @@ TEST(FleetToml, ReadsEveryKey) {
   EXPECT_EQ(s.fleet->configurations, std::vector<std::string>{"after"});
 }
 
+TEST(FleetToml, ReadsTheShardedStoreKeys) {
+  const Scenario s = parse_scenario(
+      with_fleet("instances = 7\n"
+                 "nodes = 3\n"
+                 "groups = 8\n"
+                 "store_latency = [\"1ms\", \"4ms\", \"2ms\"]\n"
+                 "failover = { node = 2, at = \"2min\", down = \"10s\", replica = \"kept\" }\n"),
+      "f.toml");
+  ASSERT_TRUE(s.fleet);
+  EXPECT_EQ(s.fleet->nodes, 3u);
+  EXPECT_EQ(s.fleet->groups, 8u);
+  EXPECT_EQ(s.fleet->node_latency, (std::vector<Nanos>{1ms, 4ms, 2ms}));
+  EXPECT_EQ(s.fleet->store_latency, 4ms);  // an exchange waits for the slowest node
+  ASSERT_TRUE(s.fleet->failover);
+  EXPECT_EQ(s.fleet->failover->node, 2u);
+  EXPECT_EQ(s.fleet->failover->at, 2min);
+  EXPECT_EQ(s.fleet->failover->down, 10s);
+  EXPECT_TRUE(s.fleet->failover->replica_kept);
+  const Scenario d = parse_scenario(with_fleet("instances = 7\nnodes = 2\n"
+                                               "failover = { at = \"1min\" }\n"),
+                                    "f.toml");
+  EXPECT_EQ(d.fleet->groups, 2u);  // one per node
+  EXPECT_EQ(d.fleet->failover->node, 0u);
+  EXPECT_EQ(d.fleet->failover->down, 5s);
+  EXPECT_FALSE(d.fleet->failover->replica_kept);  // the worst case: lost
+}
+
 TEST(FleetToml, DefaultsToEveryConfigurationWithABreaker) {
   const Scenario s = parse_scenario(with_fleet("instances = 3\n"), "f.toml");
   ASSERT_TRUE(s.fleet);
@@ -297,6 +450,25 @@ INSTANTIATE_TEST_SUITE_P(
             "twice"},
         Bad{"instances = 10\nsync_intervall = \"1s\"\n", "fleet.sync_intervall",
             "did you mean \"sync_interval\""},
+        Bad{"instances = 10\nnodes = 0\n", "fleet.nodes", "at least 1"},
+        Bad{"instances = 10\nnodes = 101\n", "fleet.nodes", "at most 100"},
+        Bad{"instances = 10\nnodes = 3\ngroups = 2\n", "fleet.groups", "at least nodes"},
+        Bad{"instances = 10\nnodes = 2\nstore_latency = [\"1ms\"]\n", "fleet.store_latency",
+            "one latency per node"},
+        Bad{"instances = 10\nnodes = 2\nstore_latency = [\"1ms\", 2]\n", "fleet.store_latency[1]",
+            "expected a duration string"},
+        Bad{"instances = 10\nnodes = 2\nstore_latency = [\"1ms\", \"300ms\"]\n",
+            "fleet.store_latency", "shorter than sync_interval"},
+        Bad{"instances = 10\nnodes = 2\nfailover = { node = 2, at = \"1min\" }\n",
+            "fleet.failover.node", "0..nodes-1"},
+        Bad{"instances = 10\nfailover = { node = 0 }\n", "fleet.failover",
+            "missing required key \"at\""},
+        Bad{"instances = 10\nfailover = { at = \"20min\" }\n", "fleet.failover.at",
+            "not before the scenario's end"},
+        Bad{"instances = 10\nfailover = { at = \"1min\", down = \"0s\" }\n", "fleet.failover.down",
+            "longer than 0s"},
+        Bad{"instances = 10\nfailover = { at = \"1min\", replica = \"gone\" }\n",
+            "fleet.failover.replica", "\"lost\", \"kept\""},
         Bad{"instances = 10000\nsync_interval = \"1ms\"\n", "fleet.sync_interval",
             "6e9 fleet syncs (10000 instances, each every 1ms)"}));
 

@@ -269,6 +269,59 @@ TEST(FleetRecoveryTest, ABreakersOwnResetActsOnItsInstanceAlone) {
   EXPECT_EQ(b.key().reason, TransitionReason::probe_failed);
 }
 
+// A store that restarts empty numbers its decisions from 1 again. An instance that had
+// asked for the lease of the old store's decision 1 must ask again for the new store's
+// decision 1 (another open period): else no instance asks, and at its end every
+// instance goes half-open and probes on its own.
+TEST(FleetRecoveryTest, AfterTheStoreRestartsEmptyTheLeaseIsAskedForItsNewDecisions) {
+  World w;
+  Instance a(w, "a"), b(w, "b");
+  a.fail();
+  a.sync(), b.sync();  // decision 1: open for 10 s
+  w.advance(9700ms);
+  a.sync(), b.sync();  // both ask for its lease: a holds it
+  ASSERT_TRUE(a.key().lease_holder);
+  w.store.restart();
+  w.advance(300ms);
+  auto probe = a.breaker.try_acquire();
+  ASSERT_TRUE(probe && probe->is_probe());
+  probe->record_failure();  // a opens again: in the new store, decision 1 again
+  a.sync(), a.sync(), b.sync(), b.sync();
+  ASSERT_EQ(b.key().reason, TransitionReason::probe_failed);
+  const auto stored = decode_record(w.store.get_raw("inventory").value_or(""));
+  ASSERT_TRUE(stored);
+  ASSERT_EQ(stored->sequence, 1u);
+  w.advance(9700ms);
+  a.sync(), b.sync();  // near its end both ask for the new decision's lease
+  EXPECT_TRUE(a.key().lease_holder);
+  EXPECT_FALSE(b.key().lease_holder);
+  w.advance(300ms);
+  EXPECT_TRUE(a.breaker.try_acquire()) << "a, the holder, probes";
+  EXPECT_FALSE(b.breaker.try_acquire()) << "b waits for a's verdict";
+}
+
+// A lease granted in the reply that says the store restarted was asked for a decision the
+// store no longer holds: an instance that waited for its holder would hold its breaker
+// open for the lease and publish that wait as an open of the fleet's.
+TEST(FleetRecoveryTest, ALeaseGrantedByARestartedStoreIsNotWaitedFor) {
+  World w;
+  Instance a(w, "a"), b(w, "b");
+  a.fail();
+  a.sync(), b.sync();  // open for 10 s
+  w.advance(9700ms);
+  w.store.restart();
+  a.sync();  // asks the lease of the old decision: the restarted store grants it to a
+  b.sync();  // asks too: a holds it
+  EXPECT_FALSE(b.key().lease_holder);
+  const auto left = b.retry_after();
+  ASSERT_TRUE(left);
+  EXPECT_LE(*left, 300ms) << "b waits for a lease of a decision the store lost";
+  b.sync(), a.sync(), b.sync(), a.sync();  // both publish their opens again
+  const auto stored = decode_record(w.store.get_raw("inventory").value_or(""));
+  ASSERT_TRUE(stored);
+  EXPECT_LE(stored->until_ms, w.wall + 300) << "the lease's wait published as the fleet's open";
+}
+
 // Fleet::reset(key) is the fleet-wide close.
 TEST(FleetRecoveryTest, FleetResetClosesTheKeyForTheWholeFleet) {
   World w;

@@ -388,7 +388,9 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   std::vector<std::uint32_t> leased;
   std::vector<std::size_t> leased_op;  // the op of each, in req.ops
   const std::int64_t lead = 2 * config_.sync_interval.count();
-  for (std::uint32_t i = 0; i < members_.size(); ++i) {
+  // None while the store is read again from the start (cursor 0, after it restarted):
+  // the records held here may be the old store's, their lease asked for already.
+  for (std::uint32_t i = 0; i < members_.size() && cursor_ != 0; ++i) {
     if (!members_[i]) continue;
     Member& m = *members_[i];
     if (!m.shared_open || m.reset_past || m.lease_asked == m.record.sequence) continue;
@@ -547,9 +549,19 @@ Expected<SyncSummary, StoreError> Fleet::exchange_once(
   } else {
     cursor_ = reply->sequence;
   }
+  // Read from the start: the store numbers its decisions again from where it restarted,
+  // so a lease asked for an old decision says nothing of a new one under the same
+  // number; and a lease this reply grants was asked for a decision the store no longer
+  // holds: neither is kept, nor waited for.
+  const bool reread = cursor_ == 0;
+  if (reread) {
+    for (const auto& mp : members_) {
+      if (mp) mp->lease_asked = 0;
+    }
+  }
   incarnation_ = reply->incarnation;
 
-  const std::size_t n_leases = std::min(leased.size(), reply->lease_holders.size());
+  const std::size_t n_leases = reread ? 0 : std::min(leased.size(), reply->lease_holders.size());
   for (std::size_t i = 0; i < n_leases; ++i) {
     Member& m = *members_[leased[i]];
     const std::string& holder = reply->lease_holders[i];

@@ -1120,7 +1120,50 @@ FleetSpec read_fleet(Reader& r, const Scenario& s) {
   if (auto v = whole_ms("sync_interval", std::chrono::milliseconds(1), std::chrono::minutes(1))) {
     f.sync_interval = *v;
   }
-  if (auto v = r.duration("store_latency", std::chrono::minutes(1))) {
+  if (auto v = r.count("nodes", kMaxStoreNodes)) {
+    if (*v < 1) r.fail("nodes", "must be at least 1 (got 0)");
+    f.nodes = *v;
+  }
+  if (auto v = r.count("groups", kMaxStoreGroups)) {
+    if (*v < f.nodes) {
+      r.fail("groups", "must be at least nodes (" + std::to_string(f.nodes) + "; got " +
+                           std::to_string(*v) + "): every node holds a group");
+    }
+    f.groups = *v;
+  } else {
+    f.groups = f.nodes;
+  }
+  // A list: one round trip per node; an exchange waits for the slowest.
+  if (const toml::node* list = r.get("store_latency"); list != nullptr && list->is_array()) {
+    const toml::array& a = *list->as_array();
+    if (a.size() != f.nodes) {
+      r.fail("store_latency", "a list must have one latency per node (" + std::to_string(f.nodes) +
+                                  "; got " + std::to_string(a.size()) + ")");
+    }
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const std::string path = r.key_path("store_latency") + "[" + std::to_string(i) + "]";
+      const auto text = a.get(i)->value<std::string>();
+      if (!text) {
+        throw InputError(r.where(*a.get(i)), path,
+                         "expected a duration string such as \"1ms\", got " + type_name(*a.get(i)));
+      }
+      const auto d = parse_duration(*text);
+      if (!d) throw InputError(r.where(*a.get(i)), path, d.error());
+      if (*d > std::chrono::minutes(1)) {
+        throw InputError(r.where(*a.get(i)), path,
+                         "must be at most 1min (got " + format_duration(*d) + ")");
+      }
+      f.node_latency.push_back(*d);
+    }
+    const Nanos slowest = *std::max_element(f.node_latency.begin(), f.node_latency.end());
+    if (slowest >= f.sync_interval) {
+      r.fail("store_latency", "must be shorter than sync_interval (" +
+                                  format_duration(f.sync_interval) + "; the slowest node's is " +
+                                  format_duration(slowest) +
+                                  "): one exchange at a time per instance");
+    }
+    f.store_latency = slowest;
+  } else if (auto v = r.duration("store_latency", std::chrono::minutes(1))) {
     if (*v >= f.sync_interval) {
       r.fail("store_latency", "must be shorter than sync_interval (" +
                                   format_duration(f.sync_interval) + "; got " +
@@ -1173,6 +1216,28 @@ FleetSpec read_fleet(Reader& r, const Scenario& s) {
       }
       f.outages.push_back(out);
     }
+  }
+  if (auto t = r.table("failover")) {
+    StoreFailover fo;
+    if (auto v = t->count("node", kMaxStoreNodes)) {
+      if (*v >= f.nodes) {
+        t->fail("node", "must be in 0..nodes-1 (" + std::to_string(f.nodes - 1) + "; got " +
+                            std::to_string(*v) + ")");
+      }
+      fo.node = *v;
+    }
+    fo.at = t->required(t->duration("at", kMaxScenarioDuration), "at");
+    if (fo.at >= s.duration) {
+      t->fail("at",
+              "is not before the scenario's end (duration " + format_duration(s.duration) + ")");
+    }
+    if (auto v = t->duration("down", kMaxScenarioDuration)) {
+      if (*v <= Nanos::zero()) t->fail("down", "must be longer than 0s");
+      fo.down = *v;
+    }
+    if (auto v = t->choice("replica", {"lost", "kept"})) fo.replica_kept = *v == "kept";
+    t->finish();
+    f.failover = fo;
   }
   if (const toml::array* list = r.array("configurations")) {
     if (list->empty()) r.fail("configurations", "names no configuration");
@@ -1434,7 +1499,9 @@ WorkEstimate estimate_work(const Scenario& s, bool as_fleet) {
   w.fleet_syncs = static_cast<double>(f.instances) *
                   (static_cast<double>(s.duration.count()) /
                    static_cast<double>(std::max<Nanos::rep>(1, f.sync_interval.count())));
-  const double syncs_cost = w.fleet_syncs * sync_cost(f.instances);
+  // A sharded store: each sync asks every group (about 0.25 us each beyond the first).
+  const double syncs_cost =
+      w.fleet_syncs * (sync_cost(f.instances) + 0.25e-6 * static_cast<double>(f.groups - 1));
   for (const ResilienceConfig& c : s.configurations) {
     if (std::find(f.configurations.begin(), f.configurations.end(), c.name) ==
         f.configurations.end()) {

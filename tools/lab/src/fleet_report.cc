@@ -92,6 +92,52 @@ std::string fixed(double v, int digits) {
 }
 std::string yes_no(bool met) { return met ? "met" : "NOT met"; }
 
+// The shared run's store, per node, and its failover: only for a sharded store or a
+// failover (a scenario without them prints what it always did).
+void write_nodes(std::ostream& out, const FleetRun& r, const Scenario& s) {
+  const FleetSpec& f = *s.fleet;
+  if (f.nodes == 1 && f.groups == 1 && !r.failover) return;
+  out << "  shared store, per node (each exchange asks every group; the key is in one):\n";
+  const std::vector<std::string> head = {"node",           "groups", "round trip", "exchanges/s",
+                                         "script calls/s", "ops/s",  "unanswered", "ops lost"};
+  std::vector<std::vector<std::string>> rows;
+  for (const FleetNodeLoad& n : r.nodes) {
+    rows.push_back(
+        {std::to_string(n.node) + (n.holds_key ? " (key)" : ""), std::to_string(n.groups),
+         format_readable(n.latency), fixed(n.exchanges_per_second, 0), fixed(n.calls_per_second, 0),
+         fixed(n.ops_per_second, 1), group_thousands(n.unanswered), group_thousands(n.lost_ops)});
+  }
+  std::vector<std::size_t> width(head.size());
+  for (std::size_t i = 0; i < head.size(); ++i) {
+    width[i] = head[i].size();
+    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    out << "    " << pad_right(cells[0], width[0]);
+    for (std::size_t i = 1; i < cells.size(); ++i) out << "  " << pad_left(cells[i], width[i]);
+    out << "\n";
+  };
+  line(head);
+  for (const auto& row : rows) line(row);
+  if (!r.failover || !f.failover) return;
+  const FleetFailoverOutcome& o = *r.failover;
+  const auto open = [](bool b) { return b ? "open" : "not open"; };
+  out << "  failover of node " << f.failover->node
+      << (o.key_on_node ? " (holding the key)" : " (not holding the key)") << ": "
+      << group_thousands(o.unanswered) << " calls unanswered, " << group_thousands(o.lost_ops)
+      << " ops lost and sent again; the key " << open(o.key_open_at_failure) << " when it failed, "
+      << open(o.key_open_at_takeover) << " at the takeover";
+  if (o.key_open_at_failure && !o.key_open_at_takeover) {
+    out << ", "
+        << (o.key_reopened_after
+                ? "open again " + format_readable(*o.key_reopened_after) + " after it"
+                : std::string("never open again"));
+  }
+  out << "; instances not closed: " << group_thousands(o.not_closed_at_failure)
+      << " at the failure, " << group_thousands(o.not_closed_at_takeover) << " at the takeover, "
+      << group_thousands(o.not_closed_settled) << " a sync interval later\n";
+}
+
 }  // namespace
 
 void write_fleet_text(std::ostream& out, const FleetSimulationResult& result) {
@@ -109,6 +155,9 @@ void write_fleet_text(std::ostream& out, const FleetSimulationResult& result) {
       << (f.lease_duration > Nanos::zero() ? format_duration(f.lease_duration)
                                            : std::string("derived per key"))
       << (f.fleet_window ? ", fleet windows (rate rules on every instance's counts)" : "");
+  if (f.nodes > 1 || f.groups > 1) {
+    out << ", " << f.groups << " groups on " << f.nodes << (f.nodes == 1 ? " node" : " nodes");
+  }
   if (!f.outages.empty()) {
     out << ", down";
     for (std::size_t i = 0; i < f.outages.size(); ++i) {
@@ -117,6 +166,12 @@ void write_fleet_text(std::ostream& out, const FleetSimulationResult& result) {
     }
   }
   out << "\n";
+  if (f.failover) {
+    out << "  failover: node " << f.failover->node << " answers nothing from "
+        << format_clock(f.failover->at) << " for " << format_duration(f.failover->down)
+        << ", then its replica takes over "
+        << (f.failover->replica_kept ? "with its data" : "empty (its groups' data lost)") << "\n";
+  }
   if (const auto from = s.degraded_from()) {
     out << "  " << printable(s.dependency.name) << " degraded from " << format_clock(*from)
         << " to " << format_clock(s.degraded_until()) << "\n";
@@ -152,6 +207,7 @@ void write_fleet_text(std::ostream& out, const FleetSimulationResult& result) {
     };
     line(head);
     for (const auto& row : rows) line(row);
+    write_nodes(out, c.shared, result.scenario);
     if (c.shared.sync_errors > 0) {
       out << "  shared: " << group_thousands(c.shared.sync_errors) << " of "
           << group_thousands(c.shared.store_exchanges)
@@ -180,7 +236,8 @@ Json ms(const std::optional<Nanos>& d) {
 }
 Json ratio(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }
 
-Json run_json(const FleetRun& r) {
+// sharded: the scenario has nodes, groups or a failover (else the output is as it was).
+Json run_json(const FleetRun& r, bool sharded) {
   Json j;
   j["name"] = r.name;
   j["instances"] = r.instances;
@@ -204,6 +261,37 @@ Json run_json(const FleetRun& r) {
   j["sync_errors"] = r.sync_errors;
   j["store_exchanges_per_second"] = r.store_exchanges_per_second;
   j["store_ops_per_second"] = r.store_ops_per_second;
+  if (sharded && !r.nodes.empty()) {
+    Json nodes = Json::array();
+    for (const FleetNodeLoad& n : r.nodes) {
+      nodes.push_back({{"node", n.node},
+                       {"groups", n.groups},
+                       {"latency_ms", ms(n.latency)},
+                       {"holds_key", n.holds_key},
+                       {"exchanges", n.exchanges},
+                       {"calls", n.calls},
+                       {"ops", n.ops},
+                       {"unanswered", n.unanswered},
+                       {"lost_ops", n.lost_ops},
+                       {"exchanges_per_second", n.exchanges_per_second},
+                       {"calls_per_second", n.calls_per_second},
+                       {"ops_per_second", n.ops_per_second}});
+    }
+    j["nodes"] = nodes;
+  }
+  if (r.failover) {
+    const FleetFailoverOutcome& o = *r.failover;
+    j["failover"] = {{"key_on_node", o.key_on_node},
+                     {"key_open_at_failure", o.key_open_at_failure},
+                     {"key_open_at_takeover", o.key_open_at_takeover},
+                     {"key_open_settled", o.key_open_settled},
+                     {"key_reopened_after_ms", ms(o.key_reopened_after)},
+                     {"not_closed_at_failure", o.not_closed_at_failure},
+                     {"not_closed_at_takeover", o.not_closed_at_takeover},
+                     {"not_closed_settled", o.not_closed_settled},
+                     {"unanswered", o.unanswered},
+                     {"lost_ops", o.lost_ops}};
+  }
   return j;
 }
 
@@ -231,11 +319,26 @@ std::string fleet_to_json(const FleetSimulationResult& result) {
                 {"sync_on_open", f.sync_on_open},
                 {"fleet_window", f.fleet_window},
                 {"outages", outages}};
+  if (f.nodes > 1 || f.groups > 1 || f.failover) {
+    Json latencies = Json::array();
+    for (const Nanos l : f.node_latency) latencies.push_back(ms(l));
+    j["fleet"]["nodes"] = f.nodes;
+    j["fleet"]["groups"] = f.groups;
+    j["fleet"]["node_latency_ms"] = latencies;
+    if (f.failover) {
+      j["fleet"]["failover"] = {{"node", f.failover->node},
+                                {"at_ms", ms(f.failover->at)},
+                                {"down_ms", ms(f.failover->down)},
+                                {"replica", f.failover->replica_kept ? "kept" : "lost"}};
+    }
+  }
   Json configs = Json::array();
   for (const FleetConfigurationResult& c : result.configurations) {
     Json cj;
     cj["configuration"] = printable(c.configuration);
-    cj["runs"] = Json::array({run_json(c.single), run_json(c.isolated), run_json(c.shared)});
+    const bool sharded = f.nodes > 1 || f.groups > 1 || f.failover;
+    cj["runs"] = Json::array(
+        {run_json(c.single, sharded), run_json(c.isolated, sharded), run_json(c.shared, sharded)});
     cj["goals"] = {{"isolated_over_shared", ratio(c.goals.isolated_over_shared)},
                    {"shared_over_single", ratio(c.goals.shared_over_single)},
                    {"open_spread_ms", ms(c.goals.open_spread)},

@@ -18,6 +18,7 @@
 #include "bulwark/redis/fleet.h"
 #include "bulwark/redis/fleet_store.h"
 #include "fleet_summary.h"
+#include "sharded_store.h"
 #include "simulation.h"
 
 namespace bulwark::lab {
@@ -39,10 +40,11 @@ bool in_outage(const FleetSpec& f, Ticks t) {
   return false;
 }
 
-// What the outer loop does next: an instance's next event, or an instance's exchange
+// What the outer loop does next: an instance's next event, a failover's step (the
+// node fails, its replica takes over, the look after that), or an instance's exchange
 // with the store (a tick's, or one woken by a local opening).
 struct Step {
-  enum class Kind : std::uint8_t { event, tick, woken };
+  enum class Kind : std::uint8_t { event, failover, tick, woken };
   Ticks t;
   Kind kind;
   std::uint32_t instance;
@@ -82,17 +84,19 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
   std::vector<char> woken(n, 0);
   std::vector<std::optional<Nanos>> opened_at(n);
   Ticks now = 0;
-  redis::MemoryFleetStore store([&now] { return now / kMs; });
+  detail::ShardedMemoryStore store(spec.nodes, spec.groups, [&now] { return now / kMs; });
+  std::vector<std::unique_ptr<detail::ShardedMemoryStore::Client>> clients;
   std::vector<std::unique_ptr<detail::Simulation<B>>> sims;
   std::vector<std::unique_ptr<redis::Fleet>> fleets;
   sims.reserve(n);
   for (std::uint32_t i = 0; i < n; ++i) {
     sims.push_back(std::make_unique<detail::Simulation<B>>(scenarios[i], config, options));
   }
+  const std::string key =
+      scenario.dependency.name.empty() ? "dependency" : scenario.dependency.name;
   if (shared) {
-    const std::string key =
-        scenario.dependency.name.empty() ? "dependency" : scenario.dependency.name;
     fleets.reserve(n);
+    clients.reserve(n);
     for (std::uint32_t i = 0; i < n; ++i) {
       detail::Simulation<B>* sim = sims[i].get();
       redis::FleetConfig fc;
@@ -116,7 +120,8 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
       }
       fc.wall_ms = [sim] { return sim->clock().now().time_since_epoch().count() / kMs; };
       try {
-        fleets.push_back(std::make_unique<redis::Fleet>(std::move(fc), store));
+        clients.push_back(std::make_unique<detail::ShardedMemoryStore::Client>(store));
+        fleets.push_back(std::make_unique<redis::Fleet>(std::move(fc), *clients.back()));
         // The call's timeout bounds a probe, for the derived lease.
         const auto probe_timeout =
             config.timeout ? std::chrono::duration_cast<std::chrono::milliseconds>(*config.timeout)
@@ -153,16 +158,44 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
       steps.push({phase + spec.store_latency.count(), Step::Kind::tick, i});
     }
   }
+  // The failover's three steps: the node fails, its replica takes over, the look one
+  // sync interval and round trip later.
+  const bool has_failover = shared && spec.failover.has_value();
+  const StoreFailover failover = has_failover ? *spec.failover : StoreFailover{};
+  std::optional<FleetFailoverOutcome> outcome;
+  std::optional<Ticks> reopen_from;  // after a takeover, until the key is open again
+  if (has_failover) {
+    outcome.emplace();
+    outcome->key_on_node = store.node_of_group(store.group_of(key)) == failover.node;
+    const Ticks at = failover.at.count(), back = at + failover.down.count();
+    steps.push({at, Step::Kind::failover, 0});
+    steps.push({back, Step::Kind::failover, 1});
+    steps.push(
+        {back + spec.sync_interval.count() + spec.store_latency.count(), Step::Kind::failover, 2});
+  }
+  auto key_open = [&] {
+    const auto r = store.record(key);
+    return r && r->state == redis::SharedState::open;
+  };
+  auto not_closed = [&] {
+    std::uint32_t c = 0;
+    for (const auto& sim : sims) c += sim->breaker()->state() != State::closed;
+    return c;
+  };
   auto exchange = [&](std::uint32_t i, Ticks t) {
     now = t;
     sims[i]->advance_to(t);
-    store.set_down(in_outage(spec, t));
+    store.set_all_down(in_outage(spec, t));
     ++run.store_exchanges;
     auto r = fleets[i]->sync();
     if (r) {
       run.store_ops += r->published;
     } else {
       ++run.sync_errors;
+    }
+    if (reopen_from && key_open()) {
+      outcome->key_reopened_after = Nanos(t - *reopen_from);
+      reopen_from.reset();
     }
   };
   while (!steps.empty() && steps.top().t <= end) {
@@ -179,6 +212,26 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
         }
         break;
       }
+      case Step::Kind::failover:
+        now = s.t;
+        if (s.instance == 0) {
+          outcome->key_open_at_failure = key_open();
+          outcome->not_closed_at_failure = not_closed();
+          store.set_node_down(failover.node, true);
+        } else if (s.instance == 1) {
+          store.take_over(failover.node, failover.replica_kept);
+          outcome->key_open_at_takeover = key_open();
+          outcome->not_closed_at_takeover = not_closed();
+          if (outcome->key_open_at_takeover) {
+            outcome->key_reopened_after = Nanos::zero();
+          } else if (outcome->key_open_at_failure) {
+            reopen_from = s.t;
+          }
+        } else {
+          outcome->key_open_settled = key_open();
+          outcome->not_closed_settled = not_closed();
+        }
+        break;
       case Step::Kind::tick:
         exchange(s.instance, s.t);
         steps.push({s.t + spec.sync_interval.count(), Step::Kind::tick, s.instance});
@@ -193,6 +246,31 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
   for (std::uint32_t i = 0; i < n; ++i) {
     results.push_back(sims[i]->finish());
     results.back().time_to_open = opened_at[i];
+  }
+  if (shared) {
+    const double seconds = std::chrono::duration<double>(scenario.duration).count();
+    for (std::uint32_t k = 0; k < store.nodes(); ++k) {
+      const detail::ShardedMemoryStore::NodeLoad& l = store.load(k);
+      FleetNodeLoad node;
+      node.node = k;
+      node.groups = (spec.groups - k + spec.nodes - 1) / spec.nodes;
+      node.latency = spec.node_latency.empty() ? spec.store_latency : spec.node_latency[k];
+      node.holds_key = store.node_of_group(store.group_of(key)) == k;
+      node.exchanges = l.exchanges;
+      node.calls = l.calls;
+      node.ops = l.ops;
+      node.unanswered = l.unanswered;
+      node.lost_ops = l.lost_ops;
+      node.exchanges_per_second = static_cast<double>(l.exchanges) / seconds;
+      node.calls_per_second = static_cast<double>(l.calls) / seconds;
+      node.ops_per_second = static_cast<double>(l.ops) / seconds;
+      run.nodes.push_back(node);
+    }
+    if (outcome) {
+      outcome->unanswered = store.load(failover.node).unanswered;
+      outcome->lost_ops = store.load(failover.node).lost_ops;
+      run.failover = outcome;
+    }
   }
   fleets.clear();
   return results;
@@ -215,6 +293,22 @@ FleetSimulationResult simulate_fleet(const Scenario& scenario) {
       spec.store_latency >= spec.sync_interval) {
     throw InputError({scenario.source}, "fleet.store_latency",
                      "must be at least 0 and shorter than sync_interval (at least 1ms)");
+  }
+  if (spec.nodes < 1 || spec.nodes > kMaxStoreNodes || spec.groups < spec.nodes ||
+      spec.groups > kMaxStoreGroups) {
+    throw InputError({scenario.source}, "fleet.groups",
+                     "nodes must be in 1..100 and groups in nodes..1000");
+  }
+  if (!spec.node_latency.empty() && spec.node_latency.size() != spec.nodes) {
+    throw InputError({scenario.source}, "fleet.store_latency",
+                     "a list must have one latency per node");
+  }
+  if (spec.failover &&
+      (spec.failover->node >= spec.nodes || spec.failover->at >= scenario.duration ||
+       spec.failover->down <= Nanos::zero())) {
+    throw InputError({scenario.source}, "fleet.failover",
+                     "its node must be in 0..nodes-1, it must start before the scenario's end (" +
+                         format_duration(scenario.duration) + ") and last longer than 0s");
   }
   for (const StoreOutage& o : spec.outages) {
     if (o.end <= o.start || o.start >= scenario.duration) {
@@ -261,6 +355,8 @@ FleetSimulationResult simulate_fleet(const Scenario& scenario) {
       summary.store_exchanges = run.store_exchanges;
       summary.store_ops = run.store_ops;
       summary.sync_errors = run.sync_errors;
+      summary.nodes = std::move(run.nodes);
+      summary.failover = run.failover;
       const double seconds = std::chrono::duration<double>(scenario.duration).count();
       summary.store_exchanges_per_second = static_cast<double>(run.store_exchanges) / seconds;
       summary.store_ops_per_second = static_cast<double>(run.store_ops) / seconds;

@@ -87,8 +87,10 @@ inline constexpr std::uint32_t kMaxServerQueue = 1'000'000;    // dependency.ser
 inline constexpr double kMaxRate = 1e6;                        // arrivals.rate, per second
 inline constexpr std::size_t kMaxPhases = 1000;
 inline constexpr std::size_t kMaxConfigurations = 16;
-inline constexpr std::uint32_t kMaxInstances = 10000;  // fleet.instances
-inline constexpr std::size_t kMaxOutages = 1000;       // fleet.outages
+inline constexpr std::uint32_t kMaxInstances = 10000;   // fleet.instances
+inline constexpr std::size_t kMaxOutages = 1000;        // fleet.outages
+inline constexpr std::uint32_t kMaxStoreNodes = 100;    // fleet.nodes
+inline constexpr std::uint32_t kMaxStoreGroups = 1000;  // fleet.groups
 
 // A breaker configuration of one of the three breaker types; the alternative held
 // says which (window()).
@@ -231,6 +233,16 @@ struct StoreOutage {
   Nanos end = Nanos::zero();  // > start
 };
 
+// One node of the store fails mid-run (fleet.failover): from `at` it answers nothing for
+// `down`, then its replica takes over its groups, with the master's data (kept) or,
+// at worst, empty (a new incarnation of its groups: the instances re-publish their opens).
+struct StoreFailover {
+  std::uint32_t node = 0;  // 0..nodes-1
+  Nanos at = Nanos::zero();
+  Nanos down = std::chrono::seconds(5);  // > 0
+  bool replica_kept = false;             // replica = "kept"; "lost" (the default): empty
+};
+
 // The scenario run as a fleet ([fleet]): `instances` instances of the caller, each with
 // the configuration's own breaker, bulkhead and workers (the scenario's values, per
 // instance: what deploying the same configuration everywhere gives) and 1/instances of
@@ -249,6 +261,16 @@ struct FleetSpec {
   // (bulwark::redis::AttachOptions::fleet_window): the fleet trips as one breaker.
   bool fleet_window = false;
   std::vector<StoreOutage> outages;  // each [start, end), inside the scenario
+  // The store sharded as RedisClusterStore shards it: `groups` hash-tag groups (one
+  // MemoryFleetStore each) placed round-robin on `nodes` nodes (group g on node
+  // g % nodes); every exchange asks every group. 1 and 1: one store, as before.
+  std::uint32_t nodes = 1;   // 1..kMaxStoreNodes
+  std::uint32_t groups = 1;  // nodes..kMaxStoreGroups
+  // Each node's round trip when store_latency is a list (one per node); empty: every
+  // node's is store_latency. An exchange takes the slowest node's (store_latency then
+  // holds that maximum).
+  std::vector<Nanos> node_latency;
+  std::optional<StoreFailover> failover;
   // The configurations to run as a fleet (each with a breaker); default: every one
   // with a breaker.
   std::vector<std::string> configurations;
@@ -287,7 +309,8 @@ struct Scenario {
 //   an attempt in a fleet run, by fleet.instances         <= 100: 0.9 us, <= 1000: 1.6,
 //     (at least the above for instances x workers)        more: 3.2
 //   a fleet sync (one Fleet::sync()), by fleet.instances  <= 100: 0.5 us, <= 1000: 0.7,
-//                                                          more: 2.2
+//                                                          more: 2.2, plus 0.25 us per
+//                                                          fleet.groups beyond the first
 //
 // simulate() runs the configurations side by side, so a plain scenario's time is that
 // of two cores sharing them (the longest configuration, or half the sum if more); a

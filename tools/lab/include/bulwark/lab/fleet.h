@@ -13,6 +13,10 @@
 //             round trip and outages modelled in virtual time. Each instance syncs
 //             every sync_interval, at its own phase (index / instances of the
 //             interval), and the exchange takes effect store_latency after the tick.
+//             With nodes / groups, the store is sharded as RedisClusterStore shards
+//             it (one MemoryFleetStore per group, groups round-robin on nodes, the
+//             cluster store's merge), an exchange waits for the slowest node, and a
+//             failover takes one node down then hands its groups to a replica.
 // Every Fleet and the store read the virtual clock (FleetConfig::wall_ms, the store's
 // lease clock), so a run is deterministic: the same scenario gives the same result.
 //
@@ -25,7 +29,9 @@
 //
 // Cost: the scenario's events three times over (single, isolated, shared), with a
 // heap of two entries per instance, plus for shared one exchange per instance per sync
-// interval (a few map operations and allocations each). Memory: per instance its
+// interval (a few map operations and allocations each; a sharded store asks each of its
+// groups, a quiet one for a few comparisons: 10,000 instances, 16 groups, 2 min of
+// virtual time take about 40 s, tools/examples/fleet_10k.toml). Memory: per instance its
 // requests in flight and some tens of kilobytes (10,000 instances: about 300 MB). Not
 // thread-safe; each call builds and owns its objects.
 
@@ -43,6 +49,36 @@
 #include "bulwark/lab/simulate.h"
 
 namespace bulwark::lab {
+
+// What one node of the store carried in a shared run (FleetSpec::nodes; groups placed
+// round-robin). exchanges: instance exchanges that asked it (each asks every node);
+// calls: its groups' script calls answered (one per group per exchange); ops: the ops
+// delivered to its groups; unanswered and lost_ops: the calls and ops it missed while
+// down (the ops are sent again). Rates are per second of the scenario.
+struct FleetNodeLoad {
+  std::uint32_t node = 0;
+  std::uint32_t groups = 0;
+  Nanos latency{};
+  bool holds_key = false;  // the dependency's key is in one of its groups
+  std::uint64_t exchanges = 0, calls = 0, ops = 0, unanswered = 0, lost_ops = 0;
+  double exchanges_per_second = 0, calls_per_second = 0, ops_per_second = 0;
+};
+
+// A shared run's failover (FleetSpec::failover): the node's groups answer nothing from
+// `at` for `down`, then its replica takes over. The dependency's key and the
+// instances' breakers are looked at when the node fails, when the replica takes over,
+// and one sync interval plus the round trip after that (`settled`).
+struct FleetFailoverOutcome {
+  bool key_on_node = false;           // the key's group is on the failed node
+  bool key_open_at_failure = false;   // the store held the key open when the node failed
+  bool key_open_at_takeover = false;  // ... when the replica took over (lost: never)
+  bool key_open_settled = false;
+  // After the takeover, how long until the store held the key open again (0: it did).
+  std::optional<Nanos> key_reopened_after;
+  // Instances whose breaker was not CLOSED (open or half-open), at each look.
+  std::uint32_t not_closed_at_failure = 0, not_closed_at_takeover = 0, not_closed_settled = 0;
+  std::uint64_t unanswered = 0, lost_ops = 0;  // the node's, while down
+};
 
 // One way of running a configuration: single, isolated or shared.
 struct FleetRun {
@@ -66,6 +102,9 @@ struct FleetRun {
   std::uint64_t sync_errors = 0;
   double store_exchanges_per_second = 0;
   double store_ops_per_second = 0;
+  // shared: per node of the store, and the failover's effect if the scenario has one.
+  std::vector<FleetNodeLoad> nodes;
+  std::optional<FleetFailoverOutcome> failover;
 };
 
 // The requirement's goals, from calls to the dependency while it was degraded.
