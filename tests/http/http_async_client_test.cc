@@ -151,12 +151,7 @@ TEST(HttpAsyncClient, ConcurrentRequestsOnOneThread) {
 }
 
 TEST(HttpAsyncClient, CancellationAbortsTheTransfer) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});
   ::asio::io_context io;
   AsyncClient client(io.get_executor(), quick());
   ::asio::cancellation_signal signal;
@@ -177,12 +172,7 @@ TEST(HttpAsyncClient, CancellationAbortsTheTransfer) {
 }
 
 TEST(HttpAsyncClient, DeadlineCutsASlowUpstream) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});
   ::asio::io_context io;
   AsyncClient client(io.get_executor(), quick(1));
   std::optional<Result> r;

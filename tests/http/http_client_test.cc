@@ -186,12 +186,7 @@ TEST(HttpClient, PostWithoutKeyIsNotRetried) {
 }
 
 TEST(HttpClient, SlowUpstreamIsCutByTheDeadline) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();  // answers only when the test ends
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});  // answers only when the test ends
   Config c = quick(50);
   c.attempt_timeout = 100ms;
   Client client(c);
@@ -476,12 +471,7 @@ TEST(HttpClient, ReusesHandlesAndConnections) {
 }
 
 TEST(HttpClient, CancellationAbortsTheTransfer) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});
   Client client(quick());
   std::stop_source stop;
   std::thread canceller([&] {
@@ -498,12 +488,7 @@ TEST(HttpClient, CancellationAbortsTheTransfer) {
 }
 
 TEST(HttpClient, BulkheadFullRejectsAtOnce) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("done", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"done"});
   Config c = quick();
   c.bulkhead = {.name = "test", .max_concurrent = 1};
   Client client(c);
