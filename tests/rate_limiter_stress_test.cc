@@ -229,30 +229,26 @@ TEST(RateLimiterStress, BurstyNeverExceedsTheRatePlusCapacity) {
 }
 
 TEST(RateLimiterStress, BurstyFrozenAdmitsExactlyTheCapacity) {
-  RateLimiterConfig c;
-  c.name = "bursty";
-  c.mode = RateLimitMode::bursty;
-  c.permits = 10;
-  c.period = 1s;
-  c.capacity = kFrozenBurst;
-  frozen_rounds(c, kFrozenBurst);
+  frozen_rounds({.name = "bursty",
+                 .mode = RateLimitMode::bursty,
+                 .permits = 10,
+                 .period = 1s,
+                 .capacity = kFrozenBurst},
+                kFrozenBurst);
 }
 
 TEST(RateLimiterStress, SmoothFrozenAdmitsExactlyTheTolerance) {
-  RateLimiterConfig c;
-  c.name = "smooth";
-  c.permits = 10;
-  c.period = 1s;
-  c.tolerance = 100ms * static_cast<int>(kFrozenBurst - 1);  // burst: tolerance / T + 1
-  frozen_rounds(c, kFrozenBurst);
+  // burst: tolerance / T + 1
+  frozen_rounds({.name = "smooth",
+                 .permits = 10,
+                 .period = 1s,
+                 .tolerance = 100ms * static_cast<int>(kFrozenBurst - 1)},
+                kFrozenBurst);
 }
 
+// Without tolerance the burst is 1: in a round only the threads' first calls race.
 TEST(RateLimiterStress, SmoothWithoutToleranceFrozenAdmitsOne) {
-  RateLimiterConfig c;
-  c.name = "smooth";
-  c.permits = 10;
-  c.period = 1s;
-  frozen_rounds(c, 1);
+  frozen_rounds({.name = "smooth", .permits = 10, .period = 1s}, 1);
 }
 
 }  // namespace
