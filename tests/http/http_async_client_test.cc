@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "bulwark/adaptive_limit.h"
+#include "adaptive_setup.h"
 #include "bulwark/config_error.h"
 #include "bulwark/deadline_header.h"
 #include "bulwark/http/async_client.h"
@@ -29,6 +29,11 @@ namespace bulwark::http {
 namespace {
 
 using namespace std::chrono_literals;
+using bulwark::testing::adaptive_series;
+using bulwark::testing::AdaptiveSeries;
+using bulwark::testing::has_line;
+using bulwark::testing::RejectionLog;
+using bulwark::testing::steady_adaptive_limit;
 using bulwark::testing::Upstream;
 using Result = Expected<Response, Error>;
 
@@ -146,12 +151,7 @@ TEST(HttpAsyncClient, ConcurrentRequestsOnOneThread) {
 }
 
 TEST(HttpAsyncClient, CancellationAbortsTheTransfer) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});
   ::asio::io_context io;
   AsyncClient client(io.get_executor(), quick());
   ::asio::cancellation_signal signal;
@@ -172,12 +172,7 @@ TEST(HttpAsyncClient, CancellationAbortsTheTransfer) {
 }
 
 TEST(HttpAsyncClient, DeadlineCutsASlowUpstream) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});
   ::asio::io_context io;
   AsyncClient client(io.get_executor(), quick(1));
   std::optional<Result> r;
@@ -261,30 +256,13 @@ TEST(HttpAsyncClient, WriteMetricsReportsTheOriginAndTheClientBulkhead) {
 // client's bulkhead. With the limit at 1 one held request takes it and a second is
 // refused at once, as a `rejection` event; the metrics show the limit and the refusal.
 TEST(HttpAsyncClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("ok", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"ok"});
   ::asio::io_context io;
   Config c = quick();
   c.name = "svc";
-  AdaptiveLimitConfig a;
-  a.name = "svc-limit";
-  a.algorithm = AdaptiveAlgorithm::aimd;
-  a.min_limit = 1;
-  a.initial_limit = 1;
-  a.max_limit = 10;
-  a.window_samples = 100;
-  c.adaptive_limit = a;
+  c.adaptive_limit = steady_adaptive_limit("svc-limit", 1);
   AsyncClient client(io.get_executor(), c);
-  int rejections = 0;
-  std::string rejected_by;
-  Subscription sub = client.subscribe(EventKind::rejection, [&](const Event& e) {
-    ++rejections;
-    rejected_by = std::string(e.name) + " " + std::string(e.key);
-  });
+  RejectionLog rejections(client);
   std::optional<Result> held, rejected;
   std::string during;
   ::asio::co_spawn(
@@ -304,22 +282,18 @@ TEST(HttpAsyncClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
   ASSERT_FALSE(*rejected);
   EXPECT_EQ(rejected->error().kind, ErrorKind::bulkhead_full);
   EXPECT_EQ(rejected->error().attempts, 0u);
-  EXPECT_EQ(rejections, 1);
-  EXPECT_EQ(rejected_by, "svc-limit " + up.url(""));
+  EXPECT_EQ(rejections.seen(), std::vector<std::string>{"svc-limit " + up.url("")});
 
-  const std::string name = "name=\"svc-limit " + up.url("") + "\"";
-  auto has = [](const std::string& text, const std::string& line) {
-    return text.find(line + "\n") != std::string::npos;
-  };
-  EXPECT_TRUE(has(during, "bulwark_adaptive_limit{" + name + "} 1")) << during;
-  EXPECT_TRUE(has(during, "bulwark_adaptive_inflight{" + name + "} 1")) << during;
-  EXPECT_TRUE(has(during, "bulwark_adaptive_rejections_total{" + name + "} 1")) << during;
+  EXPECT_EQ(adaptive_series(during, "svc-limit", up.url("")),
+            (AdaptiveSeries{.limit = "1", .inflight = "1", .rejections = "1"}))
+      << during;
   // The client's bulkhead gated nothing.
-  EXPECT_TRUE(has(during, "bulwark_http_client_bulkhead_rejected_calls_total{client=\"svc\"} 0"))
+  EXPECT_TRUE(
+      has_line(during, "bulwark_http_client_bulkhead_rejected_calls_total{client=\"svc\"} 0"))
       << during;
   std::ostringstream after;
   client.write_metrics(after);
-  EXPECT_TRUE(has(after.str(), "bulwark_adaptive_inflight{" + name + "} 0")) << after.str();
+  EXPECT_EQ(adaptive_series(after.str(), "svc-limit", up.url("")).inflight, "0") << after.str();
 }
 
 // Deadline propagation: the async client's attempts carry the time they have left when

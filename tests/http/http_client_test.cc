@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "bulwark/adaptive_limit.h"
+#include "adaptive_setup.h"
 #include "bulwark/config_error.h"
 #include "bulwark/deadline_header.h"
 #include "bulwark/http/client.h"
@@ -29,6 +29,10 @@ namespace bulwark::http {
 namespace {
 
 using namespace std::chrono_literals;
+using bulwark::testing::adaptive_series;
+using bulwark::testing::AdaptiveSeries;
+using bulwark::testing::RejectionLog;
+using bulwark::testing::steady_adaptive_limit;
 using bulwark::testing::Upstream;
 
 // A client whose retries wait 1 ms, so tests run fast.
@@ -182,12 +186,7 @@ TEST(HttpClient, PostWithoutKeyIsNotRetried) {
 }
 
 TEST(HttpClient, SlowUpstreamIsCutByTheDeadline) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();  // answers only when the test ends
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});  // answers only when the test ends
   Config c = quick(50);
   c.attempt_timeout = 100ms;
   Client client(c);
@@ -472,12 +471,7 @@ TEST(HttpClient, ReusesHandlesAndConnections) {
 }
 
 TEST(HttpClient, CancellationAbortsTheTransfer) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("late", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"late"});
   Client client(quick());
   std::stop_source stop;
   std::thread canceller([&] {
@@ -494,12 +488,7 @@ TEST(HttpClient, CancellationAbortsTheTransfer) {
 }
 
 TEST(HttpClient, BulkheadFullRejectsAtOnce) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("done", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"done"});
   Config c = quick();
   c.bulkhead = {.name = "test", .max_concurrent = 1};
   Client client(c);
@@ -521,29 +510,12 @@ TEST(HttpClient, BulkheadFullRejectsAtOnce) {
 // it, a third is refused at once, without an attempt, as a `rejection` event; the
 // metrics show the limit, the two in flight and the refusal.
 TEST(HttpClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
-  Upstream* self = nullptr;
-  Upstream up([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("done", "text/plain");
-  });
-  self = &up;
+  Upstream up(Upstream::Holding{"done"});
   Config c = quick();
   c.bulkhead = {.name = "test", .max_concurrent = 1};  // not used: the limit replaces it
-  AdaptiveLimitConfig a;
-  a.name = "test-limit";
-  a.algorithm = AdaptiveAlgorithm::aimd;
-  a.min_limit = 1;
-  a.initial_limit = 2;
-  a.max_limit = 10;
-  a.window_samples = 100;
-  c.adaptive_limit = a;
+  c.adaptive_limit = steady_adaptive_limit("test-limit", 2);
   Client client(c);
-  std::vector<std::string> rejections;
-  std::mutex heard_mu;
-  Subscription sub = client.subscribe(EventKind::rejection, [&](const Event& e) {
-    std::lock_guard lock(heard_mu);
-    rejections.push_back(std::string(e.name) + " " + std::string(e.key));
-  });
+  RejectionLog rejections(client);
   std::optional<Expected<Response, Error>> held1, held2;
   std::thread t1([&] { held1.emplace(client.get(up.url())); });
   std::thread t2([&] { held2.emplace(client.get(up.url())); });
@@ -553,14 +525,12 @@ TEST(HttpClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
   EXPECT_EQ(r.error().kind, ErrorKind::bulkhead_full);
   EXPECT_EQ(r.error().attempts, 0u);
 
-  const std::string name = "name=\"test-limit " + up.url("") + "\"";
   std::ostringstream out;
   client.write_metrics(out);
   const std::string text = out.str();
-  auto has = [&](const std::string& line) { return text.find(line + "\n") != std::string::npos; };
-  EXPECT_TRUE(has("bulwark_adaptive_limit{" + name + "} 2")) << text;
-  EXPECT_TRUE(has("bulwark_adaptive_inflight{" + name + "} 2")) << text;
-  EXPECT_TRUE(has("bulwark_adaptive_rejections_total{" + name + "} 1")) << text;
+  EXPECT_EQ(adaptive_series(text, "test-limit", up.url("")),
+            (AdaptiveSeries{.limit = "2", .inflight = "2", .rejections = "1"}))
+      << text;
   // The host's bulkhead does not gate requests: not reported.
   EXPECT_EQ(text.find("bulwark_bulkhead_max_allowed_concurrent_calls{"), std::string::npos) << text;
 
@@ -570,9 +540,7 @@ TEST(HttpClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
   ASSERT_TRUE(held1 && *held1);
   ASSERT_TRUE(held2 && *held2);
   EXPECT_EQ(up.requests(), 2);
-  std::lock_guard lock(heard_mu);
-  ASSERT_EQ(rejections.size(), 1u);
-  EXPECT_EQ(rejections[0], "test-limit " + up.url(""));
+  EXPECT_EQ(rejections.seen(), std::vector<std::string>{"test-limit " + up.url("")});
 }
 
 // Deadline propagation: each attempt carries the time it has left when it is sent, never

@@ -133,12 +133,7 @@ TEST(HttpPipeline, AlwaysFailingServerTripsTheBreaker) {
 // A slow server, a short per-attempt timeout inside a longer request deadline: every
 // attempt is cut by its own timeout and retried until the deadline leaves no room.
 TEST(HttpPipeline, SlowServerPerAttemptTimeoutInsideDeadline) {
-  Upstream* self = nullptr;
-  Upstream upstream([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();  // never answers in time
-    res.set_content("late", "text/plain");
-  });
-  self = &upstream;
+  Upstream upstream(Upstream::Holding{"late"});  // never answers in time
   Retry retry(quick_retry(50));
   auto p = pipeline(bulwark::retry(retry), timeout(100ms));
   const Context ctx(SteadyClock{}, {}, Deadline::after(SteadyClock{}, 600ms));
@@ -166,12 +161,7 @@ TEST(HttpPipeline, SlowServerPerAttemptTimeoutInsideDeadline) {
 
 // The bulkhead rejects beyond N concurrent calls while the server holds them.
 TEST(HttpPipeline, BulkheadRejectsBeyondLimit) {
-  Upstream* self = nullptr;
-  Upstream upstream([&](int, const httplib::Request&, httplib::Response& res) {
-    self->hold();
-    res.set_content("done", "text/plain");
-  });
-  self = &upstream;
+  Upstream upstream(Upstream::Holding{"done"});
   constexpr int kLimit = 2;
   Bulkhead pool({.name = "upstream", .max_concurrent = kLimit});
   auto p = pipeline(bulkhead(pool), timeout(20s));

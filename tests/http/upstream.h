@@ -18,6 +18,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "../loopback_port.h"
@@ -58,6 +59,17 @@ class Upstream {
     // stop() before the loop runs would be missed: wait until it is serving.
     while (!server_.is_running()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+  // An upstream that holds every request until release() (or 30 s), then answers 200
+  // with `body`: requests stay in flight for as long as the test needs them to.
+  struct Holding {
+    std::string body = "ok";
+  };
+  explicit Upstream(Holding h)
+      : Upstream(
+            [this, body = std::move(h.body)](int, const httplib::Request&, httplib::Response& res) {
+              hold();
+              res.set_content(body, "text/plain");
+            }) {}
   ~Upstream() {
     release();
     server_.stop();
