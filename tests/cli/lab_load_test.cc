@@ -258,10 +258,50 @@ TEST(Load, TheAdaptiveLimitOnTheIncidentKeepsTheBestBulkheadsGoodput) {
       std::max(named(r, "fixed80").served_full, named(r, "fixed48").served_full);
   EXPECT_GE(named(r, "adaptive").served_full * 10, best * 9) << "at least 90 % of the best";
   ASSERT_TRUE(named(r, "adaptive").limit_settled);
-  // Where it settles before the incident: measured 118, well above the 48 in flight
-  // the traffic needs (gradient2 grows while round trips are steady, used or not).
+  // Where it settles before the incident: measured 162, well above the 48 in flight
+  // the traffic needs (gradient2 grows while round trips are steady and half the limit
+  // is used: about twice the peak in flight; the 0.5 % errors, cancelled, never pull
+  // it down).
   EXPECT_GT(*named(r, "adaptive").limit_settled, 48 * 1.3);
   EXPECT_LE(*named(r, "adaptive").limit_lowest, 8u) << "the 14 s latency shrinks it";
+}
+
+TEST(Load, TheDependencysOwnErrorsDoNotShrinkTheAdaptiveLimit) {
+  // 400/s of 100 ms calls (40 in flight), 5 % of them errors, no server and no timeout:
+  // nothing is overloaded. As the library's pipeline stage does, an error cancels its
+  // permit (it says nothing about load): the limit starts at 50 and only grows, and no
+  // call is refused. Settled as drops, the errors (two a second) would pull it under the
+  // 40 in flight and refuse calls.
+  Scenario s = loaded(400, 60s, 1, 0, 100ms);
+  s.dependency.server.reset();
+  s.dependency.phases.front().error_rate = 0.05;
+  ResilienceConfig c = plain();
+  AdaptiveLimitConfig limit;
+  limit.initial_limit = 50;
+  c.adaptive_limit = limit;
+  const ConfigurationResult r = simulate_configuration(s, c);
+  ASSERT_TRUE(r.limit_lowest);
+  EXPECT_GE(*r.limit_lowest, 50u);
+  ASSERT_TRUE(r.limit_settled);
+  EXPECT_GE(*r.limit_settled, 50);
+  EXPECT_EQ(r.reasons[static_cast<std::size_t>(Reason::bulkhead_full)], 0u);
+  EXPECT_GT(r.reasons[static_cast<std::size_t>(Reason::call_error)], 0u) << "errors there were";
+}
+
+TEST(Load, TheServersRefusalsShrinkTheAdaptiveLimit) {
+  // 400/s of 100 ms calls against 10 workers and no queue (100/s of capacity), no
+  // timeout: the excess is refused at once, and a refusal is an overload signal (a
+  // drop), so the limit comes down from its initial 20 to the server's 10 workers and
+  // refuses the excess itself. Cancelled, the refusals would teach it nothing: it stays
+  // at 20 and every excess call goes to the server.
+  const Scenario s = loaded(400, 60s, 10, 0, 100ms);
+  ResilienceConfig c = plain();
+  c.adaptive_limit = AdaptiveLimitConfig{};
+  const ConfigurationResult r = simulate_configuration(s, c);
+  ASSERT_TRUE(r.limit_settled);
+  EXPECT_LE(*r.limit_settled, 12) << "near the 10 workers";
+  EXPECT_GT(r.refused, 0u);
+  EXPECT_GT(r.reasons[static_cast<std::size_t>(Reason::bulkhead_full)], 0u);
 }
 
 // A shedder of the library's defaults but for what the test sets, in front of the server.

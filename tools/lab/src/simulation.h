@@ -342,6 +342,7 @@ class Simulation {
     Kind kind;
     bool failed = false;
     bool timed_out = false;
+    bool refused = false;  // attempt_done: refused by the server or its shedder (overload)
     PageResult result = PageResult::full;
     std::uint32_t permit = kNoPermit;  // server_done: the shedder's permit it holds
   };
@@ -501,7 +502,7 @@ class Simulation {
 
   void push(Ticks t, std::uint32_t req, Kind kind, bool failed = false, bool timed_out = false,
             PageResult result = PageResult::full) {
-    const Event e{t, seq_++, req, requests_[req].gen, kind, failed, timed_out, result};
+    const Event e{t, seq_++, req, requests_[req].gen, kind, failed, timed_out, false, result};
     switch (kind) {
       case Kind::page_done:
         pages_.push(e);
@@ -682,11 +683,15 @@ class Simulation {
     --in_flight_;
     if (throttle_) throttle_->record(!e.failed);
     if (r.limit_permit) {
-      // A failure (timeout, refusal, error) says "too much"; a success gives its round trip.
-      if (e.failed) {
+      // As the library's pipeline stage settles it: a success gives its round trip; an
+      // overload signal (a timeout, a refusal by the server or its shedder) says "too
+      // much"; the dependency's own error says nothing about its load (cancelled).
+      if (!e.failed) {
+        r.limit_permit->complete(Nanos(e.t - r.attempt_started));
+      } else if (e.timed_out || e.refused) {
         r.limit_permit->drop();
       } else {
-        r.limit_permit->complete(Nanos(e.t - r.attempt_started));
+        r.limit_permit->cancel();
       }
       r.limit_permit.reset();
     }
@@ -835,7 +840,7 @@ class Simulation {
     } else {
       ++result_.refused;  // refused at once: a fast failure, never in flight for long
       let_go(job.permit, true);
-      push(t, job.req, Kind::attempt_done, true, false);
+      push_refusal(t, job.req);
       return false;
     }
     return true;
@@ -902,7 +907,13 @@ class Simulation {
   void shed_refuse(std::uint32_t id, Ticks t, Nanos retry_after) {
     ++result_.shed;
     requests_[id].retry_after = retry_after;
-    push(t, id, Kind::attempt_done, true, false);
+    push_refusal(t, id);
+  }
+
+  // The attempt was refused at once, by the server or its shedder: a failure, and an
+  // overload signal.
+  void push_refusal(Ticks t, std::uint32_t id) {
+    heap_push(Event{t, seq_++, id, requests_[id].gen, Kind::attempt_done, true, false, true});
   }
 
   void leave_shed_queue(Request& r, Ticks t) {
@@ -960,7 +971,9 @@ class Simulation {
     return i;
   }
 
-  // Gives a permit back (a drop: the server refused the call).
+  // Gives a permit back: a drop if the server refused the call (an overload signal);
+  // served, even with an error of its own, it is a service-time sample (the library's
+  // permit adds a drop if that was past the request's deadline).
   void let_go(std::uint32_t i, bool dropped) {
     if (i == kNoPermit) return;
     if (dropped) shed_permits_[i]->drop();
@@ -975,7 +988,7 @@ class Simulation {
   void serve(const Job& job, Ticks t) {
     ++server_busy_;
     heap_push(Event{saturating_add(t, job.service), seq_++, job.req, job.gen, Kind::server_done,
-                    job.failed, false, PageResult::full, job.permit});
+                    job.failed, false, false, PageResult::full, job.permit});
   }
 
   // Queued attempts take the workers free (the phase's number may have grown).
