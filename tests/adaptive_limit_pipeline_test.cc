@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <optional>
 #include <stdexcept>
 
 #include "bulwark/adaptive_limit.h"
@@ -89,6 +90,52 @@ TEST_F(AdaptivePipeline, TheDependencysOwnErrorsAreIgnored) {
   EXPECT_EQ(s.windows, 0u);
   EXPECT_EQ(s.in_flight, 0u);
   EXPECT_EQ(s.limit, 2u);
+}
+
+// An error that says the dependency is overloaded (its own overloaded(), here a 503 or
+// 429) is a drop, like a timeout: the limit shrinks.
+struct ShedError {
+  int status = 503;
+  Outcome outcome() const { return Outcome::failure; }
+  bool overloaded() const { return status == 503 || status == 429; }
+};
+
+TEST_F(AdaptivePipeline, AnOverloadErrorIsADrop) {
+  auto p = pipeline(adaptive_limit(limit));
+  auto r = p(Ctx(clock), [&]() -> Expected<int, ShedError> { return Unexpected(ShedError{503}); });
+  ASSERT_FALSE(r);
+  EXPECT_EQ(r.error().reason, Reason::call_error);
+  auto s = limit.snapshot();
+  EXPECT_EQ(s.dropped, 1u);
+  EXPECT_EQ(s.limit, 1u);  // AIMD: 2 × 0.9
+  // Another error of the same type that does not say so is ignored.
+  EXPECT_FALSE(
+      p(Ctx(clock), [&]() -> Expected<int, ShedError> { return Unexpected(ShedError{500}); }));
+  s = limit.snapshot();
+  EXPECT_EQ(s.dropped, 1u);
+  EXPECT_EQ(s.windows, 1u);
+}
+
+// Without overloaded(), an error carrying the server's retry-after hint (come back
+// later) is the overload signal.
+struct HintedError {
+  std::optional<Nanos> hint;
+  Outcome outcome() const { return Outcome::failure; }
+  std::optional<Nanos> retry_after() const { return hint; }
+};
+
+TEST_F(AdaptivePipeline, AnErrorWithARetryAfterHintIsADrop) {
+  EXPECT_TRUE(is_overload(HintedError{Nanos(1s)}));
+  EXPECT_FALSE(is_overload(HintedError{}));
+  EXPECT_FALSE(is_overload(HttpError{503}));  // no hint, no overloaded(): not said
+  auto p = pipeline(adaptive_limit(limit));
+  EXPECT_FALSE(p(Ctx(clock), [&]() -> Expected<int, HintedError> {
+    return Unexpected(HintedError{Nanos(2s)});
+  }));
+  EXPECT_EQ(limit.snapshot().dropped, 1u);
+  EXPECT_FALSE(
+      p(Ctx(clock), [&]() -> Expected<int, HintedError> { return Unexpected(HintedError{}); }));
+  EXPECT_EQ(limit.snapshot().dropped, 1u);
 }
 
 #if defined(__cpp_exceptions)

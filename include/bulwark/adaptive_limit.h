@@ -83,6 +83,7 @@
 #include "bulwark/clock.h"
 #include "bulwark/config_error.h"
 #include "bulwark/detail/permit_base.h"
+#include "bulwark/error_traits.h"
 #include "bulwark/expected.h"
 #include "bulwark/fallback.h"
 #include "bulwark/outcome.h"
@@ -449,8 +450,9 @@ using AdaptiveLimitSource = BasicAdaptiveLimitSource<SteadyClock>;
 // asio pipeline takes it too). A call it refuses fails with Reason::bulkhead_full at
 // Stage::bulkhead, at once. A call that ran is settled by how it ended: a success
 // completes (round trip from admission), a timeout (Reason::timeout, or an attempt
-// that timed out) drops, anything else — an error of the dependency's own, a
-// cancellation, an exception — is ignored.
+// that timed out) or a last error that says the dependency is overloaded
+// (is_overload(), error_traits.h: an HTTP 429 or 503) drops, anything else — another
+// error of the dependency's own, a cancellation, an exception — is ignored.
 template <class L>
 struct AdaptiveLimitStage {
   static constexpr int kOrder = 2;
@@ -463,7 +465,9 @@ struct AdaptiveLimitStage {
   static void settle(typename L::Permit& permit, const Out& out, std::uint32_t attempts,
                      std::optional<Outcome> last) noexcept {
     if (attempts == 0 || !last) return;
-    if (!out && (out.error().reason == Reason::timeout || out.error().timed_out)) {
+    if (!out &&
+        (out.error().reason == Reason::timeout || out.error().timed_out ||
+         (*last == Outcome::failure && out.error().error && is_overload(*out.error().error)))) {
       permit.drop();
     } else if (*last == Outcome::success) {
       permit.complete();

@@ -8,7 +8,8 @@
 // ErrorTraits<E> says what an error means to the resilience stages: whether it is the
 // dependency's fault (a failure: counted by the breaker, retried) or the caller's
 // (ignored: never retried, neither success nor failure for the breaker), and whether it
-// carries a server's retry-after hint. By default it uses E's members when they exist —
+// carries a server's retry-after hint (and, optionally, whether it says the dependency is
+// overloaded: is_overload() below). By default it uses E's members when they exist —
 // `Outcome outcome() const` and `std::optional<Nanos> retry_after() const` — and
 // otherwise treats every error as a failure with no hint. std::error_code is understood
 // out of the box. Specialize it for error types you cannot change:
@@ -64,6 +65,25 @@ struct ErrorTraits {
     }
   }
 };
+
+// Whether an error says the dependency is overloaded (an HTTP 429 or 503, a gRPC
+// RESOURCE_EXHAUSTED): what an adaptive limit counts as a drop. ErrorTraits<E>::
+// overloaded(e) when the traits define it, else E's `bool overloaded() const`, else
+// whether the error carries a retry-after hint (a server asking to come back later).
+template <class E>
+bool is_overload(const E& e) {
+  if constexpr (requires {
+                  { ErrorTraits<E>::overloaded(e) } -> std::convertible_to<bool>;
+                }) {
+    return ErrorTraits<E>::overloaded(e);
+  } else if constexpr (requires {
+                         { e.overloaded() } -> std::convertible_to<bool>;
+                       }) {
+    return e.overloaded();
+  } else {
+    return ErrorTraits<E>::retry_after(e).has_value();
+  }
+}
 
 // std::error_code: every error is the dependency's fault, except a cancelled operation
 // (std::errc::operation_canceled, which is also what Asio reports for an aborted

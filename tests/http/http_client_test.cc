@@ -31,6 +31,7 @@ namespace {
 using namespace std::chrono_literals;
 using bulwark::testing::adaptive_series;
 using bulwark::testing::AdaptiveSeries;
+using bulwark::testing::has_line;
 using bulwark::testing::RejectionLog;
 using bulwark::testing::steady_adaptive_limit;
 using bulwark::testing::Upstream;
@@ -541,6 +542,29 @@ TEST(HttpClient, AdaptiveLimitPerHostRefusesAtTheLimitAndIsInTheMetrics) {
   ASSERT_TRUE(held2 && *held2);
   EXPECT_EQ(up.requests(), 2);
   EXPECT_EQ(rejections.seen(), std::vector<std::string>{"test-limit " + up.url("")});
+}
+
+// A 503 or 429 is the upstream shedding load: the host's limit counts the request a
+// drop; a 500 is the upstream's own error and teaches the limit nothing.
+TEST(HttpClient, AdaptiveLimitPerHostCountsA503AsADropAndA500AsNothing) {
+  Upstream up([](int, const httplib::Request& req, httplib::Response& res) {
+    res.status = req.path == "/shed" ? 503 : req.path == "/busy" ? 429 : 500;
+  });
+  Config c = quick(1);
+  c.adaptive_limit = steady_adaptive_limit("test-limit", 2);
+  Client client(c);
+  const std::string drops = "bulwark_adaptive_drops_total{name=\"test-limit " + up.url("") + "\"} ";
+  auto metrics = [&] {
+    std::ostringstream out;
+    client.write_metrics(out);
+    return out.str();
+  };
+  ASSERT_FALSE(client.get(up.url("/error")));
+  EXPECT_TRUE(has_line(metrics(), drops + "0")) << metrics();
+  ASSERT_FALSE(client.get(up.url("/shed")));
+  EXPECT_TRUE(has_line(metrics(), drops + "1")) << metrics();
+  ASSERT_FALSE(client.get(up.url("/busy")));
+  EXPECT_TRUE(has_line(metrics(), drops + "2")) << metrics();
 }
 
 // Deadline propagation: each attempt carries the time it has left when it is sent, never

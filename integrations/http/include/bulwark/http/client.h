@@ -315,10 +315,11 @@ struct Config {
   // Optional: an adaptive concurrency limit per host (or route: key_by) in the bulkhead's
   // place (adaptive_limit.h): AsyncClient's client-wide bulkhead and Client's per-host one
   // are then not used. Each key gets its own limiter (named "<name> <key>"), fed by its
-  // requests: a success completes with the hop's round trip, a timeout drops, other
-  // errors are ignored. A request it refuses fails at once with ErrorKind::bulkhead_full,
-  // announced as a `rejection` event (BulkheadRejectionInfo, name = this name, key);
-  // write_metrics() exports each key's limit, in-flight, rejections and drops as
+  // requests: a success completes with the hop's round trip, a timeout or a 503/429 (the
+  // server shedding load) drops, other errors are ignored. A request it refuses fails at
+  // once with ErrorKind::bulkhead_full, announced as a `rejection` event
+  // (BulkheadRejectionInfo, name = this name, key); write_metrics() exports each key's
+  // limit, in-flight, rejections and drops as
   // <prefix>_adaptive_{limit,inflight,rejections_total,drops_total}{name="<name> <key>"}.
   std::optional<AdaptiveLimitConfig> adaptive_limit = std::nullopt;
   // Each host's retry. Its idempotency_key hook is not used (see Request).
@@ -463,6 +464,10 @@ struct ErrorTraits<http::Error> {
   static Outcome outcome(const http::Error& e) noexcept { return e.outcome(); }
   static std::optional<Nanos> retry_after(const http::Error& e) noexcept {
     return e.retry_after_hint();
+  }
+  // 429 Too Many Requests and 503 Service Unavailable: the server shedding load.
+  static bool overloaded(const http::Error& e) noexcept {
+    return e.kind == http::ErrorKind::status && (e.status == 429 || e.status == 503);
   }
 };
 }  // namespace bulwark
