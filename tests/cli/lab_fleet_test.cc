@@ -276,6 +276,26 @@ TEST(FleetSharded, AReplicaWithTheDataKeepsTheKeyOpen) {
   EXPECT_EQ(o.not_closed_settled, 200u);
 }
 
+// A quiet group's script runs at first contact and then once per heartbeat
+// (RedisClusterStore's default: 5 min for the default idle_ttl); every other call to it
+// is the cheap read.
+TEST(FleetSharded, AQuietGroupRunsTheScriptOncePerHeartbeat) {
+  Scenario s = short_fleet();
+  s.duration = 6min;  // past one heartbeat, short of two
+  s.fleet->nodes = 3;
+  s.fleet->groups = 16;
+  const FleetSimulationResult r = simulate_fleet(s);
+  std::uint32_t checked = 0;
+  for (const FleetNodeLoad& n : r.configurations[0].shared.nodes) {
+    EXPECT_EQ(n.scripts + n.reads, n.exchanges * n.groups) << "node " << n.node;
+    if (n.holds_key) continue;
+    EXPECT_EQ(n.ops, 0u) << "node " << n.node;
+    EXPECT_EQ(n.scripts, 40u * n.groups * 2) << "node " << n.node;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2u);
+}
+
 TEST(FleetSharded, OneNodeOneGroupIsTheSingleStore) {
   // The defaults: the output has no trace of nodes, and a failover of the only node is
   // an outage followed by a restart.
