@@ -187,8 +187,14 @@ TEST(FleetSharded, TheGainsHoldThroughAFailoverAndNoOpenIsLost) {
     lost += n.lost_ops;
     EXPECT_EQ(n.exchanges, c.shared.nodes[0].exchanges);
     EXPECT_EQ(n.calls + n.unanswered, n.exchanges * n.groups) << "node " << n.node;
+    // Each group call is the script or the cheap read.
+    EXPECT_EQ(n.scripts + n.reads + n.unanswered, n.exchanges * n.groups) << "node " << n.node;
+    EXPECT_LE(n.read_exchanges, n.exchanges) << "node " << n.node;
     if (!n.holds_key) {
       EXPECT_EQ(n.ops + n.unanswered + n.lost_ops, 0u) << "node " << n.node;
+      // No ops and no news in its groups, a heartbeat of 5 min: the script ran once per
+      // instance and group, at first contact; every other call was the cheap read.
+      EXPECT_EQ(n.scripts, 200u * n.groups) << "node " << n.node;
     }
   }
   EXPECT_EQ(groups, 16u);
@@ -207,12 +213,41 @@ TEST(FleetSharded, TheGainsHoldThroughAFailoverAndNoOpenIsLost) {
             q.configurations[0].shared.total.calls_while_degraded * 102 / 100);
   EXPECT_FALSE(q.configurations[0].shared.failover);
 
+  // Without the failover, the fleet's exchanges are mostly quiet: most of the key's
+  // node's calls are reads too, and the Redis CPU estimate is the measured unit costs
+  // times the counts.
+  const FleetNodeLoad& quiet_key = key_node(q.configurations[0].shared);
+  EXPECT_GE(quiet_key.reads, quiet_key.calls * 9 / 10);
+  for (const FleetNodeLoad& n : q.configurations[0].shared.nodes) {
+    const double seconds = std::chrono::duration<double>(s.duration).count();
+    EXPECT_NEAR(
+        n.cpu,
+        (static_cast<double>(n.scripts) * 100e-6 + static_cast<double>(n.read_exchanges) * 80e-6) /
+            seconds,
+        1e-9)
+        << "node " << n.node;
+    EXPECT_GT(n.reads_per_second, n.scripts_per_second) << "node " << n.node;
+  }
+  // The failed node's replica is a new connection with new incarnations: every instance
+  // runs the script for each of its groups at first contact after the takeover, then
+  // publishes its open again, which the others read by the script. That burst is on top
+  // of what the node's scripts were without the failover, though it answered fewer calls.
+  const FleetNodeLoad& failed = key_node(c.shared);
+  EXPECT_LT(failed.calls, quiet_key.calls);
+  EXPECT_GE(failed.scripts, quiet_key.scripts + 200u * failed.groups);
+
   // Deterministic, per node and failover included.
   EXPECT_EQ(fleet_to_json(r), fleet_to_json(simulate_fleet(s)));
   const auto j = nlohmann::json::parse(fleet_to_json(r));
   EXPECT_EQ(j["fleet"]["nodes"], 3);
   EXPECT_EQ(j["configurations"][0]["runs"][2]["nodes"].size(), 3u);
   EXPECT_EQ(j["configurations"][0]["runs"][2]["failover"]["not_closed_settled"], 200);
+  const auto& node1 = j["configurations"][0]["runs"][2]["nodes"][1];
+  EXPECT_EQ(node1["scripts"], c.shared.nodes[1].scripts);
+  EXPECT_EQ(node1["reads"], c.shared.nodes[1].reads);
+  EXPECT_EQ(node1["calls"], c.shared.nodes[1].calls);
+  EXPECT_GT(node1["reads_per_second"].get<double>(), 0.0);
+  EXPECT_GT(node1["redis_cpu_cores"].get<double>(), 0.0);
 }
 
 // When the replica takes over empty just after the fleet's open period ended (its lease
@@ -239,6 +274,26 @@ TEST(FleetSharded, AReplicaWithTheDataKeepsTheKeyOpen) {
   EXPECT_TRUE(o.key_open_at_takeover);
   EXPECT_EQ(o.key_reopened_after, Nanos::zero());
   EXPECT_EQ(o.not_closed_settled, 200u);
+}
+
+// A quiet group's script runs at first contact and then once per heartbeat
+// (RedisClusterStore's default: 5 min for the default idle_ttl); every other call to it
+// is the cheap read.
+TEST(FleetSharded, AQuietGroupRunsTheScriptOncePerHeartbeat) {
+  Scenario s = short_fleet();
+  s.duration = 6min;  // past one heartbeat, short of two
+  s.fleet->nodes = 3;
+  s.fleet->groups = 16;
+  const FleetSimulationResult r = simulate_fleet(s);
+  std::uint32_t checked = 0;
+  for (const FleetNodeLoad& n : r.configurations[0].shared.nodes) {
+    EXPECT_EQ(n.scripts + n.reads, n.exchanges * n.groups) << "node " << n.node;
+    if (n.holds_key) continue;
+    EXPECT_EQ(n.ops, 0u) << "node " << n.node;
+    EXPECT_EQ(n.scripts, 40u * n.groups * 2) << "node " << n.node;
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2u);
 }
 
 TEST(FleetSharded, OneNodeOneGroupIsTheSingleStore) {

@@ -98,13 +98,15 @@ void write_nodes(std::ostream& out, const FleetRun& r, const Scenario& s) {
   const FleetSpec& f = *s.fleet;
   if (f.nodes == 1 && f.groups == 1 && !r.failover) return;
   out << "  shared store, per node (each exchange asks every group; the key is in one):\n";
-  const std::vector<std::string> head = {"node",           "groups", "round trip", "exchanges/s",
-                                         "script calls/s", "ops/s",  "unanswered", "ops lost"};
+  const std::vector<std::string> head = {"node",       "groups",  "round trip", "exchanges/s",
+                                         "scripts/s",  "reads/s", "Redis CPU",  "ops/s",
+                                         "unanswered", "ops lost"};
   std::vector<std::vector<std::string>> rows;
   for (const FleetNodeLoad& n : r.nodes) {
     rows.push_back(
         {std::to_string(n.node) + (n.holds_key ? " (key)" : ""), std::to_string(n.groups),
-         format_readable(n.latency), fixed(n.exchanges_per_second, 0), fixed(n.calls_per_second, 0),
+         format_readable(n.latency), fixed(n.exchanges_per_second, 0),
+         fixed(n.scripts_per_second, 0), fixed(n.reads_per_second, 0), fixed(n.cpu, 2) + " cores",
          fixed(n.ops_per_second, 1), group_thousands(n.unanswered), group_thousands(n.lost_ops)});
   }
   std::vector<std::size_t> width(head.size());
@@ -119,6 +121,11 @@ void write_nodes(std::ostream& out, const FleetRun& r, const Scenario& s) {
   };
   line(head);
   for (const auto& row : rows) line(row);
+  out << "    (a group's call: the script when it has ops, news, a new incarnation or connection, "
+         "or its heartbeat due, else the cheap read; Redis CPU: "
+      << fixed(std::chrono::duration<double, std::milli>(kScriptCost).count(), 2)
+      << " ms a script + " << fixed(std::chrono::duration<double, std::milli>(kReadCost).count(), 2)
+      << " ms a sync with reads, measured (docs/performance.md), per-key work left out)\n";
   if (!r.failover || !f.failover) return;
   const FleetFailoverOutcome& o = *r.failover;
   const auto open = [](bool b) { return b ? "open" : "not open"; };
@@ -270,11 +277,17 @@ Json run_json(const FleetRun& r, bool sharded) {
                        {"holds_key", n.holds_key},
                        {"exchanges", n.exchanges},
                        {"calls", n.calls},
+                       {"scripts", n.scripts},
+                       {"reads", n.reads},
+                       {"read_exchanges", n.read_exchanges},
                        {"ops", n.ops},
                        {"unanswered", n.unanswered},
                        {"lost_ops", n.lost_ops},
                        {"exchanges_per_second", n.exchanges_per_second},
                        {"calls_per_second", n.calls_per_second},
+                       {"scripts_per_second", n.scripts_per_second},
+                       {"reads_per_second", n.reads_per_second},
+                       {"redis_cpu_cores", n.cpu},
                        {"ops_per_second", n.ops_per_second}});
     }
     j["nodes"] = nodes;

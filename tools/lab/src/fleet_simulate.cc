@@ -258,11 +258,21 @@ std::vector<ConfigurationResult> run_instances(const Scenario& scenario,
       node.holds_key = store.node_of_group(store.group_of(key)) == k;
       node.exchanges = l.exchanges;
       node.calls = l.calls;
+      node.scripts = l.scripts;
+      node.reads = l.reads;
+      node.read_exchanges = l.read_exchanges;
       node.ops = l.ops;
       node.unanswered = l.unanswered;
       node.lost_ops = l.lost_ops;
       node.exchanges_per_second = static_cast<double>(l.exchanges) / seconds;
       node.calls_per_second = static_cast<double>(l.calls) / seconds;
+      node.scripts_per_second = static_cast<double>(l.scripts) / seconds;
+      node.reads_per_second = static_cast<double>(l.reads) / seconds;
+      node.cpu =
+          (static_cast<double>(l.scripts) * std::chrono::duration<double>(kScriptCost).count() +
+           static_cast<double>(l.read_exchanges) *
+               std::chrono::duration<double>(kReadCost).count()) /
+          seconds;
       node.ops_per_second = static_cast<double>(l.ops) / seconds;
       run.nodes.push_back(node);
     }

@@ -38,6 +38,7 @@
 #ifndef BULWARK_LAB_FLEET_H_
 #define BULWARK_LAB_FLEET_H_
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <ostream>
@@ -50,18 +51,32 @@
 
 namespace bulwark::lab {
 
+// Redis CPU per call, measured (docs/performance.md, "Quiet groups: the cheap read
+// instead of the script"): a script call's fixed part (~0.1 ms; its per-key work, ~0.19
+// ms per sync of 1,000 keys split over the groups, is left out), and one sync's cheap
+// reads on a node (~0.08 ms whatever the number of its groups: one pipelined round).
+inline constexpr Nanos kScriptCost = std::chrono::microseconds(100);
+inline constexpr Nanos kReadCost = std::chrono::microseconds(80);
+
 // What one node of the store carried in a shared run (FleetSpec::nodes; groups placed
 // round-robin). exchanges: instance exchanges that asked it (each asks every node);
-// calls: its groups' script calls answered (one per group per exchange); ops: the ops
-// delivered to its groups; unanswered and lost_ops: the calls and ops it missed while
-// down (the ops are sent again). Rates are per second of the scenario.
+// calls: its groups' calls answered (one per group per exchange), each either a script
+// call (scripts) or a cheap read (reads), as RedisClusterStore decides (docs/fleet.md,
+// "One sync"): scripts + reads + unanswered = exchanges x groups; read_exchanges: the
+// exchanges that sent it at least one read; ops: the ops delivered to its groups;
+// unanswered and lost_ops: the calls and ops it missed while down (the ops are sent
+// again). Rates are per second of the scenario. cpu: the Redis CPU those calls cost,
+// estimated as scripts x kScriptCost + read_exchanges x kReadCost, in cores (1: one
+// core busy for the whole scenario).
 struct FleetNodeLoad {
   std::uint32_t node = 0;
   std::uint32_t groups = 0;
   Nanos latency{};
   bool holds_key = false;  // the dependency's key is in one of its groups
-  std::uint64_t exchanges = 0, calls = 0, ops = 0, unanswered = 0, lost_ops = 0;
-  double exchanges_per_second = 0, calls_per_second = 0, ops_per_second = 0;
+  std::uint64_t exchanges = 0, calls = 0, scripts = 0, reads = 0, read_exchanges = 0, ops = 0,
+                unanswered = 0, lost_ops = 0;
+  double exchanges_per_second = 0, calls_per_second = 0, scripts_per_second = 0,
+         reads_per_second = 0, ops_per_second = 0, cpu = 0;
 };
 
 // A shared run's failover (FleetSpec::failover): the node's groups answer nothing from
