@@ -174,12 +174,18 @@ class Hosts {
     });
   }
   // Every key's adaptive limit (Config::adaptive_limit), as write_adaptive_limits()
-  // takes them. Takes a mutex; allocates.
+  // takes them: read from the registry's live entries, so a HostState built for a key
+  // that another thread created first (and destroyed by the registry) is never seen.
+  // The readings' names point into the limiters, which live as long as the registry
+  // (keys are never evicted). Allocates.
   std::vector<prometheus::AdaptiveLimitReading> adaptive_limits() const {
-    std::lock_guard lock(limits_mu_);
     std::vector<prometheus::AdaptiveLimitReading> out;
-    out.reserve(limits_.size());
-    for (const AdaptiveLimit* l : limits_) out.push_back(prometheus::reading(*l));
+    visit([&](const auto& r) {
+      r.for_each([&](const auto& view) {
+        if (view.extra != nullptr && view.extra->limit)
+          out.push_back(prometheus::reading(*view.extra->limit));
+      });
+    });
     return out;
   }
   // Every key's breaker transitions (and rejections, key creation...), with the key.
@@ -193,15 +199,8 @@ class Hosts {
     auto r = std::make_unique<RegistryOf<B>>(typename RegistryOf<B>::Options{
         .name = c.name,
         .breaker = bc,
-        .extra_for =
-            [c, own_bulkheads, this](const std::string& key) {
-              HostState s = make_host_state(c, own_bulkheads, key);
-              if (s.limit) {
-                std::lock_guard lock(limits_mu_);
-                limits_.push_back(s.limit.get());
-              }
-              return s;
-            },
+        .extra_for = [c, own_bulkheads](
+                         const std::string& key) { return make_host_state(c, own_bulkheads, key); },
         .detailed_metrics = c.detailed_metrics,
     });
     if constexpr (std::is_same_v<B, CircuitBreaker>) consecutive_ = std::move(r);
@@ -209,10 +208,6 @@ class Hosts {
     if constexpr (std::is_same_v<B, TimeWindowBreaker>) time_ = std::move(r);
   }
 
-  // The keys' adaptive limits (owned by their HostState, which lives as long as the
-  // registry, so as long as this).
-  mutable std::mutex limits_mu_;
-  std::vector<const AdaptiveLimit*> limits_;
   // Exactly one is set.
   std::unique_ptr<RegistryOf<CircuitBreaker>> consecutive_;
   std::unique_ptr<RegistryOf<CountWindowBreaker>> count_;
