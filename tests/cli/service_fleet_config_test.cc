@@ -53,6 +53,7 @@ reconnect_max = "2s"
 cluster = true
 seeds = ["10.0.0.6:7000", "10.0.0.7:7000"]
 groups = 16
+heartbeat = "2min"
 
 [fleet.search]
 instance = "search-0"
@@ -109,6 +110,7 @@ TEST(FleetConfigFile, EveryKeyArrives) {
   EXPECT_TRUE(f.store.cluster);
   EXPECT_EQ(f.store.seeds, (std::vector<std::string>{"10.0.0.6:7000", "10.0.0.7:7000"}));
   EXPECT_EQ(f.store.groups, 16u);
+  EXPECT_EQ(f.store.heartbeat, 2min);
   EXPECT_TRUE(cfg.warnings().empty());  // the password came from the environment
 
   // Unset keys keep the redis library's defaults; no store table: one local server.
@@ -129,6 +131,7 @@ TEST(FleetConfigFile, EveryKeyArrives) {
   EXPECT_EQ(s.store.timeout, 500ms);
   EXPECT_FALSE(s.store.cluster);
   EXPECT_EQ(s.store.groups, 1u);
+  EXPECT_EQ(s.store.heartbeat, 0ms);
 
   try {
     (void)cfg.fleet("payments");
@@ -210,6 +213,10 @@ TEST(FleetConfigFile, ErrorsNameFileLineKeyAndBound) {
                "must be in 1..1000, got 1001");
   expect_error(store + "groups = -1\n", {}, "svc.toml:4:10", "fleet.f.store.groups",
                "must not be negative");
+  expect_error(store + "idle_ttl = \"2h\"\nheartbeat = \"2h\"\n", {}, "svc.toml:5:13",
+               "fleet.f.store.heartbeat",
+               "must be below idle_ttl (2h), or a quiet group's keys expire between two "
+               "heartbeats");
   expect_error(store + "port = 70000\n", {}, "svc.toml:4:8", "fleet.f.store.port",
                "must be at most 65535");
   expect_error(store + "timeout = \"-300ms\"\n", {}, "svc.toml:4:11", "fleet.f.store.timeout",
@@ -292,6 +299,7 @@ TEST(FleetConfigFile, TheBridgeBuildsAFleetAndItsStores) {
   bulwark::redis::RedisClusterStore cluster(bulwark::config::store_config(cfg, "checkout"));
   EXPECT_TRUE(cluster.config().cluster);
   EXPECT_EQ(cluster.config().groups, 16u);
+  EXPECT_EQ(cluster.heartbeat(), 2min);
   EXPECT_EQ(cluster.config().seeds.size(), 2u);
   EXPECT_EQ(cluster.config().redis.host, "10.0.0.5");
   EXPECT_EQ(cluster.config().redis.port, 7000);
@@ -309,6 +317,7 @@ TEST(FleetConfigFile, TheBridgeBuildsAFleetAndItsStores) {
   bulwark::redis::RedisClusterStore one(bulwark::config::store_config(cfg, "search"));
   EXPECT_FALSE(one.config().cluster);
   EXPECT_EQ(one.config().groups, 1u);
+  EXPECT_EQ(one.heartbeat(), 5min);  // the default: idle_ttl / 8 = 3h, at most 5 min
   EXPECT_EQ(one.group_prefix(0), "{bulwark}:fleet:");
   bulwark::redis::RedisFleetStore server(bulwark::config::redis_config(cfg, "search"));
   EXPECT_EQ(server.config().host, "127.0.0.1");

@@ -1872,6 +1872,7 @@ config::FleetStoreSettings read_fleet_store(Reader& r, const std::string& name) 
     }
   }
   if (auto v = r.count("groups", std::numeric_limits<std::uint32_t>::max())) s.groups = *v;
+  if (auto v = millis(r, "heartbeat")) s.heartbeat = *v;
   r.finish();
   // As RedisFleetStore's and RedisClusterStore's constructors check them.
   if (s.host.empty()) r.fail("host", "must not be empty");
@@ -1907,6 +1908,10 @@ config::FleetStoreSettings read_fleet_store(Reader& r, const std::string& name) 
   if (s.password.empty() && !s.username.empty()) r.fail("password", "must be set when username is");
   if (s.groups < 1 || s.groups > 1000) {
     r.fail("groups", "must be in 1..1000, got " + std::to_string(s.groups));
+  }
+  if (s.heartbeat >= s.idle_ttl) {
+    r.fail("heartbeat", "must be below idle_ttl (" + format_duration(s.idle_ttl) +
+                            "), or a quiet group's keys expire between two heartbeats");
   }
   // A secret written in the file is in every copy of it (the repository, the image):
   // said once, at load, without its value.

@@ -86,7 +86,7 @@ struct RegistrySpec {
 
 // [fleet.NAME.store]: a Redis store's settings, by the field names of
 // bulwark::redis::RedisConfig (host ... reconnect_max) and ClusterConfig (cluster, seeds,
-// groups), checked as those stores check them. Plain types: this library does not
+// groups, heartbeat), checked as those stores check them. Plain types: this library does not
 // depend on bulwark::redis (bulwark/config/redis.h converts). One difference from
 // ClusterConfig: `cluster` is false unless the file says otherwise (one server).
 struct FleetStoreSettings {
@@ -103,6 +103,9 @@ struct FleetStoreSettings {
   bool cluster = false;
   std::vector<std::string> seeds{};  // "host:port" each
   std::uint32_t groups = 1;
+  // How often a quiet group still runs the script (renewing its keys' TTLs). Zero:
+  // idle_ttl / 8, at most 5 min.
+  std::chrono::milliseconds heartbeat{0};
 };
 
 // [fleet.NAME]: a bulwark::redis::Fleet's settings, by FleetConfig's field names

@@ -74,13 +74,14 @@ inline redis::FleetConfig fleet_config(const Config& cfg, std::string_view name)
 
 // The server's settings of `[fleet.NAME.store]` (RedisFleetStore's; RedisConfig's
 // defaults for what the file leaves out). Throws ConfigError for an unknown fleet, or if
-// the store sets `cluster = true`, `seeds` or `groups` other than 1 (RedisClusterStore's
-// alone: use store_config()).
+// the store sets `cluster = true`, `seeds`, `groups` other than 1 or `heartbeat`
+// (RedisClusterStore's alone: use store_config()).
 inline redis::RedisConfig redis_config(const Config& cfg, std::string_view name) {
   const FleetStoreSettings s = cfg.fleet(name).store;
-  if (s.cluster || !s.seeds.empty() || s.groups != 1) {
+  if (s.cluster || !s.seeds.empty() || s.groups != 1 ||
+      s.heartbeat != std::chrono::milliseconds::zero()) {
     throw ConfigError({cfg.path()}, "fleet." + lab::escape_for_error(name) + ".store",
-                      "sets cluster, seeds or groups: build a RedisClusterStore "
+                      "sets cluster, seeds, groups or heartbeat: build a RedisClusterStore "
                       "(bulwark::config::store_config), not a RedisFleetStore");
   }
   return detail::redis_part(s);
@@ -95,6 +96,7 @@ inline redis::ClusterConfig store_config(const Config& cfg, std::string_view nam
   c.cluster = s.cluster;
   c.seeds = s.seeds;
   c.groups = s.groups;
+  c.heartbeat = s.heartbeat;
   return c;
 }
 
