@@ -1704,7 +1704,11 @@ std::string env_form(std::string_view s) {
 // as TOML (or taken as a string), its source the variable's name so errors name it.
 void apply_environment(toml::table& doc, const config::Environment& env) {
   constexpr std::string_view kPrefix = "BULWARK__";
-  for (const auto& [var, value] : env) {
+  for (const auto& entry : env) {
+    // Named, not structured bindings: lambdas below use them (clang 14 cannot capture
+    // a structured binding).
+    const std::string& var = entry.first;
+    const std::string& value = entry.second;
     if (var.rfind(kPrefix, 0) != 0) continue;
     const std::string source = "environment variable " + printable(var);
     const auto fail = [&](std::string message) -> void {
