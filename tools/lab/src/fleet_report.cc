@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "bulwark/lab/duration.h"
@@ -92,6 +93,24 @@ std::string fixed(double v, int digits) {
 }
 std::string yes_no(bool met) { return met ? "met" : "NOT met"; }
 
+// Writes `head` and `rows` as columns, each `indent` deep: the first left-aligned, the
+// others right-aligned, every column as wide as its widest cell.
+void write_columns(std::ostream& out, std::string_view indent, const std::vector<std::string>& head,
+                   const std::vector<std::vector<std::string>>& rows) {
+  std::vector<std::size_t> width(head.size());
+  for (std::size_t i = 0; i < head.size(); ++i) {
+    width[i] = head[i].size();
+    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
+  }
+  auto line = [&](const std::vector<std::string>& cells) {
+    out << indent << pad_right(cells[0], width[0]);
+    for (std::size_t i = 1; i < cells.size(); ++i) out << "  " << pad_left(cells[i], width[i]);
+    out << "\n";
+  };
+  line(head);
+  for (const auto& row : rows) line(row);
+}
+
 // The shared run's store, per node, and its failover: only for a sharded store or a
 // failover (a scenario without them prints what it always did).
 void write_nodes(std::ostream& out, const FleetRun& r, const Scenario& s) {
@@ -109,18 +128,7 @@ void write_nodes(std::ostream& out, const FleetRun& r, const Scenario& s) {
          fixed(n.scripts_per_second, 0), fixed(n.reads_per_second, 0), fixed(n.cpu, 2) + " cores",
          fixed(n.ops_per_second, 1), group_thousands(n.unanswered), group_thousands(n.lost_ops)});
   }
-  std::vector<std::size_t> width(head.size());
-  for (std::size_t i = 0; i < head.size(); ++i) {
-    width[i] = head[i].size();
-    for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
-  }
-  auto line = [&](const std::vector<std::string>& cells) {
-    out << "    " << pad_right(cells[0], width[0]);
-    for (std::size_t i = 1; i < cells.size(); ++i) out << "  " << pad_left(cells[i], width[i]);
-    out << "\n";
-  };
-  line(head);
-  for (const auto& row : rows) line(row);
+  write_columns(out, "    ", head, rows);
   out << "    (a group's call: the script when it has ops, news, a new incarnation or connection, "
          "or its heartbeat due, else the cheap read; Redis CPU: "
       << fixed(std::chrono::duration<double, std::milli>(kScriptCost).count(), 2)
@@ -202,18 +210,7 @@ void write_fleet_text(std::ostream& out, const FleetSimulationResult& result) {
                       shared ? fixed(r->store_exchanges_per_second, 0) : "-",
                       shared ? fixed(r->store_ops_per_second, 1) : "-"});
     }
-    std::vector<std::size_t> width(head.size());
-    for (std::size_t i = 0; i < head.size(); ++i) {
-      width[i] = head[i].size();
-      for (const auto& row : rows) width[i] = std::max(width[i], row[i].size());
-    }
-    auto line = [&](const std::vector<std::string>& cells) {
-      out << "  " << pad_right(cells[0], width[0]);
-      for (std::size_t i = 1; i < cells.size(); ++i) out << "  " << pad_left(cells[i], width[i]);
-      out << "\n";
-    };
-    line(head);
-    for (const auto& row : rows) line(row);
+    write_columns(out, "  ", head, rows);
     write_nodes(out, c.shared, result.scenario);
     if (c.shared.sync_errors > 0) {
       out << "  shared: " << group_thousands(c.shared.sync_errors) << " of "
