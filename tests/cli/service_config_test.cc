@@ -4,13 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
-#include <fstream>
 #include <string>
 #include <vector>
 
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/config/config.h"
 #include "bulwark/registry.h"
+#include "config_test_support.h"
 
 #ifdef BULWARK_TEST_HTTP
 #include "bulwark/config/http.h"
@@ -69,26 +69,11 @@ policy = "reviews"
 )";
 
 bulwark::config::Policies parse(const std::string& text, const Environment& env = {}) {
-  return bulwark::config::parse(text, "svc.toml", env);
+  return bulwark::testing::parse_policies(text, env);
 }
-
-void expect_error(const std::string& text, const Environment& env, const std::string& where,
-                  const std::string& field, const std::string& says) {
-  try {
-    (void)parse(text, env);
-    ADD_FAILURE() << "no error for:\n" << text;
-  } catch (const ConfigError& e) {
-    EXPECT_EQ(e.where().to_string(), where) << e.what();
-    EXPECT_EQ(e.field(), field) << e.what();
-    EXPECT_NE(e.message().find(says), std::string::npos) << e.what();
-  }
-}
-
-std::string write(const std::string& name, const std::string& text) {
-  const std::string path = ::testing::TempDir() + name;
-  std::ofstream(path) << text;
-  return path;
-}
+using bulwark::testing::expect_config_error;
+constexpr auto& expect_error = expect_config_error;
+constexpr auto& write = bulwark::testing::write_temp_file;
 
 TEST(ServiceConfig, EveryKindOfPolicyByName) {
   const bulwark::config::Config cfg("svc.toml", parse(kFile), {});
