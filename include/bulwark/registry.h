@@ -114,7 +114,9 @@ struct RegistryOptions {
   // for one key when threads race to create it.
   std::function<std::optional<typename Breaker::Config>(const Key&)> config_for{};
   // Builds a key's Extra. Required unless Extra is NoExtra, constructible from the
-  // key, or default-constructible. Called with no registry lock held.
+  // key, or default-constructible. Called with no registry lock held; may run more than
+  // once for one key when threads race to create it, the losers' Extras destroyed
+  // unpublished: register nothing elsewhere from here (read live extras with for_each).
   std::function<Extra(const Key&)> extra_for{};
   // Evict keys idle at least this long. Zero: never evict. Otherwise >= 1 ms.
   Nanos idle_ttl = Nanos::zero();
