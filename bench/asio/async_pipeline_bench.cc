@@ -115,6 +115,23 @@ void BM_Asio_BareCoAwait(benchmark::State& state) {
 }
 BENCHMARK(BM_Asio_BareCoAwait);
 
+// The floor of any pipeline that is an asio::awaitable: a coroutine of its own that does
+// nothing but co_await the call and return its result (two frames, like the pipeline).
+::asio::awaitable<Reply> wrapper() { co_return co_await ready(); }
+
+void BM_Asio_WrapperCoAwait(benchmark::State& state) {
+  run_on_io(state, [](benchmark::State& s) -> ::asio::awaitable<void> {
+    for (int i = 0; i < 100; ++i) (void)co_await wrapper();
+    const auto before = g_allocations.load();
+    for (auto _ : s) {
+      auto r = co_await wrapper();
+      benchmark::DoNotOptimize(r);
+    }
+    report_allocations(s, before);
+  });
+}
+BENCHMARK(BM_Asio_WrapperCoAwait);
+
 template <class MakePipeline, class MakeContext>
 void pipeline_bench(benchmark::State& state, MakePipeline make, MakeContext make_ctx) {
   Policies policies;
@@ -147,6 +164,34 @@ void BM_Asio_Pipeline_Direct(benchmark::State& state) {
       no_deadline);
 }
 BENCHMARK(BM_Asio_Pipeline_Direct);
+
+// Where the pipeline's time goes: the same call with no stage, then each stage alone.
+void BM_Asio_Pipeline_NoStage(benchmark::State& state) {
+  pipeline_bench(
+      state, [](Policies&) { return bulwark::asio::pipeline(); }, no_deadline);
+}
+BENCHMARK(BM_Asio_Pipeline_NoStage);
+
+void BM_Asio_Pipeline_BreakerOnly(benchmark::State& state) {
+  pipeline_bench(
+      state, [](Policies& x) { return bulwark::asio::pipeline(bulwark::breaker(x.breaker)); },
+      no_deadline);
+}
+BENCHMARK(BM_Asio_Pipeline_BreakerOnly);
+
+void BM_Asio_Pipeline_BulkheadOnly(benchmark::State& state) {
+  pipeline_bench(
+      state, [](Policies& x) { return bulwark::asio::pipeline(bulwark::asio::bulkhead(x.pool)); },
+      no_deadline);
+}
+BENCHMARK(BM_Asio_Pipeline_BulkheadOnly);
+
+void BM_Asio_Pipeline_RetryOnly(benchmark::State& state) {
+  pipeline_bench(
+      state, [](Policies& x) { return bulwark::asio::pipeline(bulwark::retry(x.retry)); },
+      no_deadline);
+}
+BENCHMARK(BM_Asio_Pipeline_RetryOnly);
 
 void BM_Asio_Pipeline_Deadline(benchmark::State& state) {
   pipeline_bench(
