@@ -87,12 +87,13 @@ bool ledger_add_slow(Totals& t, Total which) noexcept;
   if (LedgerCell* cells = tls_ledger) [[likely]] {
     const std::size_t slot = ledger_slot(&t);
     LedgerCell* c = &cells[slot];
-    if (c->owner.load(std::memory_order_relaxed) != &t) c = ledger_find(cells, t, slot);
-    if (c != nullptr) [[likely]] {
-      auto& n = c->n[static_cast<std::size_t>(which)];
-      n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      return false;
+    if (c->owner.load(std::memory_order_relaxed) != &t) [[unlikely]] {  // the set's others
+      c = ledger_find(cells, t, slot);
+      if (c == nullptr) return ledger_add_slow(t, which);
     }
+    auto& n = c->n[static_cast<std::size_t>(which)];
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return false;
   }
   return ledger_add_slow(t, which);
 }
