@@ -32,6 +32,27 @@ void BM_Baseline_AtomicFetchAdd(benchmark::State& state) {
 }
 BENCHMARK(BM_Baseline_AtomicFetchAdd)->Threads(1)->Threads(2);
 
+// Work of about the closed path's cost that shares nothing: each thread loads a word
+// and adds one to counters with plain stores (as a ledger cell is counted), all on a
+// line of its own stack. What two threads doing completely unshared work reach on this
+// machine: the scale against which "2 threads / 1" of the shared paths is read (ideal
+// 0.5; hardware threads of one core, or a busy host, give more).
+void BM_Baseline_ShareNothing(benchmark::State& state) {
+  struct alignas(64) Line {
+    std::atomic<std::uint64_t> word{0};
+    std::atomic<std::uint64_t> count[4]{};
+  } own;
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(own.word.load(std::memory_order_relaxed));
+    for (auto& c : own.count) {
+      c.store(c.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      benchmark::ClobberMemory();
+    }
+  }
+}
+BENCHMARK(BM_Baseline_ShareNothing)
+    ->DenseThreadRange(1, static_cast<int>(std::max(2u, std::thread::hardware_concurrency())));
+
 void BM_Baseline_SteadyClockNow(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(std::chrono::steady_clock::now());
 }

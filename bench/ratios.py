@@ -79,6 +79,8 @@ def goals(t, c):
                                                  "BM_Registry_LookupExisting/1024/threads:1"), "<=", 0.6),
         ("  for scale: fetch_add, 2 threads / 1 thread", r("BM_Baseline_AtomicFetchAdd/threads:2",
                                                            "BM_Baseline_AtomicFetchAdd/threads:1"), None, None),
+        ("  for scale: share-nothing work, 2 threads / 1 thread",
+         r("BM_Baseline_ShareNothing/threads:2", "BM_Baseline_ShareNothing/threads:1"), None, None),
         ("Windows", None, "section", None),
         ("count window / atomic fetch_add", r("BM_Closed_CountWindow/threads:1",
                                               "BM_Baseline_AtomicFetchAdd/threads:1"), "<=", 6.0),
@@ -185,11 +187,18 @@ def goals(t, c):
         if name in c and "items_per_second" in c[name]:
             out.append((f"  requests per second, {name[8:]}", c[name]["items_per_second"], None, None))
     # One breaker shared by every core: wall time per call at n threads / at 1.
+    out.append(("Every core: wall time per call, n threads / 1", None, "section", None))
     one = t.get("BM_Closed_SharedByEveryCore/threads:1")
     for n in range(2, 257):
         name = f"BM_Closed_SharedByEveryCore/threads:{n}"
         if one and name in t:
             out.append((f"  one breaker, every core: {n} threads / 1", t[name] / one, None, None))
+    # The same curve for work that shares nothing: what n threads reach on this machine.
+    alone = t.get("BM_Baseline_ShareNothing/threads:1")
+    for n in range(2, 257):
+        name = f"BM_Baseline_ShareNothing/threads:{n}"
+        if alone and name in t:
+            out.append((f"  share-nothing work, every core: {n} threads / 1", t[name] / alone, None, None))
     mem = next((v for k, v in c.items() if k.startswith("BM_Registry_Memory_1M")), None)
     if mem and "bytes_per_key_over_breaker" in mem:
         out.append(("bytes per key over sizeof(breaker), 1M keys", mem["bytes_per_key_over_breaker"], "<=", 200.0))

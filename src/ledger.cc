@@ -16,7 +16,7 @@ namespace {
 Totals busy_sentinel;
 Totals* const kBusy = &busy_sentinel;
 
-// A breaker that keeps missing a cell takes it after this many misses of the cell.
+// A breaker whose set is full takes its home cell after this many misses of that cell.
 constexpr std::uint32_t kMissesBeforeMove = 64;
 
 struct alignas(64) Table {  // line-aligned: no cell shares a line with another thread's
@@ -115,25 +115,33 @@ bool ledger_add_slow(Totals& t, Total which) noexcept {
     add_to_base(t, which);
     return false;
   }
-  LedgerCell& c = cells[ledger_slot(&t)];
-  Totals* const o = c.owner.load(std::memory_order_relaxed);
-  if (o == &t) {
-    auto& n = c.n[static_cast<std::size_t>(which)];
+  const std::size_t slot = ledger_slot(&t);
+  if (LedgerCell* c = ledger_find(cells, t, slot)) {  // the thread has just registered
+    auto& n = c->n[static_cast<std::size_t>(which)];
     n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     return false;
   }
-  if (o != nullptr && ++c.misses < kMissesBeforeMove) {
+  // A free cell of the set, the home one first; else the home cell once `t` has missed
+  // it often enough.
+  LedgerCell& home = cells[slot];
+  LedgerCell* c = &home;
+  Totals* o = home.owner.load(std::memory_order_relaxed);
+  for (std::size_t w = 0; w < kLedgerWays && o != nullptr; ++w) {
+    LedgerCell& other = cells[ledger_set(slot) + w];
+    if (other.owner.load(std::memory_order_relaxed) == nullptr) c = &other, o = nullptr;
+  }
+  if (o != nullptr && ++home.misses < kMissesBeforeMove) {
     add_to_base(t, which);
     return false;
   }
   if (o != nullptr) {
-    move_cell(c, o, &t);
+    move_cell(*c, o, &t);
   } else {
-    for (auto& n : c.n) n.store(0, std::memory_order_relaxed);
-    c.misses = 0;
-    c.owner.store(&t, std::memory_order_release);
+    for (auto& n : c->n) n.store(0, std::memory_order_relaxed);
+    c->misses = 0;
+    c->owner.store(&t, std::memory_order_release);
   }
-  c.n[static_cast<std::size_t>(which)].store(1, std::memory_order_relaxed);
+  c->n[static_cast<std::size_t>(which)].store(1, std::memory_order_relaxed);
   return true;
 }
 
@@ -149,9 +157,11 @@ std::array<std::uint64_t, kTotals> ledger_fold(const Totals& t) noexcept {
     for (std::size_t i = 0; i < kTotals; ++i) sum[i] = t.base[i].load(std::memory_order_relaxed);
     for (Table* table = g_tables.load(std::memory_order_acquire); table != nullptr;
          table = table->next) {
-      const LedgerCell& c = table->cells[slot];
-      if (c.owner.load(std::memory_order_acquire) != &t) continue;
-      for (std::size_t i = 0; i < kTotals; ++i) sum[i] += c.n[i].load(std::memory_order_relaxed);
+      for (std::size_t w = 0; w < kLedgerWays; ++w) {  // t holds at most one cell of its set
+        const LedgerCell& c = table->cells[ledger_set(slot) + w];
+        if (c.owner.load(std::memory_order_acquire) != &t) continue;
+        for (std::size_t i = 0; i < kTotals; ++i) sum[i] += c.n[i].load(std::memory_order_relaxed);
+      }
     }
     // A read-modify-write reads the latest start. If a move started after the first
     // read, this sees it; if not, its start reads this write (release/acquire), so
@@ -165,15 +175,17 @@ void ledger_forget(const Totals& t) noexcept {
   const std::size_t slot = ledger_slot(&t);
   for (Table* table = g_tables.load(std::memory_order_acquire); table != nullptr;
        table = table->next) {
-    LedgerCell& c = table->cells[slot];
-    for (;;) {
-      Totals* o = c.owner.load(std::memory_order_acquire);
-      if (o == kBusy) {  // its thread is moving counts out of the cell: a few stores
-        std::this_thread::yield();
-        continue;
+    for (std::size_t w = 0; w < kLedgerWays; ++w) {
+      LedgerCell& c = table->cells[ledger_set(slot) + w];
+      for (;;) {
+        Totals* o = c.owner.load(std::memory_order_acquire);
+        if (o == kBusy) {  // its thread is moving counts out of the cell: a few stores
+          std::this_thread::yield();
+          continue;
+        }
+        if (o != self || c.owner.compare_exchange_strong(o, nullptr, std::memory_order_acq_rel))
+          break;
       }
-      if (o != self || c.owner.compare_exchange_strong(o, nullptr, std::memory_order_acq_rel))
-        break;
     }
   }
 }

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <memory>
 #include <new>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "bulwark/detail/ledger.h"
@@ -27,20 +29,32 @@ struct alignas(64) Line {
   Totals totals;
 };
 
-// Two lines whose totals take the same cell of every table.
+// Lines whose totals have the same home cell in every table: `a` and `b`, and as many
+// more as a set has cells, which fill_set() counts once in the calling thread so that
+// the set is full there: a and b then miss, and the home cell changes hands.
 struct Colliding {
   std::vector<std::unique_ptr<Line>> pool;
   Line* a = nullptr;
   Line* b = nullptr;
+  std::array<Line*, kLedgerWays> fillers{};
   Colliding() {
-    for (int i = 0; i < 4096 && b == nullptr; ++i) {
+    std::unordered_map<std::size_t, std::vector<Line*>> by_slot;
+    for (int i = 0; i < (1 << 17) && b == nullptr; ++i) {
       pool.push_back(std::make_unique<Line>());
-      for (std::size_t j = 0; j + 1 < pool.size(); ++j) {
-        if (ledger_slot(&pool[j]->totals) == ledger_slot(&pool.back()->totals)) {
-          a = pool[j].get(), b = pool.back().get();
-          break;
-        }
+      auto& same = by_slot[ledger_slot(&pool.back()->totals)];
+      same.push_back(pool.back().get());
+      if (same.size() == kLedgerWays + 2) {
+        std::copy_n(same.begin(), kLedgerWays, fillers.begin());
+        a = same[kLedgerWays], b = same[kLedgerWays + 1];
       }
+    }
+  }
+  void fill_set() const {
+    for (Line* f : fillers) ledger_add(f->totals, Total::ignored);
+  }
+  ~Colliding() {
+    for (Line* f : fillers) {
+      if (f != nullptr) ledger_forget(f->totals);
     }
   }
 };
@@ -87,7 +101,7 @@ TEST(LedgerStress, TotalsAreExactAtRestFromLiveAndExitedThreads) {
 
 TEST(LedgerStress, TotalsNeverGoDownWhileCellsChangeHands) {
   Colliding c;
-  ASSERT_NE(c.b, nullptr) << "no two lines share a cell";
+  ASSERT_NE(c.b, nullptr) << "too few lines share a home cell";
   constexpr int kThreads = 3, kRounds = 40, kCalls = 300;
   std::atomic<bool> done{false};
   std::atomic<int> bad{0};
@@ -105,6 +119,7 @@ TEST(LedgerStress, TotalsNeverGoDownWhileCellsChangeHands) {
     std::vector<std::thread> threads;
     for (int id = 0; id < kThreads; ++id) {
       threads.emplace_back([&, id] {
+        c.fill_set();
         for (int i = 0; i < kCalls; ++i) {
           ledger_add(((i / 100 + id) % 2 == 0 ? c.a : c.b)->totals, Total::successes);
         }
@@ -123,14 +138,22 @@ TEST(LedgerStress, TotalsNeverGoDownWhileCellsChangeHands) {
 
 TEST(LedgerStress, AThreadThatKeepsMissingACellTakesIt) {
   Colliding c;
-  ASSERT_NE(c.b, nullptr) << "no two lines share a cell";
+  ASSERT_NE(c.b, nullptr) << "too few lines share a home cell";
   std::thread([&] {
-    ledger_add(c.a->totals, Total::successes);  // a takes the cell
+    Line* const f = c.fillers[0];
+    ledger_add(f->totals, Total::successes);  // f takes the home cell
+    for (std::size_t i = 1; i + 1 < kLedgerWays; ++i)
+      ledger_add(c.fillers[i]->totals, Total::ignored);
+    ledger_add(c.a->totals, Total::successes);  // a the set's last free cell
     for (int i = 0; i < 1000; ++i) ledger_add(c.b->totals, Total::successes);
-    // b counted through the base counters until it took the cell, then in it.
-    EXPECT_EQ(tls_ledger[ledger_slot(&c.b->totals)].owner.load(), &c.b->totals);
+    // b counted through the base counters until it took the home cell, then in it.
+    const std::size_t home = ledger_slot(&c.b->totals);
+    EXPECT_EQ(tls_ledger[home].owner.load(), &c.b->totals);
+    EXPECT_NE(ledger_find(tls_ledger, c.a->totals, home), nullptr) << "a kept its cell";
     EXPECT_LT(c.b->totals.base[kS].load(), 1000u);
-    EXPECT_EQ(c.a->totals.base[kS].load(), 1u) << "a's count moved to its base";
+    EXPECT_EQ(f->totals.base[kS].load(), 1u) << "f's count moved to its base";
+    EXPECT_EQ(c.a->totals.base[kS].load(), 0u);
+    EXPECT_EQ(ledger_fold(f->totals)[kS], 1u);
     EXPECT_EQ(ledger_fold(c.a->totals)[kS], 1u);
     EXPECT_EQ(ledger_fold(c.b->totals)[kS], 1000u);
   }).join();
@@ -179,13 +202,14 @@ TEST(LedgerStress, ForgettingWhileItsThreadMovesTheCellNeitherLosesNorTouchesItA
   // idle key would). Once ledger_forget(X) returns, nothing may touch X: its storage
   // is scribbled over and rebuilt each round (ASan and TSan would see an access).
   Colliding c;
-  ASSERT_NE(c.b, nullptr) << "no two lines share a cell";
+  ASSERT_NE(c.b, nullptr) << "too few lines share a home cell";
   Line* const x = c.a;
   Line* const y = c.b;
   constexpr int kRounds = 300;
   std::atomic<int> done_with_x{-1};
   std::atomic<int> x_ready{0};
   std::thread worker([&] {
+    c.fill_set();
     for (int round = 0; round < kRounds; ++round) {
       while (x_ready.load(std::memory_order_acquire) <= round) std::this_thread::yield();
       for (int i = 0; i < 10; ++i) ledger_add(x->totals, Total::successes);

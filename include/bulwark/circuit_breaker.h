@@ -343,7 +343,7 @@ class alignas(64) BasicCircuitBreaker {
     const Word w(word_.load(std::memory_order_acquire));
     // The common case stays small enough to inline into the caller; everything else
     // (rejections, probes, transitions) is out of line.
-    if (w.state() == static_cast<std::uint8_t>(State::closed)) {
+    if (w.state() == static_cast<std::uint8_t>(State::closed)) [[likely]] {
       if constexpr (kWindowed) {
         if (policy_->slow_call_duration > 0) return Permit(this, w, admit_timed(w));
       }

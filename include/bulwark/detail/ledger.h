@@ -1,20 +1,23 @@
 // Per-thread ledgers: the breakers' totals counted without a shared write.
 //
 // A breaker's totals (successes, failures, ignored, rejected) are counted where the
-// calling thread owns the cache line: each thread has a small direct-mapped table of
-// cells, and the cell a breaker's totals map to (by address) holds what this thread
-// added to them since it took the cell. Adding one is a load, a compare and a plain
-// store (no read-modify-write, no lock); a breaker's totals are read by folding its
-// shared base counters with its cell of every thread's table.
+// calling thread owns the cache line: each thread has a table of cells, four-way set
+// associative, and the cell a breaker's totals hold in their set (chosen by address)
+// holds what this thread added to them since it took the cell. Adding one is a load, a
+// compare (up to four, past the breaker's home cell) and a plain store (no
+// read-modify-write, no lock); a breaker's totals are read by folding its shared base
+// counters with its cell of every thread's table.
 //
-// A cell changes hands when another breaker of the same thread keeps missing it: the
-// thread moves the old owner's counts into that owner's base counters and takes the
-// cell. Until then the missing breaker adds to its own base counters (one fetch_add, as
-// if there were no ledger). A thread's first count registers its table: it takes the
-// table an exited thread left, or allocates one (once per thread, never freed, so the
-// tables are as many as the most threads that ever counted at once). Its exit folds
-// the table into the base counters. Folding and a breaker's destruction (which takes
-// its cells back) look at one cell per table, without a lock; the destruction waits
+// A breaker takes a free cell of its set. When all are held by others, it counts a
+// miss against its home cell and adds to its own base counters (one fetch_add, as if
+// there were no ledger: a write to the breaker's line); after enough misses the thread
+// moves the home cell's owner's counts into that owner's base counters and takes the
+// cell. The table is large enough (2,048 cells) that a thread calling a thousand
+// breakers in turn, a registry's keys say, keeps a cell for nearly every one of them. A thread's
+// first count registers its table: it takes the table an exited thread left, or allocates one (once
+// per thread, never freed, so the tables are as many as the most threads that ever counted at
+// once). Its exit folds the table into the base counters. Folding and a breaker's destruction
+// (which takes its cells back) look at one cell per table, without a lock; the destruction waits
 // for a thread that is moving one of its cells in that instant (a few stores).
 //
 // Exactness: read at rest (no call counting and no cell changing hands), a total is
@@ -47,18 +50,32 @@ struct LedgerCell {
   std::array<std::atomic<std::uint64_t>, kTotals> n{};
 };
 
-inline constexpr std::size_t kLedgerCells = 128;  // per thread: 6 KiB
+inline constexpr std::size_t kLedgerCellBits = 11;
+inline constexpr std::size_t kLedgerCells = std::size_t{1} << kLedgerCellBits;  // 96 KiB
+inline constexpr std::size_t kLedgerWays = 4;                                   // cells per set
 
 // The calling thread's table, or null before its first count.
 extern constinit thread_local LedgerCell* tls_ledger;
 
-// The cell `t` maps to in every thread's table: breakers are line-aligned, and those
-// side by side (a registry's) take cells side by side.
+// The home cell of `t` in every thread's table; its set is the kLedgerWays cells from
+// ledger_set(slot). The line's number times 2^64/phi (Fibonacci hashing): lines side by
+// side (a registry's breakers) take cells spread evenly over the table, and runs of them
+// from different allocations rarely fill one set.
 [[gnu::always_inline]] inline std::size_t ledger_slot(const Totals* t) noexcept {
-  const auto a = reinterpret_cast<std::uintptr_t>(t);
-  return static_cast<std::size_t>(((a >> 6) ^ (a >> 13)) & (kLedgerCells - 1));
+  const auto line = static_cast<std::uint64_t>(reinterpret_cast<std::uintptr_t>(t) >> 6);
+  return static_cast<std::size_t>((line * 0x9E3779B97F4A7C15ull) >> (64 - kLedgerCellBits));
 }
-static_assert((kLedgerCells & (kLedgerCells - 1)) == 0, "ledger_slot() masks");
+constexpr std::size_t ledger_set(std::size_t slot) noexcept { return slot & ~(kLedgerWays - 1); }
+
+// The calling thread's cell held by `t` in `cells`, or null.
+[[gnu::always_inline]] inline LedgerCell* ledger_find(LedgerCell* cells, const Totals& t,
+                                                      std::size_t slot) noexcept {
+  LedgerCell* const set = cells + ledger_set(slot);
+  for (std::size_t w = 0; w < kLedgerWays; ++w) {
+    if (set[w].owner.load(std::memory_order_relaxed) == &t) return &set[w];
+  }
+  return nullptr;
+}
 
 // The slow path of ledger_add(): registers the thread, takes a free or long-missed
 // cell, or adds to the base counter. True if it gave `t` a cell.
@@ -68,12 +85,15 @@ bool ledger_add_slow(Totals& t, Total which) noexcept;
 // this thread's table (its destruction must then call ledger_forget()).
 [[gnu::always_inline]] inline bool ledger_add(Totals& t, Total which) noexcept {
   if (LedgerCell* cells = tls_ledger) [[likely]] {
-    LedgerCell& c = cells[ledger_slot(&t)];
-    if (c.owner.load(std::memory_order_relaxed) == &t) [[likely]] {
-      auto& n = c.n[static_cast<std::size_t>(which)];
-      n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      return false;
+    const std::size_t slot = ledger_slot(&t);
+    LedgerCell* c = &cells[slot];
+    if (c->owner.load(std::memory_order_relaxed) != &t) [[unlikely]] {  // the set's others
+      c = ledger_find(cells, t, slot);
+      if (c == nullptr) return ledger_add_slow(t, which);
     }
+    auto& n = c->n[static_cast<std::size_t>(which)];
+    n.store(n.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    return false;
   }
   return ledger_add_slow(t, which);
 }
