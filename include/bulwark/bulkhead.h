@@ -23,8 +23,12 @@
 //
 // Cost: try_acquire() is a load and a CAS; releasing is one atomic subtract and one
 // load (plus a mutex and a notify only when a thread is waiting). No allocation.
+// Waiting is the slow path: a mutex, a condition variable, and a stop_callback so that
+// cancellation wakes the waiter at once. Waits are measured in real time (a steady
+// condition variable): with a ManualClock, the time a waiter may wait is read once from
+// that clock when it starts waiting.
 //
-// Striping (opt-in, BulkheadConfig::stripes > 1): that one count is a cache line every
+// Striping (opt-in, BulkheadConfig::stripes > 1): the one count is a cache line every
 // calling thread writes, so two threads on one bulkhead each pay for it. Striped, the
 // max_concurrent slots are split over `stripes` counters, one line each (allocated at
 // construction). A thread takes from its own stripe (a process-wide per-thread index,
@@ -37,10 +41,6 @@
 // while a slot is being given back to a stripe it had already looked at. in_use() and
 // snapshot() sum the stripes (exact at rest). Waiting, deadlines and cancellation work
 // as unstriped. stripes = 1 (the default) is exactly the single count above.
-// Waiting is the slow path: a mutex, a condition variable, and a stop_callback so that
-// cancellation wakes the waiter at once. Waits are measured in real time (a steady
-// condition variable): with a ManualClock, the time a waiter may wait is read once from
-// that clock when it starts waiting.
 //
 // Rejections can be observed: observe_rejections() sets a BulkheadObserver that is told
 // of each refusal on the refusing thread, with no lock held (nothing is done for an
