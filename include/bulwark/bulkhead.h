@@ -71,6 +71,7 @@
 #include "bulwark/config_error.h"
 #include "bulwark/context.h"
 #include "bulwark/detail/permit_base.h"
+#include "bulwark/detail/schedule_point.h"
 #include "bulwark/expected.h"
 
 namespace bulwark {
@@ -366,6 +367,7 @@ class BasicBulkhead {
     } else {
       stripes_[stripe].available.fetch_add(1, std::memory_order_seq_cst);
     }
+    BULWARK_SCHEDULE_POINT("bulkhead.give_back: slot back, waiters not read yet");
     // Striped, this load is the only access to a line other threads use: it is not
     // written while nobody waits, so it stays in every core's cache.
     if (waiting_.load(std::memory_order_seq_cst) != 0) {
@@ -406,6 +408,7 @@ class BasicBulkhead {
           refused = BulkheadRejectReason::cancelled;
           break;
         }
+        BULWARK_SCHEDULE_POINT("bulkhead.wait: counted, no slot, going to sleep");
         if (cv_.wait_until(lock, until) == std::cv_status::timeout) {
           if (const std::uint32_t s = take(); s != kNone) return Permit(this, s);
           break;
