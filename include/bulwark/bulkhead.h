@@ -201,9 +201,7 @@ extern constinit thread_local std::uint32_t tls_stripe_index;
 std::uint32_t assign_stripe_index() noexcept;
 [[gnu::always_inline]] inline std::uint32_t stripe_index() noexcept {
   const std::uint32_t i = tls_stripe_index;
-  if (i != kNoStripeIndex) [[likely]]
-    return i;
-  return assign_stripe_index();
+  return i != kNoStripeIndex ? i : assign_stripe_index();
 }
 
 // One counter of a striped bulkhead: the slots of this stripe still free, alone on its
@@ -347,9 +345,7 @@ class BasicBulkhead {
     if (stripes_ == nullptr) return detail::take_slot(in_use_, max_) ? 0 : kNone;
     std::uint32_t home = detail::stripe_index();
     if (home >= n_stripes_) home %= n_stripes_;
-    if (detail::take_from_stripe(stripes_[home])) [[likely]]
-      return home;
-    return steal(home);
+    return detail::take_from_stripe(stripes_[home]) ? home : steal(home);
   }
 
   // This thread's stripe is empty: the others, in order from the next one.
