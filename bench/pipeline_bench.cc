@@ -9,6 +9,7 @@
 #include <benchmark/benchmark.h>
 
 #include <chrono>
+#include <cstdint>
 
 #include "bulwark/pipeline.h"
 
@@ -47,13 +48,15 @@ void BM_Pipeline_Empty(benchmark::State& state) {
 BENCHMARK(BM_Pipeline_Empty);
 
 struct Stack {
+  explicit Stack(std::uint32_t bulkhead_stripes = 1)
+      : bulkhead({.name = "bench", .max_concurrent = 64, .stripes = bulkhead_stripes}) {}
   bulwark::CircuitBreaker breaker{[] {
     bulwark::BreakerConfig c;  // field by field: designated initializers would track its growth
     c.name = "bench";
     c.consecutive_failures = 5;
     return c;
   }()};
-  bulwark::Bulkhead bulkhead{{.name = "bench", .max_concurrent = 64}};
+  bulwark::Bulkhead bulkhead;
   bulwark::RetryBudget budget{{.name = "bench"}};
   bulwark::Retry retry{{.name = "bench", .max_attempts = 3}, &budget};
 };
@@ -70,8 +73,22 @@ void BM_Pipeline_NoOp(benchmark::State& state) {
 }
 BENCHMARK(BM_Pipeline_NoOp)->Threads(1)->Threads(2);
 
-// The same stages but the bulkhead: a bulkhead is a count of calls in flight shared by
-// every thread by definition (its admission is a CAS on it), so this is what scales.
+// The same with the bulkhead striped (BulkheadConfig::stripes): each thread takes and
+// gives back its slot on its own stripe's cache line.
+void BM_Pipeline_NoOp_StripedBulkhead(benchmark::State& state) {
+  static Stack stack(2);
+  const auto p = bulwark::pipeline(bulwark::fallback(0), bulwark::breaker(stack.breaker),
+                                   bulwark::bulkhead(stack.bulkhead), bulwark::retry(stack.retry));
+  const bulwark::Context ctx;
+  for (auto _ : state) {
+    auto r = p(ctx, noop_call);
+    benchmark::DoNotOptimize(r);
+  }
+}
+BENCHMARK(BM_Pipeline_NoOp_StripedBulkhead)->Threads(1)->Threads(2);
+
+// The same stages but the bulkhead: an unstriped bulkhead is a count of calls in flight
+// shared by every thread (its admission is a CAS on it), so this is what scales.
 void BM_Pipeline_NoOp_NoBulkhead(benchmark::State& state) {
   static Stack stack;
   const auto p = bulwark::pipeline(bulwark::fallback(0), bulwark::breaker(stack.breaker),
@@ -126,5 +143,15 @@ void BM_Bulkhead_AcquireRelease(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_Bulkhead_AcquireRelease)->Threads(1)->Threads(2);
+
+// Two stripes: with two threads, each on its own.
+void BM_Bulkhead_AcquireRelease_Striped(benchmark::State& state) {
+  static bulwark::Bulkhead bulkhead({.name = "bench", .max_concurrent = 64, .stripes = 2});
+  for (auto _ : state) {
+    auto permit = bulkhead.try_acquire();
+    benchmark::DoNotOptimize(permit);
+  }
+}
+BENCHMARK(BM_Bulkhead_AcquireRelease_Striped)->Threads(1)->Threads(2);
 
 }  // namespace

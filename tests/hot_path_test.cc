@@ -7,15 +7,18 @@
 
 #include <array>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
 #include <map>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "bulwark/bulkhead.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/detail/ledger.h"
 #include "bulwark/registry.h"
+#include "support/bulkhead_access.h"
 #include "support/counting.h"
 
 namespace bulwark {
@@ -242,6 +245,72 @@ TEST_F(HotPath, RejectionListenersTakeNoLock) {
               }),
               "a rejection heard by a listener");
   EXPECT_EQ(heard, 1000);
+}
+
+// A thread that acquires and releases on its own stripe of a striped bulkhead writes no
+// line another thread uses: the bulkhead object and every other stripe keep their bytes
+// (compared byte for byte, as the breaker's above), its own stripe is back to what it
+// was, and the calls take no lock and allocate nothing.
+TEST_F(HotPath, AStripedBulkheadWritesOnlyTheCallersStripe) {
+  using Access = detail::BulkheadTestAccess;
+  for (std::uint32_t stripes : {2u, 4u, 64u}) {
+    Bulkhead pool({.name = "hot", .max_concurrent = 128, .stripes = stripes});
+    { auto warm = pool.try_acquire(); }  // this thread's stripe index is assigned once
+    auto object = [&pool] {
+      std::array<unsigned char, sizeof(Bulkhead)> out;
+      std::memcpy(out.data(), static_cast<const void*>(&pool), sizeof(Bulkhead));
+      return out;
+    };
+    const detail::BulkheadStripe* s = Access::stripes(pool);
+    ASSERT_NE(s, nullptr);
+    auto line = [s](std::uint32_t i) {
+      std::array<unsigned char, sizeof(detail::BulkheadStripe)> out;
+      std::memcpy(out.data(), static_cast<const void*>(s + i), sizeof(detail::BulkheadStripe));
+      return out;
+    };
+    static_assert(sizeof(detail::BulkheadStripe) == 64 && alignof(detail::BulkheadStripe) == 64);
+    // Which stripe is this thread's: the one a held permit took from.
+    const auto before = Access::available(pool);
+    std::uint32_t own = stripes;
+    {
+      auto p = pool.try_acquire();
+      const auto during = Access::available(pool);
+      for (std::uint32_t i = 0; i < stripes; ++i) {
+        if (during[i] + 1 == before[i]) own = i;
+      }
+    }
+    ASSERT_LT(own, stripes);
+    std::vector<std::array<unsigned char, sizeof(detail::BulkheadStripe)>> lines;
+    for (std::uint32_t i = 0; i < stripes; ++i) lines.push_back(line(i));
+    const auto bytes = object();
+
+    // Checked while the permits are held too, so that a write undone by the release
+    // (an increment, then a decrement) would be seen.
+    int held_writes = 0;
+    expect_none(count([&] {
+                  for (int i = 0; i < 10'000; ++i) {
+                    auto p = pool.try_acquire();
+                    auto q = pool.acquire();  // two held at once: still the own stripe
+                    ASSERT_TRUE(p && q);
+                    if (i % 16 == 0) {
+                      bool same = object() == bytes;
+                      for (std::uint32_t k = 0; k < stripes; ++k) {
+                        if (k != own && line(k) != lines[k]) same = false;
+                      }
+                      if (!same) ++held_writes;
+                    }
+                  }
+                }),
+                "a striped acquire and release");
+    EXPECT_EQ(held_writes, 0) << stripes
+                              << " stripes: a held permit's acquire wrote outside its stripe";
+    EXPECT_TRUE(object() == bytes) << stripes << " stripes: a call wrote to the bulkhead object";
+    for (std::uint32_t i = 0; i < stripes; ++i) {
+      EXPECT_TRUE(line(i) == lines[i]) << stripes << " stripes: stripe " << i
+                                       << (i == own ? " (own) was not restored" : " was written");
+    }
+    EXPECT_EQ(pool.in_use(), 0u);
+  }
 }
 
 }  // namespace

@@ -28,6 +28,20 @@
 // condition variable): with a ManualClock, the time a waiter may wait is read once from
 // that clock when it starts waiting.
 //
+// Striping (opt-in, BulkheadConfig::stripes > 1): the one count is a cache line every
+// calling thread writes, so two threads on one bulkhead each pay for it. Striped, the
+// max_concurrent slots are split over `stripes` counters, one line each (allocated at
+// construction). A thread takes from its own stripe (a process-wide per-thread index,
+// modulo stripes; live threads have distinct indices), and from the others in turn when
+// its own is empty; its permit gives the slot back to the stripe it came from. A thread
+// that acquires and releases on its own stripe writes no line another thread uses (a
+// release only reads the waiter count, which nobody writes while nobody waits). The
+// limit still holds exactly (each stripe keeps its own share, so the slots in flight
+// never exceed max_concurrent), but admission is not: a try_acquire() may be refused
+// while a slot is being given back to a stripe it had already looked at. in_use() and
+// snapshot() sum the stripes (exact at rest). Waiting, deadlines and cancellation work
+// as unstriped. stripes = 1 (the default) is exactly the single count above.
+//
 // Rejections can be observed: observe_rejections() sets a BulkheadObserver that is told
 // of each refusal on the refusing thread, with no lock held (nothing is done for an
 // admission). A registry sets one on the per-key bulkheads it builds, so that their
@@ -45,6 +59,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <stop_token>
 #include <string>
@@ -56,6 +71,7 @@
 #include "bulwark/config_error.h"
 #include "bulwark/context.h"
 #include "bulwark/detail/permit_base.h"
+#include "bulwark/detail/schedule_point.h"
 #include "bulwark/expected.h"
 
 namespace bulwark {
@@ -68,7 +84,18 @@ struct BulkheadConfig {
   // How long acquire() may wait for a slot when full; zero rejects at once.
   // (Resilience4j's maxWaitDuration.) >= 0.
   Nanos max_wait = Nanos::zero();
+  // How many counters the max_concurrent slots are split over, 1..64. 1 (the default):
+  // one shared count, exact admission. More: each thread takes from and gives back to
+  // its own counter (its own cache line), so threads on one bulkhead don't write a
+  // shared line; a thread whose counter is empty takes from the others. The limit is
+  // still never exceeded, but a call may be refused while a slot is being given back
+  // to a counter it had already looked at (see BasicBulkhead). Worth it only when
+  // several threads call through one bulkhead at high rate.
+  std::uint32_t stripes = 1;
 };
+
+// The most counters a bulkhead may be split over (BulkheadConfig::stripes).
+inline constexpr std::uint32_t kMaxBulkheadStripes = 64;
 
 // Checks every field; the error names the first one that is wrong.
 Expected<void, ConfigError> validate(const BulkheadConfig& config);
@@ -163,14 +190,48 @@ inline Unexpected<BulkheadRejection> refuse_slot(std::atomic<std::uint64_t>& rej
   return Unexpected(BulkheadRejection{reason});
 }
 
+// The calling thread's index for striped bulkheads: the lowest index no live thread
+// holds, taken at the thread's first striped call and freed when it exits, so that the
+// threads alive at once have distinct small indices (threads of a pool that is
+// recreated keep landing on distinct stripes). kNoStripeIndex until assigned.
+inline constexpr std::uint32_t kNoStripeIndex = 0xFFFF'FFFFu;
+extern constinit thread_local std::uint32_t tls_stripe_index;
+// Assigns this thread's index (once; no lock, no allocation but the thread-exit
+// registration of the C++ runtime) and returns it.
+std::uint32_t assign_stripe_index() noexcept;
+[[gnu::always_inline]] inline std::uint32_t stripe_index() noexcept {
+  const std::uint32_t i = tls_stripe_index;
+  return i != kNoStripeIndex ? i : assign_stripe_index();
+}
+
+// One counter of a striped bulkhead: the slots of this stripe still free, alone on its
+// cache line.
+struct alignas(64) BulkheadStripe {
+  std::atomic<std::uint32_t> available{0};
+};
+
+// Takes one of a stripe's free slots: decrements only above zero. seq_cst, as
+// take_slot().
+inline bool take_from_stripe(BulkheadStripe& s) noexcept {
+  std::uint32_t cur = s.available.load(std::memory_order_seq_cst);
+  while (cur > 0) {
+    if (s.available.compare_exchange_weak(cur, cur - 1, std::memory_order_seq_cst)) return true;
+  }
+  return false;
+}
+
+struct BulkheadTestAccess;  // defined by tests that look at the stripes
+
 }  // namespace detail
 
 template <Clock C = SteadyClock>
 class BasicBulkhead {
   struct PermitTraits {
     using Owner = BasicBulkhead;
-    struct Data {};
-    static void abandon(BasicBulkhead& b, const Data&) noexcept { b.give_back(); }
+    struct Data {
+      std::uint32_t stripe = 0;  // the stripe the slot was taken from (0 unstriped)
+    };
+    static void abandon(BasicBulkhead& b, const Data& d) noexcept { b.give_back(d.stripe); }
   };
 
  public:
@@ -185,18 +246,25 @@ class BasicBulkhead {
 
    private:
     friend class BasicBulkhead;
-    explicit Permit(BasicBulkhead* b) noexcept
-        : detail::PermitBase<typename BasicBulkhead::PermitTraits>(b, {}) {}
+    Permit(BasicBulkhead* b, std::uint32_t stripe) noexcept
+        : detail::PermitBase<typename BasicBulkhead::PermitTraits>(b, {stripe}) {}
   };
 
   // Validates `config` (throws InvalidConfig naming the field). A stateful clock must
   // outlive the bulkhead.
+  // With stripes > 1 the stripes are allocated here (one line each), once.
   explicit BasicBulkhead(BulkheadConfig config) requires std::is_empty_v<C>
-      : config_(detail::validated(std::move(config))), clock_(), max_(config_.max_concurrent) {}
+      : config_(detail::validated(std::move(config))),
+        clock_(),
+        max_(config_.max_concurrent),
+        n_stripes_(config_.stripes),
+        stripes_(make_stripes()) {}
   BasicBulkhead(BulkheadConfig config, const C& clock)
       : config_(detail::validated(std::move(config))),
         clock_(clock),
-        max_(config_.max_concurrent) {}
+        max_(config_.max_concurrent),
+        n_stripes_(config_.stripes),
+        stripes_(make_stripes()) {}
   BasicBulkhead(BulkheadConfig, const C&&) = delete;
   BasicBulkhead(const BasicBulkhead&) = delete;
   BasicBulkhead& operator=(const BasicBulkhead&) = delete;
@@ -206,7 +274,7 @@ class BasicBulkhead {
   // Takes a slot if one is free. Never blocks, never allocates. Non-blocking callers
   // (event loops, the simulator) use only this.
   Expected<Permit, BulkheadRejection> try_acquire() noexcept {
-    if (take()) return Permit(this);
+    if (const std::uint32_t s = take(); s != kNone) return Permit(this, s);
     return reject(BulkheadRejectReason::full);
   }
 
@@ -214,7 +282,7 @@ class BasicBulkhead {
   // Returns at once when a slot is free or max_wait is zero, and as soon as ctx is
   // cancelled. A rejected caller holds nothing.
   Expected<Permit, BulkheadRejection> acquire(const BasicContext<C>& ctx) {
-    if (take()) return Permit(this);
+    if (const std::uint32_t s = take(); s != kNone) return Permit(this, s);
     if (config_.max_wait <= Nanos::zero()) return reject(BulkheadRejectReason::full);
     if (ctx.stop_requested()) return reject(BulkheadRejectReason::cancelled);
     const Nanos remaining = ctx.remaining();
@@ -228,14 +296,23 @@ class BasicBulkhead {
   // acquire() with no deadline and no cancellation: waits up to max_wait.
   Expected<Permit, BulkheadRejection> acquire() { return acquire(BasicContext<C>(clock_.get())); }
 
-  // Slots in use, the limit, threads waiting and rejections so far: three relaxed
-  // loads, no lock, each field read on its own (not one consistent moment).
+  // Slots in use, the limit, threads waiting and rejections so far: relaxed loads, no
+  // lock, each field read on its own (not one consistent moment). Striped, in_use sums
+  // the stripes (one load each): exact at rest, and never above the limit.
   BulkheadSnapshot snapshot() const noexcept {
-    return {in_use_.load(std::memory_order_relaxed), max_, waiting_.load(std::memory_order_relaxed),
+    return {in_use(), max_, waiting_.load(std::memory_order_relaxed),
             rejected_.load(std::memory_order_relaxed)};
   }
-  // Slots held now (one relaxed load), and the configuration as given (constant).
-  std::uint32_t in_use() const noexcept { return in_use_.load(std::memory_order_relaxed); }
+  // Slots held now (one relaxed load, or one per stripe), and the configuration as
+  // given (constant).
+  std::uint32_t in_use() const noexcept {
+    if (stripes_ == nullptr) return in_use_.load(std::memory_order_relaxed);
+    std::uint32_t available = 0;
+    for (std::uint32_t i = 0; i < n_stripes_; ++i) {
+      available += stripes_[i].available.load(std::memory_order_relaxed);
+    }
+    return max_ - available;  // each stripe stays within its share: available <= max_
+  }
   const BulkheadConfig& config() const noexcept { return config_; }
 
   // Tells `observer` about every rejection from now on (try_acquire() and acquire()),
@@ -244,14 +321,51 @@ class BasicBulkhead {
   void observe_rejections(BulkheadObserver observer) noexcept { observer_ = observer; }
 
  private:
-  // The one atomic step: increment only below the limit, so the count can never
-  // overshoot. seq_cst pairs with give_back(): a waiter publishes waiting_ and then
-  // looks at in_use_; a releaser lowers in_use_ and then looks at waiting_. At least
-  // one of them sees the other, so no wake-up is lost.
-  bool take() noexcept { return detail::take_slot(in_use_, max_); }
+  friend struct detail::BulkheadTestAccess;
+  static constexpr std::uint32_t kNone = 0xFFFF'FFFFu;
 
-  void give_back() noexcept {
-    in_use_.fetch_sub(1, std::memory_order_seq_cst);
+  std::unique_ptr<detail::BulkheadStripe[]> make_stripes() const {
+    if (n_stripes_ <= 1) return nullptr;
+    auto s = std::make_unique<detail::BulkheadStripe[]>(n_stripes_);
+    for (std::uint32_t i = 0; i < n_stripes_; ++i) {
+      s[i].available.store(max_ / n_stripes_ + (i < max_ % n_stripes_ ? 1 : 0),
+                           std::memory_order_relaxed);
+    }
+    return s;
+  }
+
+  // The one atomic step: increment only below the limit, so the count can never
+  // overshoot. Striped: take from this thread's stripe, else from the others in turn
+  // (each a decrement only above zero; every stripe keeps its own share, so the sum in
+  // flight never exceeds max_). Returns the stripe taken from (0 unstriped), or kNone.
+  // seq_cst pairs with give_back(): a waiter publishes waiting_ and then looks at the
+  // count(s); a releaser raises a count and then looks at waiting_. At least one of
+  // them sees the other, so no wake-up is lost.
+  std::uint32_t take() noexcept {
+    if (stripes_ == nullptr) return detail::take_slot(in_use_, max_) ? 0 : kNone;
+    std::uint32_t home = detail::stripe_index();
+    if (home >= n_stripes_) home %= n_stripes_;
+    return detail::take_from_stripe(stripes_[home]) ? home : steal(home);
+  }
+
+  // This thread's stripe is empty: the others, in order from the next one.
+  std::uint32_t steal(std::uint32_t home) noexcept {
+    for (std::uint32_t k = 1; k < n_stripes_; ++k) {
+      const std::uint32_t i = home + k < n_stripes_ ? home + k : home + k - n_stripes_;
+      if (detail::take_from_stripe(stripes_[i])) return i;
+    }
+    return kNone;
+  }
+
+  void give_back(std::uint32_t stripe) noexcept {
+    if (stripes_ == nullptr) {
+      in_use_.fetch_sub(1, std::memory_order_seq_cst);
+    } else {
+      stripes_[stripe].available.fetch_add(1, std::memory_order_seq_cst);
+    }
+    BULWARK_SCHEDULE_POINT("bulkhead.give_back: slot back, waiters not read yet");
+    // Striped, this load is the only access to a line other threads use: it is not
+    // written while nobody waits, so it stays in every core's cache.
     if (waiting_.load(std::memory_order_seq_cst) != 0) {
       // Taking the mutex orders the notify after a waiter's last check. notify_all: a
       // notified waiter that times out at the same moment must not swallow the wake-up
@@ -285,13 +399,14 @@ class BasicBulkhead {
         ~Leave() { w.fetch_sub(1, std::memory_order_seq_cst); }
       } leave{waiting_};
       for (;;) {
-        if (take()) return Permit(this);
+        if (const std::uint32_t s = take(); s != kNone) return Permit(this, s);
         if (stop.stop_requested()) {
           refused = BulkheadRejectReason::cancelled;
           break;
         }
+        BULWARK_SCHEDULE_POINT("bulkhead.wait: counted, no slot, going to sleep");
         if (cv_.wait_until(lock, until) == std::cv_status::timeout) {
-          if (take()) return Permit(this);
+          if (const std::uint32_t s = take(); s != kNone) return Permit(this, s);
           break;
         }
       }
@@ -303,6 +418,9 @@ class BasicBulkhead {
   const BulkheadConfig config_;
   [[no_unique_address]] const detail::ClockRef<C> clock_;
   const std::uint32_t max_;
+  const std::uint32_t n_stripes_;
+  // Null unless stripes > 1; then in_use_ is unused and each stripe counts its free slots.
+  const std::unique_ptr<detail::BulkheadStripe[]> stripes_;
   BulkheadObserver observer_{};
   alignas(64) std::atomic<std::uint32_t> in_use_{0};
   std::atomic<std::uint32_t> waiting_{0};

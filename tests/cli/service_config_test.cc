@@ -136,6 +136,19 @@ TEST(ServiceConfig, ErrorsNameFileLineKeyAndTheNearestKnownKey) {
       "svc.toml:5:10", "registry.r.policy", "names a breaker of kind = \"consecutive\"");
 }
 
+// A bulkhead's `stripes` loads, and a value outside 1..64 is an error at that key.
+TEST(ServiceConfig, ABulkheadsStripesLoadAndAreChecked) {
+  const auto cfg = parse("[bulkhead.hot]\nmax_concurrent = 64\nstripes = 8\n[bulkhead.cold]\n");
+  EXPECT_EQ(cfg.bulkheads.at("hot").stripes, 8u);
+  EXPECT_EQ(cfg.bulkheads.at("cold").stripes, 1u);
+  expect_error("[bulkhead.hot]\nstripes = 0\n", {}, "svc.toml:2:11", "bulkhead.hot.stripes",
+               "must be between 1 and 64 (got 0)");
+  expect_error("[bulkhead.hot]\nstripes = 65\n", {}, "svc.toml:2:11", "bulkhead.hot.stripes",
+               "must be at most 64 (got 65)");
+  expect_error("[bulkhead.hot]\nstripes = \"8\"\n", {}, "svc.toml:2:11", "bulkhead.hot.stripes",
+               "expected a whole number");
+}
+
 TEST(ServiceConfig, DeprecatedKeysLoadWithWarnings) {
   const auto p = parse("[breaker.a]\nwindow = \"count\"\nwindow_size = 30\nfailure_rate = 0.5\n");
   EXPECT_EQ(p.breakers.at("a").as<bulwark::CountWindowConfig>().window.size, 30u);

@@ -765,6 +765,7 @@ BulkheadConfig read_bulkhead(Reader& r) {
   if (auto v = r.string("name")) c.name = *v;
   if (auto v = r.count("max_concurrent", kMaxConcurrent)) c.max_concurrent = *v;
   if (auto v = r.duration("max_wait")) c.max_wait = *v;
+  if (auto v = r.count("stripes", kMaxBulkheadStripes)) c.stripes = *v;
   r.finish();
   if (auto ok = validate(c); !ok) r.fail_config(ok.error());
   return c;
