@@ -219,25 +219,22 @@ class Pipeline {
         co_return fall(std::move(*refused));
     }
 
-    // The breaker: one permit for the call, or one per attempt.
+    // The breaker: one permit for the call, or one per attempt. The permit (or the
+    // rejection) is built in place: no move from a temporary (docs/architecture.md).
     [[maybe_unused]] bool per_attempt = false;
     auto permit = [&] {
       if constexpr (kBreaker >= 0) {
-        using B = std::remove_pointer_t<decltype(std::get<kBreaker>(stages_).breaker)>;
-        return std::optional<typename B::Permit>();
+        return std::get<kBreaker>(stages_).breaker->try_acquire();
       } else {
         return 0;
       }
     }();
     if constexpr (kBreaker >= 0) {
-      const auto& stage = std::get<kBreaker>(stages_);
-      auto p = stage.breaker->try_acquire();
-      if (!p) {
-        co_return fall(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker, 0,
-                               std::nullopt, p.error().retry_after));
+      if (!permit) {
+        co_return fall(fail<E>(bulwark::detail::reason_of(permit.error().reason), Stage::breaker, 0,
+                               std::nullopt, permit.error().retry_after));
       }
-      permit.emplace(std::move(*p));
-      per_attempt = stage.scope == BreakerScope::attempt;
+      per_attempt = std::get<kBreaker>(stages_).scope == BreakerScope::attempt;
     }
 
     // Client-side throttling: a local rejection drops the breaker permit unrecorded.
@@ -246,30 +243,26 @@ class Pipeline {
         co_return fall(fail<E>(Reason::throttled, Stage::throttle, 0, std::nullopt));
     }
 
-    // The bulkhead: a free slot at once, or a place in its queue.
+    // The bulkhead: a free slot at once, or a place in its queue. Built in place, as
+    // the breaker's permit.
     auto slot = [&] {
       if constexpr (kAdaptive) {
-        using L = std::remove_pointer_t<decltype(std::get<kBulkhead>(stages_).limiter)>;
-        return std::optional<typename L::Permit>();
+        return std::get<kBulkhead>(stages_).limiter->try_acquire();
       } else if constexpr (kBulkhead >= 0) {
-        using H = std::remove_pointer_t<decltype(std::get<kBulkhead>(stages_).bulkhead)>;
-        return std::optional<typename H::Permit>();
+        return std::get<kBulkhead>(stages_).bulkhead->take_if_free();
       } else {
         return 0;
       }
     }();
     if constexpr (kAdaptive) {
       // An adaptive limit (bulwark/adaptive_limit.h) never queues: admitted or refused.
-      auto p = std::get<kBulkhead>(stages_).limiter->try_acquire();
-      if (!p) co_return fall(fail<E>(Reason::bulkhead_full, Stage::bulkhead, 0, std::nullopt));
-      slot.emplace(std::move(*p));
+      if (!slot) co_return fall(fail<E>(Reason::bulkhead_full, Stage::bulkhead, 0, std::nullopt));
     } else if constexpr (kBulkhead >= 0) {
-      auto* bh = std::get<kBulkhead>(stages_).bulkhead;
-      slot = bh->take_if_free();
       if (!slot) {
         if (detail::cancelled(cs) || ctx.stop_requested())
           co_return fall(fail<E>(Reason::cancelled, Stage::bulkhead, 0, std::nullopt));
-        auto got = co_await bh->acquire(ctx, ::asio::use_awaitable_t<Ex>());
+        auto got = co_await std::get<kBulkhead>(stages_).bulkhead->acquire(
+            ctx, ::asio::use_awaitable_t<Ex>());
         if (!got) {
           co_return fall(fail<E>(bulwark::detail::reason_of(got.error().reason), Stage::bulkhead, 0,
                                  std::nullopt));
@@ -280,10 +273,11 @@ class Pipeline {
 
     // The retry loop (one attempt without a retry stage); retry.h lists its rules.
     AttemptInfo info;
-    [[maybe_unused]] std::string key;
+    // Only a retry stage has an idempotency key or a ticket to keep.
+    [[maybe_unused]] std::conditional_t<kHasRetry, std::string, char> key{};
     [[maybe_unused]] auto* retry = retry_ptr();
     using Ticket = typename BasicRetryBudget<C>::Ticket;
-    std::optional<Ticket> ticket;
+    [[maybe_unused]] std::conditional_t<kHasRetry, std::optional<Ticket>, char> ticket{};
     BasicRetryBudget<C>* budget = nullptr;
     if constexpr (kHasRetry) {
       if (retry->config().idempotency_key) {
@@ -327,18 +321,18 @@ class Pipeline {
       }
       if constexpr (kBreaker >= 0) {
         if (per_attempt && n > 1) {
-          auto p = std::get<kBreaker>(stages_).breaker->try_acquire();
-          if (!p) {
-            // The permit of the call's last attempt is already recorded: none to record.
-            co_return finish(fail<E>(bulwark::detail::reason_of(p.error().reason), Stage::breaker,
-                                     n - 1, std::move(last_error), p.error().retry_after),
-                             std::nullopt);
+          // The permit of the call's last attempt is already recorded: none to record.
+          permit = std::get<kBreaker>(stages_).breaker->try_acquire();
+          if (!permit) {
+            co_return finish(
+                fail<E>(bulwark::detail::reason_of(permit.error().reason), Stage::breaker, n - 1,
+                        std::move(last_error), permit.error().retry_after),
+                std::nullopt);
           }
-          permit.emplace(std::move(*p));
         }
       }
-      if (ticket) ticket->commit();
       if constexpr (kHasRetry) {
+        if (ticket) ticket->commit();
         if (n > 1) retry->note_retry();
       }
       info.number = n;
