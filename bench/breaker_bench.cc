@@ -283,6 +283,14 @@ void BM_Closed_TimeWindow(benchmark::State& state) {
 }
 BENCHMARK(BM_Closed_TimeWindow)->Threads(1)->Threads(2);
 
+// The same with the buckets striped by thread (4 stripes): two threads write no common line.
+void BM_Closed_TimeWindow_Striped(benchmark::State& state) {
+  static bulwark::StripedTimeWindowBreaker<4> breaker(
+      {.name = "time-striped", .window = {.length = 10s}, .failure_rate = 0.5});
+  for (auto _ : state) breaker.try_acquire()->record_success();
+}
+BENCHMARK(BM_Closed_TimeWindow_Striped)->Threads(1)->Threads(2);
+
 // The breaker measures each call's duration itself (no duration passed to record) to
 // judge slowness.
 void BM_Closed_TimeWindow_SlowTracking(benchmark::State& state) {

@@ -71,6 +71,8 @@ def goals(t, c):
         ("open rejection", r("BM_Open_Reject/threads:2", "BM_Open_Reject/threads:1"), "<=", 0.6),
         ("count window", r("BM_Closed_CountWindow/threads:2", "BM_Closed_CountWindow/threads:1"),
          "<=", 0.6),
+        ("time window, striped", r("BM_Closed_TimeWindow_Striped/threads:2",
+                                   "BM_Closed_TimeWindow_Striped/threads:1"), "<=", 0.6),
         ("pipeline, no-op stages", r("BM_Pipeline_NoOp/threads:2", "BM_Pipeline_NoOp/threads:1"),
          "<=", 0.6),
         ("  the same without its bulkhead", r("BM_Pipeline_NoOp_NoBulkhead/threads:2",

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdint>
@@ -17,13 +18,15 @@
 #include "bulwark/bulkhead.h"
 #include "bulwark/circuit_breaker.h"
 #include "bulwark/detail/ledger.h"
+#include "bulwark/detail/thread_slot.h"
 #include "bulwark/registry.h"
 #include "support/bulkhead_access.h"
 #include "support/counting.h"
 
 namespace bulwark {
 
-// Where a breaker's totals are, for the ledger's mapping.
+// Where a breaker's totals are, for the ledger's mapping, and where its time window
+// keeps the calling thread's stripe, in its bytes.
 template <class Breaker>
 struct BreakerTestAccess {
   static const detail::Totals* totals(const Breaker& b) { return &b.totals_; }
@@ -32,6 +35,15 @@ struct BreakerTestAccess {
     const auto* p = reinterpret_cast<const unsigned char*>(b.policy_);
     return std::vector<unsigned char>(p, p + sizeof(*b.policy_));
   }
+  static const auto& window(const Breaker& b) { return b.window_; }
+};
+struct WindowAccess {
+  template <class W>
+  static const void* own_stripe(const W& w) {
+    return &w.stripes_[detail::thread_slot() % W::stripes];
+  }
+  template <class W>
+  static constexpr std::size_t stripe_size = sizeof(typename W::Stripe);
 };
 
 namespace {
@@ -212,7 +224,66 @@ Counts windowed_closed_calls(ManualClock& clock) {
 
 TEST_F(HotPath, WindowedClosedCallsNeitherLockNorAllocate) {
   expect_none(windowed_closed_calls<TimeWindow<10>>(clock), "a time-window call");
+  expect_none(windowed_closed_calls<TimeWindow<10, 4>>(clock), "a striped time-window call");
   expect_none(windowed_closed_calls<CountWindow>(clock), "a count-window call");
+}
+
+// A fast success in CLOSED on a striped time window writes only the calling thread's
+// stripe (its bucket of the current period): every other byte of the breaker, the head
+// word included, stays as it was, so a core calling from another stripe keeps its lines.
+TEST_F(HotPath, StripedTimeWindowSuccessesWriteOnlyTheThreadsStripe) {
+  using Window = TimeWindow<10, 4>;
+  using Breaker = BasicCircuitBreaker<ManualClock, Window>;
+  static_assert(sizeof(Breaker) == 192 * 5, "4 stripes of 3 lines, the head's and the breaker's");
+  Breaker b({.window = {.length = 10s}, .minimum_calls = 5, .failure_rate = 0.5}, clock);
+  auto bytes = [&b] {
+    std::array<unsigned char, sizeof(Breaker)> out;
+    std::memcpy(out.data(), static_cast<const void*>(&b), sizeof(Breaker));
+    return out;
+  };
+  // This thread records into stripe 2 (not the first: a call writing stripe 0 whatever
+  // its thread would show).
+  const std::uint32_t slot = detail::tls_thread_slot;
+  detail::tls_thread_slot = 2 + 1;
+  // Warm-up: the thread takes its ledger cell and its stripe, the period's bucket is
+  // tagged, and the failure's rule, armed under the minimum volume, is disarmed again.
+  b.try_acquire()->record_failure();
+  for (int i = 0; i < 10; ++i) b.try_acquire()->record_success();
+  ASSERT_EQ(b.state(), State::closed);
+  const auto* base = reinterpret_cast<const unsigned char*>(&b);
+  const auto* own = static_cast<const unsigned char*>(
+      WindowAccess::own_stripe(BreakerTestAccess<Breaker>::window(b)));
+  const std::size_t from = static_cast<std::size_t>(own - base);
+  const std::size_t to = from + WindowAccess::stripe_size<Window>;
+  ASSERT_EQ(from % 64, 0u) << "a stripe starts a cache line";
+  ASSERT_LE(to, sizeof(Breaker));
+  const auto before = bytes();
+  // Compared after every call, so that a write undone by a later call shows too.
+  std::size_t first_written = sizeof(Breaker);
+  int calls_that_wrote = 0;
+  expect_none(count([&] {
+                for (int i = 0; i < 1000; ++i) {
+                  b.try_acquire()->record_success();
+                  const auto now = bytes();
+                  bool wrote = false;
+                  for (std::size_t k = 0; k < sizeof(Breaker); ++k) {
+                    if ((k < from || k >= to) && now[k] != before[k]) {
+                      first_written = std::min(first_written, k);
+                      wrote = true;
+                    }
+                  }
+                  calls_that_wrote += wrote;
+                }
+              }),
+              "a striped time-window success");
+  EXPECT_EQ(calls_that_wrote, 0) << "successes wrote outside the thread's stripe [" << from << ", "
+                                 << to << "), first at byte " << first_written;
+  EXPECT_NE(before, bytes()) << "the successes counted in the thread's stripe";
+  const BreakerSnapshot s = b.snapshot();
+  ASSERT_TRUE(s.window);
+  EXPECT_EQ(s.window->calls, 1011u);
+  EXPECT_EQ(s.window->failures, 1u);
+  detail::tls_thread_slot = slot;
 }
 
 TEST_F(HotPath, RejectionsNeitherLockNorAllocate) {

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "bulwark/circuit_breaker.h"
+#include "bulwark/detail/thread_slot.h"
 
 namespace bulwark {
 namespace {
@@ -43,6 +44,14 @@ Config never_trips() {
   return c;
 }
 
+// Every thread takes its thread index (a striped window's stripe) before any of them
+// records: live at once, they hold different indices, so 4 stripes give each its own.
+void take_index_and_wait(std::atomic<int>& ready) {
+  (void)detail::thread_slot();
+  ready.fetch_add(1);
+  while (ready.load() < kThreads) std::this_thread::yield();
+}
+
 // Each thread records random outcomes with reported durations; one of them also moves
 // the clock forward (within the window, so every call stays countable), making the
 // others race with bucket rotation. Some permits are held across other calls, some
@@ -51,8 +60,10 @@ template <class Breaker>
 Tally hammer(ManualClock& clock, Breaker& breaker, bool move_clock) {
   std::vector<Tally> tallies(kThreads);
   std::vector<std::thread> threads;
+  std::atomic<int> ready{0};
   for (int id = 0; id < kThreads; ++id) {
     threads.emplace_back([&, id] {
+      take_index_and_wait(ready);
       std::mt19937 rng(99 + id);
       std::uniform_int_distribution<int> pick(0, 99);
       Tally& t = tallies[id];
@@ -106,9 +117,19 @@ void expect_window_equals(const Breaker& breaker, const Tally& expected) {
   EXPECT_EQ(s.successes + s.failures, expected.calls);
 }
 
-TEST(WindowStress, TimeWindowCountsAddUpWhileBucketsRotate) {
+// The time-window tests run for one stripe and for striped windows: 4 stripes (each of
+// the 4 threads has one of its own) and 3 (two threads share one).
+template <class Window>
+class TimeWindowStress : public ::testing::Test {
+ protected:
+  using Breaker = BasicCircuitBreaker<ManualClock, Window>;
+};
+using TimeWindows = ::testing::Types<TimeWindow<10>, TimeWindow<10, 4>, TimeWindow<10, 3>>;
+TYPED_TEST_SUITE(TimeWindowStress, TimeWindows);
+
+TYPED_TEST(TimeWindowStress, CountsAddUpWhileBucketsRotate) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips<TimeWindowConfig>(), clock);
+  typename TestFixture::Breaker breaker(never_trips<TimeWindowConfig>(), clock);
   const Tally expected = hammer(clock, breaker, /*move_clock=*/true);
   EXPECT_GE(now_ticks(clock), Nanos(12min).count()) << "the run should span several buckets";
   EXPECT_LT(now_ticks(clock), Nanos(1h).count()) << "and stay inside the window";
@@ -131,8 +152,7 @@ void tight_loops(ManualClock& clock, Breaker& breaker) {
   std::atomic<int> ready{0};
   for (int id = 0; id < kThreads; ++id) {
     threads.emplace_back([&, id] {
-      ready.fetch_add(1);
-      while (ready.load() < kThreads) std::this_thread::yield();
+      take_index_and_wait(ready);
       for (int i = 0; i < kPerThread; ++i) {
         auto p = breaker.try_acquire();
         if ((i + id) % 3 == 0) {
@@ -162,18 +182,18 @@ void tight_loops(ManualClock& clock, Breaker& breaker) {
   EXPECT_EQ(s.window->slow_successes, slow);
 }
 
-TEST(WindowStress, TimeWindowTightLoops) {
+TYPED_TEST(TimeWindowStress, TightLoops) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips<TimeWindowConfig>(), clock);
+  typename TestFixture::Breaker breaker(never_trips<TimeWindowConfig>(), clock);
   tight_loops(clock, breaker);
 }
 
 // The same contention while another thread moves the clock through the buckets (but
 // stays inside the window, so every call still counts): rotation and clearing race the
 // bucket updates, and nothing may be lost or counted twice.
-TEST(WindowStress, TimeWindowTightLoopsWhileBucketsRotate) {
+TYPED_TEST(TimeWindowStress, TightLoopsWhileBucketsRotate) {
   ManualClock clock;
-  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(never_trips<TimeWindowConfig>(), clock);
+  typename TestFixture::Breaker breaker(never_trips<TimeWindowConfig>(), clock);
   std::atomic<bool> started{false}, done{false};
   std::thread mover([&] {
     for (int step = 0; step < 9; ++step) {  // one 6-minute bucket per step: 54 min of a 1 h window
@@ -197,11 +217,11 @@ TEST(WindowStress, CountWindowTightLoops) {
 
 // The window wraps many times: nothing is exact any more, but nothing may go wrong:
 // no count above what was recorded, no failures above calls, no torn state.
-TEST(WindowStress, TimeWindowSurvivesWrappingUnderLoad) {
+TYPED_TEST(TimeWindowStress, SurvivesWrappingUnderLoad) {
   ManualClock clock;
   TimeWindowConfig config = never_trips<TimeWindowConfig>();
   config.window.length = 10s;
-  BasicCircuitBreaker<ManualClock, TimeWindow<10>> breaker(config, clock);
+  typename TestFixture::Breaker breaker(config, clock);
   std::atomic<bool> done{false};
   std::atomic<int> bad{0};
   std::thread watcher([&] {

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "bulwark/detail/thread_slot.h"
 #include "bulwark/sliding_window.h"
 #include "support/schedule_explorer.h"
 
@@ -110,6 +111,8 @@ std::string play(test::Threads& threads, const Scenario& s, test::Strategy& stra
   std::vector<std::function<void()>> bodies;
   for (std::size_t t = 0; t < s.threads.size(); ++t) {
     bodies.push_back([&, t] {
+      // Thread t records into stripe t % Stripes of a striped window.
+      detail::tls_thread_slot = static_cast<std::uint32_t>(t) + 1;
       for (const Op& op : s.threads[t]) {
         switch (op.kind) {
           case Op::record: {
@@ -233,6 +236,16 @@ Scenario everything() {
           .at = 3999};
 }
 
+// Two stripes: each thread records slow calls and failures into its own stripe of a
+// bucket while the other rotates into the next bucket (clearing it in both stripes) and
+// reads across the stripes.
+Scenario striped_records_race_rotation() {
+  return {.threads = {{rec(1000, Sample::slow_failure), rec(1000, Sample::success), read(2000)},
+                      {rec(1000, Sample::slow_success), rec(2000, Sample::failure), read(2000)}},
+          .gen = 0,
+          .at = 2000};
+}
+
 // --- The interleavings that lost a slow success ---------------------------------------
 //
 // A slow call adds to its bucket's calls word, then to its slow word. The slow word was
@@ -346,6 +359,22 @@ TEST(WindowSchedules, ACountWindowsPhaseStartKeepsExactlyTheNewPhasesLastCalls) 
   expect_none(explore_all<CountWindow>(count_phase_start_races_calls(), 2));
 }
 
+// --- Striped windows: two stripes, thread t records into stripe t % 2 -----------------
+
+using Striped = TimeWindow<kBuckets, 2>;
+
+TEST(WindowSchedules, StripedRecordsOnTwoStripesAddUpWhileBucketsRotate) {
+  int n = 0;
+  expect_none(explore_all<Striped>(striped_records_race_rotation(), 2, &n));
+  EXPECT_GT(n, 10) << "the scenario must actually branch";
+  expect_none(explore_all<Striped>(slow_success_while_buckets_rotate(), 3));
+  expect_none(explore_all<Striped>(slow_calls_both_ways(), 2));
+}
+
+TEST(WindowSchedules, AStripedPhaseStartKeepsExactlyTheNewPhasesCalls) {
+  expect_none(explore_all<Striped>(phase_start_races_calls(), 2));  // threads 0 and 2 share
+}
+
 // --- Seeded random --------------------------------------------------------------------
 
 TEST(WindowSchedules, EveryStepKindUnderRandomSchedules) {
@@ -356,6 +385,7 @@ TEST(WindowSchedules, EveryStepKindUnderRandomSchedules) {
   expect_none(explore_seeded(everything(), seed, count));
   expect_none(explore_seeded(phase_start_races_calls(), seed, count / 4));
   expect_none(explore_seeded<CountWindow>(count_phase_start_races_calls(), seed, count / 4));
+  expect_none(explore_seeded<Striped>(everything(), seed, count / 2));
 }
 
 }  // namespace

@@ -22,6 +22,14 @@
 //   CircuitBreaker      NoWindow, BreakerConfig: consecutive failures.
 //   CountWindowBreaker  CountWindow, CountWindowConfig: rates over the last N calls.
 //   TimeWindowBreaker   TimeWindow<10>, TimeWindowConfig: rates over the last T.
+//   StripedTimeWindowBreaker<S>  TimeWindow<10, S>: the same, with its buckets kept once
+//                       per stripe of threads (S of them, on lines of their own:
+//                       sizeof is 192 x (S + 1) bytes), so that fast successes of
+//                       threads of different stripes write no common cache line. For
+//                       one breaker called from many cores at once; a judgement, a
+//                       snapshot and a bucket clear cost S times a single stripe's. At
+//                       rest it reads and decides as TimeWindowBreaker; while calls are
+//                       in flight a reading sees each stripe as of its last write.
 // Every breaker type names them: Breaker::Config, Breaker::Policy.
 //
 // Cost. A call admitted while CLOSED reads one atomic word to be admitted and adds
@@ -634,6 +642,8 @@ class alignas(64) BasicCircuitBreaker {
 using CircuitBreaker = BasicCircuitBreaker<SteadyClock, NoWindow>;
 using CountWindowBreaker = BasicCircuitBreaker<SteadyClock, CountWindow>;
 using TimeWindowBreaker = BasicCircuitBreaker<SteadyClock, TimeWindow<10>>;
+template <std::uint32_t Stripes>
+using StripedTimeWindowBreaker = BasicCircuitBreaker<SteadyClock, TimeWindow<10, Stripes>>;
 
 static_assert(sizeof(CircuitBreaker) == 64, "a breaker without a window fits one cache line");
 static_assert(sizeof(TimeWindowBreaker) <= 256,

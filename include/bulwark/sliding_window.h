@@ -7,6 +7,7 @@
 //   bulwark::CircuitBreaker              // NoWindow: consecutive failures only, 64 bytes
 //   bulwark::CountWindowBreaker          // the last N calls (window.size)
 //   bulwark::TimeWindowBreaker           // the last T (window.length) in B buckets, 256 bytes
+//   bulwark::StripedTimeWindowBreaker<S> // the same, striped by thread: 192 x (S + 1) bytes
 //
 // Both windows count calls, failures, slow successes and slow failures, and can track
 // the calls still in flight that are already slower than slow_call_duration, so a
@@ -29,11 +30,13 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <type_traits>
 
 #include "bulwark/breaker_config.h"
 #include "bulwark/clock.h"
 #include "bulwark/detail/bitfield.h"
 #include "bulwark/detail/schedule_point.h"
+#include "bulwark/detail/thread_slot.h"
 #include "bulwark/detail/window_parts.h"
 
 namespace bulwark {
@@ -304,13 +307,25 @@ class CountWindow : public detail::HeadBase {
 // Recording a call is one CAS on its bucket; the bucket of a new period is claimed by
 // the first call in it (one CAS on the head), which also clears the buckets the head
 // skipped — at most Capacity of them, however long the gap.
-template <std::uint32_t Capacity = 10>
+//
+// Stripes > 1: every bucket is kept once per stripe, each stripe on cache lines of its
+// own (sizeof grows by Stripes x Capacity x 16 bytes, rounded up to 64 per stripe), and a
+// call adds to the stripe of its thread (detail::thread_slot() % Stripes), so threads
+// with different stripes recording in one bucket period write no common line: the head
+// word stays shared, but is only written when a period begins, a phase starts or the
+// armed bit flips. Reading the window (a judgement, counts(), snapshots) sums the stripes
+// and clearing a bucket clears it in every stripe (Stripes times the work of one). At
+// rest it reads the same as one stripe; while calls are in flight, a reading sees each
+// stripe's bucket as of its last write, as a single bucket is seen.
+template <std::uint32_t Capacity = 10, std::uint32_t Stripes = 1>
 class TimeWindow : public detail::HeadBase {
   static_assert(Capacity >= 1 && Capacity <= 4096);
+  static_assert(Stripes >= 1 && Stripes <= 64);
 
  public:
   static constexpr WindowKind kind = WindowKind::time;
   static constexpr std::uint32_t capacity = Capacity;
+  static constexpr std::uint32_t stripes = Stripes;
   using config_type = TimeWindowConfig;
 
   explicit TimeWindow(const WindowParams&) noexcept {}
@@ -402,17 +417,19 @@ class TimeWindow : public detail::HeadBase {
       if (newest < k) break;
       const std::uint64_t j = newest - k;
       if (j + p.buckets <= at) break;
-      const Bucket& b = buckets_[j % p.buckets];
-      // The slow word first: a slow call adds to `calls` before `slow`, and a bucket's
-      // calls only grow under one tag, so a pair read in this order never shows more
-      // slow calls than calls (the other order can, while calls are being recorded).
-      const std::uint64_t w1 = b.slow.load(std::memory_order_acquire);
-      BULWARK_SCHEDULE_POINT("time.counts: between the words");
-      const std::uint64_t w0 = b.calls.load(std::memory_order_acquire);
-      if (bucket_tag(w0) != tag(h.lap(), j)) continue;
-      c.calls += field(w0, 1), c.failures += field(w0, 0);
-      if (bucket_tag(w1) == tag(h.lap(), j))
-        c.slow_successes += field(w1, 1), c.slow_failures += field(w1, 0);
+      for (const Stripe& stripe : stripes_) {
+        const Bucket& b = stripe.buckets[j % p.buckets];
+        // The slow word first: a slow call adds to `calls` before `slow`, and a bucket's
+        // calls only grow under one tag, so a pair read in this order never shows more
+        // slow calls than calls (the other order can, while calls are being recorded).
+        const std::uint64_t w1 = b.slow.load(std::memory_order_acquire);
+        BULWARK_SCHEDULE_POINT("time.counts: between the words");
+        const std::uint64_t w0 = b.calls.load(std::memory_order_acquire);
+        if (bucket_tag(w0) != tag(h.lap(), j)) continue;
+        c.calls += field(w0, 1), c.failures += field(w0, 0);
+        if (bucket_tag(w1) == tag(h.lap(), j))
+          c.slow_successes += field(w1, 1), c.slow_failures += field(w1, 0);
+      }
     }
     return c;
   }
@@ -430,6 +447,23 @@ class TimeWindow : public detail::HeadBase {
     std::atomic<std::uint64_t> calls{0};
     std::atomic<std::uint64_t> slow{0};
   };
+  // One stripe's buckets; with several stripes, each on lines of its own.
+  struct PlainStripe {
+    std::array<Bucket, Capacity> buckets{};
+  };
+  struct alignas(64) LineStripe {
+    std::array<Bucket, Capacity> buckets{};
+  };
+  using Stripe = std::conditional_t<Stripes == 1, PlainStripe, LineStripe>;
+
+  // The calling thread's stripe.
+  Stripe& own_stripe() noexcept {
+    if constexpr (Stripes == 1) {
+      return stripes_[0];
+    } else {
+      return stripes_[detail::thread_slot() % Stripes];
+    }
+  }
   static constexpr std::uint64_t kFieldMax = (1u << 20) - 1;
 
   static std::uint64_t index_of(const WindowParams& p, Ticks now) noexcept {
@@ -480,7 +514,7 @@ class TimeWindow : public detail::HeadBase {
   }
 
   bool add(const WindowParams& p, std::uint64_t i, detail::Sample s, detail::HeadWord h) noexcept {
-    Bucket& b = buckets_[i % p.buckets];
+    Bucket& b = own_stripe().buckets[i % p.buckets];
     const std::uint32_t t = tag(h.lap(), i);
     const bool failure = s == detail::Sample::failure || s == detail::Sample::slow_failure;
     if (!add_word(b.calls, head_, h, t, 1, failure ? 1 : 0)) return false;
@@ -517,8 +551,8 @@ class TimeWindow : public detail::HeadBase {
     }
   }
 
-  // Empties the `n` buckets ending at `to` (n <= buckets: however long the gap, the
-  // work is bounded). When a lap starts (n == buckets) every slot is rewritten: a slot
+  // Empties the `n` buckets ending at `to`, in every stripe (n <= buckets: however long
+  // the gap, the work is bounded). When a lap starts (n == buckets) every slot is rewritten: a slot
   // that no period at or before `to` uses yet (the clock is less than a window past its
   // epoch) is set to the untagged word, so that no tag of an earlier lap survives the
   // start of a lap — not even one the lap's 7 bits have come round to. Stops as soon as
@@ -527,25 +561,27 @@ class TimeWindow : public detail::HeadBase {
              std::uint64_t n) noexcept {
     for (std::uint64_t k = 0; k < n; ++k) {
       const bool used = k <= to;  // else the slot's first period of this lap is after `to`
-      Bucket& b = buckets_[(to + p.buckets - k) % p.buckets];
       const std::uint32_t t = used ? tag(installed.lap(), to - k) : 0;
       const std::uint64_t empty = used ? make_word(t, 0, 0) : 0;
-      for (auto* word : {&b.calls, &b.slow}) {
-        std::uint64_t raw = word->load(std::memory_order_acquire);
-        BULWARK_SCHEDULE_POINT("time.clear: word read");
-        while (used ? bucket_tag(raw) != t : raw != 0) {
-          if (head_.load(std::memory_order_acquire) != installed.raw()) return;
-          BULWARK_SCHEDULE_POINT("time.clear: head checked");
-          if (word->compare_exchange_weak(raw, empty, std::memory_order_acq_rel,
-                                          std::memory_order_acquire)) {
-            break;
+      for (Stripe& stripe : stripes_) {
+        Bucket& b = stripe.buckets[(to + p.buckets - k) % p.buckets];
+        for (auto* word : {&b.calls, &b.slow}) {
+          std::uint64_t raw = word->load(std::memory_order_acquire);
+          BULWARK_SCHEDULE_POINT("time.clear: word read");
+          while (used ? bucket_tag(raw) != t : raw != 0) {
+            if (head_.load(std::memory_order_acquire) != installed.raw()) return;
+            BULWARK_SCHEDULE_POINT("time.clear: head checked");
+            if (word->compare_exchange_weak(raw, empty, std::memory_order_acq_rel,
+                                            std::memory_order_acquire)) {
+              break;
+            }
           }
         }
       }
     }
   }
 
-  std::array<Bucket, Capacity> buckets_{};
+  std::array<Stripe, Stripes> stripes_{};
   detail::InFlight in_flight_;
 };
 

@@ -5,6 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bulwark/detail/thread_slot.h"
 #include "harness.h"
 
 namespace bulwark::model {
@@ -31,6 +36,31 @@ void differential(Window w) {
 TEST(Differential, NoWindowBreakerAgreesWithTheModel) { differential(Window::none); }
 TEST(Differential, CountWindowBreakerAgreesWithTheModel) { differential(Window::count); }
 TEST(Differential, TimeWindowBreakerAgreesWithTheModel) { differential(Window::time); }
+
+// A striped time window decides as one stripe: the calling thread is moved to a random
+// stripe before every step, so that the buckets' counts are spread over the stripes
+// and every judgement, snapshot and clear folds or walks them all.
+TEST(Differential, StripedTimeWindowBreakerAgreesWithTheModel) {
+  using Striped = BasicCircuitBreaker<ManualClock, TimeWindow<10, 4>>;
+  const std::uint32_t own = detail::tls_thread_slot;
+  check_property(
+      [] {
+        const Config c = *gen_config(Window::time);
+        const auto ops = *rc::gen::container<std::vector<Op>>(gen_op());
+        const auto draws = *rc::gen::container<std::vector<double>>(
+            16, rc::gen::map(rc::gen::inRange(0, 1000), [](int v) { return v / 1000.0; }));
+        const Ticks start = *rc::gen::weightedOneOf<Ticks>(
+            {{3, rc::gen::just<Ticks>(0)}, {1, rc::gen::inRange<Ticks>(0, Ticks{1} << 50)}});
+        const auto stripes =
+            *rc::gen::container<std::vector<std::uint32_t>>(16, rc::gen::inRange(0u, 4u));
+        const std::string err = run_lockstep<Striped>(
+            c, ops, start, draws, true, nullptr,
+            [&](std::size_t i) { detail::tls_thread_slot = stripes[i % stripes.size()] + 1; });
+        if (!err.empty()) RC_FAIL(err);
+      },
+      kIterations);
+  detail::tls_thread_slot = own;
+}
 
 }  // namespace
 }  // namespace bulwark::model

@@ -287,11 +287,13 @@ struct Observation {
 
 // Plays `ops` on a real breaker of type B with the clock starting at `start`, in
 // lockstep with the model if `check_model`. Returns the first disagreement (with the
-// steps leading to it), or an empty string. Fills `seen` if given.
+// steps leading to it), or an empty string. Fills `seen` if given; calls `before_step`
+// (if any) with each step's index before the step.
 template <class B>
 std::string run_lockstep(const Config& c, const std::vector<Op>& ops, Ticks start,
                          const std::vector<double>& draws, bool check_model = true,
-                         Observation* seen = nullptr) {
+                         Observation* seen = nullptr,
+                         const std::function<void(std::size_t)>& before_step = {}) {
   auto real_draws = std::make_shared<Draws>(Draws{draws});
   auto model_draws = std::make_shared<Draws>(Draws{draws});
   Config mc = c;
@@ -315,6 +317,7 @@ std::string run_lockstep(const Config& c, const std::vector<Op>& ops, Ticks star
 
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
+    if (before_step) before_step(i);
     std::ostringstream step;
     step << to_text(op);
     std::string mismatch;
