@@ -72,6 +72,7 @@
 #include "bulwark/context.h"
 #include "bulwark/detail/permit_base.h"
 #include "bulwark/detail/schedule_point.h"
+#include "bulwark/detail/thread_slot.h"
 #include "bulwark/expected.h"
 
 namespace bulwark {
@@ -188,20 +189,6 @@ inline Unexpected<BulkheadRejection> refuse_slot(std::atomic<std::uint64_t>& rej
   rejected.fetch_add(1, std::memory_order_relaxed);
   if (observer) observer(BulkheadRejectionEvent{bulkhead, name, reason});
   return Unexpected(BulkheadRejection{reason});
-}
-
-// The calling thread's index for striped bulkheads: the lowest index no live thread
-// holds, taken at the thread's first striped call and freed when it exits, so that the
-// threads alive at once have distinct small indices (threads of a pool that is
-// recreated keep landing on distinct stripes). kNoStripeIndex until assigned.
-inline constexpr std::uint32_t kNoStripeIndex = 0xFFFF'FFFFu;
-extern constinit thread_local std::uint32_t tls_stripe_index;
-// Assigns this thread's index (once; no lock, no allocation but the thread-exit
-// registration of the C++ runtime) and returns it.
-std::uint32_t assign_stripe_index() noexcept;
-[[gnu::always_inline]] inline std::uint32_t stripe_index() noexcept {
-  const std::uint32_t i = tls_stripe_index;
-  return i != kNoStripeIndex ? i : assign_stripe_index();
 }
 
 // One counter of a striped bulkhead: the slots of this stripe still free, alone on its
@@ -343,7 +330,7 @@ class BasicBulkhead {
   // them sees the other, so no wake-up is lost.
   std::uint32_t take() noexcept {
     if (stripes_ == nullptr) return detail::take_slot(in_use_, max_) ? 0 : kNone;
-    std::uint32_t home = detail::stripe_index();
+    std::uint32_t home = detail::thread_slot();
     if (home >= n_stripes_) home %= n_stripes_;
     return detail::take_from_stripe(stripes_[home]) ? home : steal(home);
   }
