@@ -1,7 +1,7 @@
 // A small index per live thread, for structures striped by thread (a striped time
-// window): the lowest index no other live thread holds, taken at the thread's first
-// use and given back at its exit, so that N threads running at once hold indices
-// 0..N-1 and a stripe count of N gives each its own stripe.
+// window, a striped bulkhead): the lowest index no other live thread holds, taken at
+// the thread's first use and given back at its exit, so that N threads running at once
+// hold indices 0..N-1 and a stripe count of N gives each its own stripe.
 //
 // Cost: a thread-local load on every use; the first use of a thread claims an index
 // (a scan of a 4,096-bit map, one CAS). Beyond 4,096 threads at once, indices repeat
