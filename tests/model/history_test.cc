@@ -258,6 +258,15 @@ TEST(History, TimeWindowBreakerCountingSlowCallsInFlightUnderConcurrentTraffic) 
 TEST(History, NoWindowBreakerWithManualTransitionsUnderConcurrentTraffic) {
   hammer<NoWindowBreaker>(Window::none, true);
 }
+// A time window striped by thread: with kThreads threads on as many stripes, each
+// records into buckets of its own and a judgement sums them all.
+using StripedTimeBreaker = BasicCircuitBreaker<ManualClock, TimeWindow<10, kThreads>>;
+TEST(History, StripedTimeWindowBreakerUnderConcurrentTraffic) {
+  hammer<StripedTimeBreaker>(Window::time, false);
+}
+TEST(History, StripedTimeWindowBreakerWithManualTransitionsCountingSlowCallsInFlight) {
+  hammer<StripedTimeBreaker>(Window::time, true, true);
+}
 
 }  // namespace
 }  // namespace bulwark::model
