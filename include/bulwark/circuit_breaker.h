@@ -121,7 +121,7 @@ struct BreakerSnapshot {
   // permits once they resolve: successes + failures + ignored + cancelled. Calls still
   // in flight are not in it yet; that keeps it monotonic. The totals are counted in
   // per-thread ledgers (detail/ledger.h) and folded here: exact at rest, never lower
-  // than a previous snapshot's. A snapshot costs one cell read per thread that counted.
+  // than a previous snapshot's. A snapshot reads one set (4 cells) per thread that counted.
   std::uint64_t permitted;
   std::uint64_t rejected;
   std::uint64_t successes;

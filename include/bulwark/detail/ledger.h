@@ -17,7 +17,7 @@
 // first count registers its table: it takes the table an exited thread left, or allocates one (once
 // per thread, never freed, so the tables are as many as the most threads that ever counted at
 // once). Its exit folds the table into the base counters. Folding and a breaker's destruction
-// (which takes its cells back) look at one cell per table, without a lock; the destruction waits
+// (which takes its cells back) look at one set per table, without a lock; the destruction waits
 // for a thread that is moving one of its cells in that instant (a few stores).
 //
 // Exactness: read at rest (no call counting and no cell changing hands), a total is
