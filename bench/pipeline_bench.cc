@@ -61,8 +61,9 @@ struct Stack {
   bulwark::Retry retry{{.name = "bench", .max_attempts = 3}, &budget};
 };
 
-void BM_Pipeline_NoOp(benchmark::State& state) {
-  static Stack stack;  // shared by every thread, as one dependency's policies are
+// Every stage around a no-op; `stack` is shared by every thread, as one dependency's
+// policies are.
+void run_noop_pipeline(benchmark::State& state, Stack& stack) {
   const auto p = bulwark::pipeline(bulwark::fallback(0), bulwark::breaker(stack.breaker),
                                    bulwark::bulkhead(stack.bulkhead), bulwark::retry(stack.retry));
   const bulwark::Context ctx;
@@ -71,19 +72,18 @@ void BM_Pipeline_NoOp(benchmark::State& state) {
     benchmark::DoNotOptimize(r);
   }
 }
+
+void BM_Pipeline_NoOp(benchmark::State& state) {
+  static Stack stack;
+  run_noop_pipeline(state, stack);
+}
 BENCHMARK(BM_Pipeline_NoOp)->Threads(1)->Threads(2);
 
 // The same with the bulkhead striped (BulkheadConfig::stripes): each thread takes and
 // gives back its slot on its own stripe's cache line.
 void BM_Pipeline_NoOp_StripedBulkhead(benchmark::State& state) {
   static Stack stack(2);
-  const auto p = bulwark::pipeline(bulwark::fallback(0), bulwark::breaker(stack.breaker),
-                                   bulwark::bulkhead(stack.bulkhead), bulwark::retry(stack.retry));
-  const bulwark::Context ctx;
-  for (auto _ : state) {
-    auto r = p(ctx, noop_call);
-    benchmark::DoNotOptimize(r);
-  }
+  run_noop_pipeline(state, stack);
 }
 BENCHMARK(BM_Pipeline_NoOp_StripedBulkhead)->Threads(1)->Threads(2);
 
