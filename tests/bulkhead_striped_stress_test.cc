@@ -17,6 +17,7 @@
 #include "bulwark/backoff.h"
 #include "bulwark/bulkhead.h"
 #include "support/bulkhead_access.h"
+#include "support/high_water.h"
 #include "support/patience.h"
 
 namespace bulwark {
@@ -29,17 +30,7 @@ constexpr int kThreads = 6;
 constexpr int kIterations = 4000;
 
 // Marks a call inside (after admission, before release) and records the most at once.
-struct Inside {
-  std::atomic<int> now{0};
-  std::atomic<int> most{0};
-  void enter() {
-    const int n = now.fetch_add(1) + 1;
-    int seen = most.load();
-    while (n > seen && !most.compare_exchange_weak(seen, n)) {
-    }
-  }
-  void leave() { now.fetch_sub(1); }
-};
+using Inside = test::HighWater;
 
 void run_workers(Bulkhead& pool, Inside& inside, std::atomic<std::uint64_t>& admitted,
                  std::atomic<std::uint64_t>& refused) {

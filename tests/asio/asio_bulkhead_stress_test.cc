@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "bulwark/asio/bulkhead.h"
+#include "support/high_water.h"
 #include "support/patience.h"
 
 namespace bulwark::testing {
@@ -32,17 +33,7 @@ using namespace std::chrono_literals;
 
 constexpr std::uint32_t kSlots = 3;
 
-struct Holders {
-  std::atomic<int> now{0};
-  std::atomic<int> most{0};
-  void enter() {
-    const int n = now.fetch_add(1) + 1;
-    int seen = most.load();
-    while (n > seen && !most.compare_exchange_weak(seen, n)) {
-    }
-  }
-  void leave() { now.fetch_sub(1); }
-};
+using Holders = test::HighWater;
 // One holder for its scope (a frame destroyed while it holds leaves too).
 struct Hold {
   Holders& h;
